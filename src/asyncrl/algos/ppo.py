@@ -1,0 +1,163 @@
+"""PPO (Schulman et al. 2017): the update rule alone, tensors in and statistics out.
+
+Read top to bottom: targets for a batch of rollouts (GAE, or V-trace when the behaviour policy
+lags), then epochs x minibatches of the clipped surrogate. No processes, no logging: statistics
+come back as one tensor so that no minibatch forces a host sync.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from asyncrl.algos.returns import gae, vtrace
+from asyncrl.nets import ActorCritic
+
+STATS = (
+    "loss/policy",
+    "loss/value",
+    "loss/entropy",
+    "loss/approx_kl",
+    "loss/clipfrac",
+    "grad_norm",
+)
+
+
+@dataclass
+class PPOConfig:
+    epochs: int = 10
+    minibatch_size: int = 256
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    value_clip: float = 0.0  # 0 disables value clipping
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5  # 0 disables clipping
+    norm_adv: bool = True
+    correction: str = "none"  # or "vtrace"
+    vtrace_rho_bar: float = 1.0
+    vtrace_c_bar: float = 1.0
+
+
+class PPO:
+    def __init__(self, policy: ActorCritic, cfg: PPOConfig, lr: float, compile: bool = False):
+        self.policy, self.cfg = policy, cfg
+        params = [p for p in policy.parameters() if p.requires_grad]
+        self.params = params
+        self.optimizer = torch.optim.Adam(params, lr=lr, eps=1e-5, **_fast_adam())
+        self._step = torch.compile(self._minibatch_step) if compile else self._minibatch_step
+
+    # ---------------------------------------------------------------- targets
+    @torch.no_grad()
+    def targets(self, r: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Advantages and value targets for time-major rollouts ``r`` ([T, B] fields, obs
+        [T+1, B, ...]); returns the flat training batch."""
+        cfg, policy = self.cfg, self.policy
+        T, B = r["rewards"].shape
+        flat_obs = r["obs"].flatten(0, 1)
+        values = policy.value(flat_obs).view(T + 1, B)
+        ends = (r["terminated"], r["truncated"], r["trunc_values"])
+        if cfg.correction == "vtrace":
+            target_logp, _, _ = policy.log_prob_entropy(
+                flat_obs[: T * B], r["actions"].flatten(0, 1)
+            )
+            adv, ret = vtrace(
+                r["logp"],
+                target_logp.view(T, B),
+                r["rewards"],
+                values,
+                *ends,
+                cfg.gamma,
+                cfg.vtrace_rho_bar,
+                cfg.vtrace_c_bar,
+                cfg.gae_lambda,
+            )
+        else:
+            adv, ret = gae(r["rewards"], values, *ends, cfg.gamma, cfg.gae_lambda)
+        return {
+            "obs": flat_obs[: T * B],
+            "actions": r["actions"].flatten(0, 1),
+            "logp": r["logp"].flatten(),
+            "adv": adv.flatten(),
+            "returns": ret.flatten(),
+            "values": values[:-1].flatten(),
+        }
+
+    # ---------------------------------------------------------------- the update
+    def _minibatch_step(self, obs, actions, old_logp, adv, returns, old_values) -> torch.Tensor:
+        cfg = self.cfg
+        logp, entropy, value = self.policy.log_prob_entropy(obs, actions)
+        log_ratio = logp - old_logp
+        ratio = log_ratio.exp()
+        if cfg.norm_adv:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        pg_loss = torch.max(
+            -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
+        ).mean()
+        if cfg.value_clip > 0:
+            v_clipped = old_values + (value - old_values).clamp(-cfg.value_clip, cfg.value_clip)
+            v_loss = 0.5 * torch.max((value - returns).square(), (v_clipped - returns).square())
+            v_loss = v_loss.mean()
+        else:
+            v_loss = 0.5 * (value - returns).square().mean()
+        ent = entropy.mean()
+        loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm, foreach=True)
+        else:
+            grad_norm = torch.zeros(())
+        self.optimizer.step()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()  # the k3 estimator
+            clipfrac = ((ratio - 1).abs() > cfg.clip_coef).float().mean()
+        return torch.stack(
+            [
+                pg_loss.detach(),
+                v_loss.detach(),
+                ent.detach(),
+                approx_kl,
+                clipfrac,
+                grad_norm.detach(),
+            ]
+        )
+
+    def update(
+        self, batch: dict[str, torch.Tensor], lr: float, generator: torch.Generator
+    ) -> dict[str, float]:
+        """``epochs`` passes of shuffled minibatches over ``batch``; mean statistics."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        n, mb = batch["adv"].shape[0], self.cfg.minibatch_size
+        stats = []
+        for _ in range(self.cfg.epochs):
+            perm = torch.randperm(n, generator=generator)
+            for start in range(0, n - mb + 1, mb):  # a ragged tail minibatch would be noisier
+                idx = perm[start : start + mb]
+                stats.append(
+                    self._step(
+                        batch["obs"][idx],
+                        batch["actions"][idx],
+                        batch["logp"][idx],
+                        batch["adv"][idx],
+                        batch["returns"][idx],
+                        batch["values"][idx],
+                    )
+                )
+        mean = torch.stack(stats).mean(0).tolist()  # the one host sync of the update
+        out = dict(zip(STATS, mean, strict=True))
+        ret, val = batch["returns"], batch["values"]
+        out["loss/explained_variance"] = float(1 - (ret - val).var() / (ret.var() + 1e-8))
+        return out
+
+
+def _fast_adam() -> dict[str, bool]:
+    """One fused kernel for the whole Adam step where this torch has it on CPU."""
+    try:
+        torch.optim.Adam([torch.zeros(1, requires_grad=True)], fused=True)
+        return {"fused": True}
+    except (RuntimeError, TypeError):
+        return {"foreach": True}

@@ -1,0 +1,103 @@
+"""Advantage and value-target estimators: GAE and V-trace.
+
+Both work on time-major tensors of shape [T, B] (T steps of B envs) and share one convention for
+episode ends, so the learner never special-cases them:
+
+* ``terminated[t]``: the episode ended at step t by reaching a terminal state. Nothing follows it,
+  so the next value is 0.
+* ``truncated[t]``: the episode was cut by a time limit at step t. The state it was cut in still
+  had a future, so the next value is the value of that final observation, ``trunc_values[t]``
+  (computed by whoever saw the final observation; 0 where not truncated).
+* otherwise the next value is ``values[t + 1]`` (``values`` has T + 1 rows: the last row is the
+  bootstrap value of the observation after the rollout).
+
+At an episode end the recursion is cut: nothing from the next episode leaks backwards.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def next_values(
+    values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    trunc_values: torch.Tensor,
+) -> torch.Tensor:
+    """The value of the state after each step, [T, B], with the episode-end convention above."""
+    nxt = values[1:]
+    nxt = torch.where(truncated, trunc_values, nxt)
+    return torch.where(terminated, torch.zeros_like(nxt), nxt)
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    trunc_values: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016).
+
+    Returns ``(advantages, returns)``, both [T, B]; ``returns = advantages + values[:-1]`` are the
+    value targets (TD(lambda) returns).
+    """
+    done = terminated | truncated
+    deltas = (
+        rewards + gamma * next_values(values, terminated, truncated, trunc_values) - values[:-1]
+    )
+    carry = gamma * lam * (~done).to(rewards.dtype)
+    adv = torch.empty_like(rewards)
+    last = torch.zeros_like(rewards[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        last = deltas[t] + carry[t] * last
+        adv[t] = last
+    return adv, adv + values[:-1]
+
+
+def vtrace(
+    behaviour_logp: torch.Tensor,
+    target_logp: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    trunc_values: torch.Tensor,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace off-policy targets (Espeholt et al. 2018, IMPALA, eq. 1 and section 4.2).
+
+    ``v_s = V(x_s) + sum_{t>=s} gamma^(t-s) (prod_{i=s}^{t-1} c_i) delta_t`` with
+    ``delta_t = rho_t (r_t + gamma V(x_{t+1}) - V(x_t))``, ``rho_t = min(rho_bar, pi/mu)`` and
+    ``c_i = lam * min(c_bar, pi/mu)``; the sum stops at the end of an episode.
+
+    Returns ``(advantages, vs)``: ``vs`` are the value targets and the advantages are
+    ``r_s + gamma v_{s+1} - V(x_s)`` (IMPALA's policy-gradient advantage *without* its rho_s
+    factor: the PPO surrogate that consumes them already weights each sample by pi/mu, so
+    multiplying by rho_s again would count the importance weight twice).
+    """
+    done = terminated | truncated
+    ratio = torch.exp(target_logp - behaviour_logp)
+    rho = torch.clamp(ratio, max=rho_bar)
+    c = lam * torch.clamp(ratio, max=c_bar)
+    nxt = next_values(values, terminated, truncated, trunc_values)
+    deltas = rho * (rewards + gamma * nxt - values[:-1])
+    carry = gamma * c * (~done).to(rewards.dtype)
+    vs_minus_v = torch.empty_like(rewards)
+    last = torch.zeros_like(rewards[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        last = deltas[t] + carry[t] * last
+        vs_minus_v[t] = last
+    vs = vs_minus_v + values[:-1]
+    # v_{s+1}: the V-trace target of the next state inside the episode; at an episode end the
+    # same bootstrap as above (0 after termination, V(final obs) after truncation).
+    vs_next = torch.cat([vs[1:], values[-1:]], dim=0)
+    vs_next = torch.where(done, nxt, vs_next)
+    adv = rewards + gamma * vs_next - values[:-1]
+    return adv, vs

@@ -1,0 +1,144 @@
+"""The command line: ``asyncrl train`` and ``asyncrl eval``.
+
+Every field of TrainConfig is a kebab-case flag whose help and default come from the field.
+Precedence: defaults < ``--config FILE`` < flags given on the command line (< nothing else), and
+for ``--resume`` the saved run's config takes the place of the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from asyncrl.config import FIELDS, ConfigError, TrainConfig, from_dict, load_yaml
+
+SUMMARY_KEYS = (
+    "env",
+    "mode",
+    "backend",
+    "env_steps",
+    "wall_seconds",
+    "final_return",
+    "T",
+    "eps",
+    "env_steps_per_second",
+    "policy_lag_mean",
+    "policy_lag_max",
+    "rollout_seconds",
+    "learn_seconds",
+    "learner_wait_seconds",
+    "actor_wait_seconds",
+    "run_dir",
+)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    defaults = TrainConfig()
+    for name, f in FIELDS.items():
+        flag = "--" + name.replace("_", "-")
+        default = getattr(defaults, name)
+        kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
+        help_text = f.metadata.get("help", "")
+        if isinstance(default, bool):
+            kw["action"] = argparse.BooleanOptionalAction
+        elif isinstance(default, list):
+            kw["type"] = _int_list
+            default = ",".join(map(str, default))
+        else:
+            kw["type"] = type(default)
+            if f.metadata.get("choices"):
+                kw["choices"] = f.metadata["choices"]
+        kw["help"] = f"{help_text} (default: {default if default != '' else 'auto'})"
+        parser.add_argument(flag, **kw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asyncrl",
+        description="Actor-learner RL: N actors x K envs feed one learner, sync or async.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    tr = sub.add_parser("train", help="train a policy (default: async PPO on CartPole-v1)")
+    tr.add_argument("--config", help="YAML file of settings (flags given here override it)")
+    tr.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
+    _add_config_flags(tr)
+    ev = sub.add_parser("eval", help="mean and std of the return of a saved policy")
+    ev.add_argument("run_dir", help="a run directory written by asyncrl train")
+    ev.add_argument("--episodes", type=int, default=10, help="episodes to run (default: 10)")
+    ev.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
+    ev.add_argument("--seed", type=int, default=10_000, help="env seed (default: 10000)")
+    return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    from asyncrl.rundir import load_run_config
+    from asyncrl.runtime.trainer import train
+
+    given = {k: v for k, v in vars(args).items() if k in FIELDS}
+    if args.resume:
+        base = load_run_config(args.resume)
+        given["run_dir"] = args.resume
+    else:
+        base = TrainConfig()
+    if args.config:
+        base = from_dict(load_yaml(args.config), base)
+    cfg = dataclasses.replace(base, **given)
+    summary = train(cfg, resume=bool(args.resume))
+    _print_summary(summary)
+    return 0
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="run summary", show_header=False)
+    for key in SUMMARY_KEYS:
+        value = summary.get(key)
+        table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else str(value))
+    Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from asyncrl.runtime.backends.base import ActorError
+
+    try:
+        if args.command == "train":
+            return _train(args)
+        from asyncrl.evaluate import evaluate
+
+        if args.episodes < 1:
+            raise ConfigError(f"episodes: must be >= 1, got {args.episodes}")
+        result = evaluate(args.run_dir, args.episodes, not args.stochastic, args.seed)
+        print(
+            f"{result['mean_return']:.2f} +/- {result['std_return']:.2f} "
+            f"over {result['episodes']} episodes"
+        )
+        print(json.dumps(result))
+        return 0
+    except ConfigError as e:
+        print(f"asyncrl: error: {e}", file=sys.stderr)
+        return 2
+    except ActorError as e:
+        print(f"asyncrl: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("asyncrl: interrupted; checkpoint saved", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

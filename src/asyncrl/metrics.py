@@ -1,0 +1,137 @@
+"""Throughput as a product feature: per-iteration figures, their logs and the live display.
+
+Definitions (ALF's async-training guide): T is the wall-clock interval between two training
+iterations, EPS = K / T with K the envs of one actor. EPS does not depend on N by definition,
+but T does when N actors compete for the same cores: measure it, don't assume it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+class Throughput:
+    """Interval T between iterations, EPS, env steps/s; and the learner's wait for data."""
+
+    def __init__(self, envs_per_actor: int):
+        self.K = envs_per_actor
+        self.start = time.perf_counter()
+        self.last = self.start
+        self.intervals: list[float] = []
+        self.learner_wait = 0.0
+        self.actor_wait = 0.0
+        self.rollout_seconds = 0.0
+        self.lags: list[tuple[float, float, float]] = []  # (mean, max, samples)
+
+    def iteration(self, learner_wait: float, stats: dict[str, float]) -> dict[str, float]:
+        now = time.perf_counter()
+        T = now - self.last
+        self.last = now
+        self.intervals.append(T)
+        self.learner_wait += learner_wait
+        self.actor_wait += stats["actor_wait_seconds"]
+        self.rollout_seconds += stats["rollout_seconds"]
+        self.lags.append((stats["policy_lag_mean"], stats["policy_lag_max"], stats["samples"]))
+        return {
+            "T": T,
+            "eps": self.K / T,
+            "env_steps_per_second": stats["samples"] / T,
+            "learner_wait_seconds": learner_wait,
+        }
+
+    @property
+    def mean_T(self) -> float:
+        # The first interval includes starting the actors; leave it out when there are others.
+        xs = self.intervals[1:] or self.intervals
+        return sum(xs) / len(xs) if xs else math.nan
+
+    @property
+    def wall(self) -> float:
+        return time.perf_counter() - self.start
+
+    def lag_summary(self) -> tuple[float, float]:
+        total = sum(n for *_, n in self.lags)
+        if not total:
+            return math.nan, math.nan
+        return sum(m * n for m, _, n in self.lags) / total, max(mx for _, mx, _ in self.lags)
+
+
+class MetricsLog:
+    """metrics.jsonl (one line per iteration) and TensorBoard scalars in the run directory."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool):
+        self.file = (run_dir / "metrics.jsonl").open("a")
+        self.tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(run_dir / "tb"))
+
+    def write(self, step: int, row: dict[str, Any]) -> None:
+        self.file.write(json.dumps({"env_steps": step, **row}) + "\n")
+        self.file.flush()
+        if self.tb is not None:
+            for key, value in row.items():
+                if isinstance(value, int | float) and math.isfinite(value):
+                    self.tb.add_scalar(_tb_name(key), value, step)
+
+    def close(self) -> None:
+        self.file.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def _tb_name(key: str) -> str:
+    """CleanRL-style groups: charts/, losses/, throughput/."""
+    if "/" in key:
+        return key.replace("loss/", "losses/")
+    if key in ("episodic_return", "episodic_length", "lr"):
+        return f"charts/{key}"
+    return f"throughput/{key}"
+
+
+class ProgressDisplay:
+    """A live bar: env steps, mean return, EPS and policy lag. Silent when disabled."""
+
+    def __init__(self, total: int, enabled: bool, done: int = 0):
+        self.enabled = enabled
+        if not enabled:
+            return
+        self.progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            TextColumn("{task.completed:,.0f}/{task.total:,.0f} steps"),
+            TextColumn("return {task.fields[ret]}"),
+            TextColumn("EPS {task.fields[eps]}"),
+            TextColumn("steps/s {task.fields[sps]}"),
+            TextColumn("lag {task.fields[lag]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
+        self.task = self.progress.add_task(
+            "train", total=total, completed=done, ret="-", eps="-", sps="-", lag="-"
+        )
+        self.progress.start()
+
+    def update(self, steps: int, ret: float, eps: float, sps: float, lag: float) -> None:
+        if self.enabled:
+            self.progress.update(
+                self.task,
+                completed=steps,
+                ret="-" if math.isnan(ret) else f"{ret:.1f}",
+                eps=f"{eps:.1f}",
+                sps=f"{sps:,.0f}",
+                lag=f"{lag:.2f}",
+            )
+
+    def close(self) -> None:
+        if self.enabled:
+            self.progress.stop()

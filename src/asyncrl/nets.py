@@ -1,0 +1,166 @@
+"""Policy and value networks, and the running observation normaliser they carry.
+
+The normaliser's statistics are buffers of the policy module, so they travel with every
+published policy version and every checkpoint: an actor always normalises with exactly the
+statistics of the version it acts with, and the learner recomputes log-probs with the same ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from asyncrl.envs import EnvSpec
+
+LOG_2PI = math.log(2 * math.pi)
+
+
+class RunningNorm(nn.Module):
+    """Running mean/variance of observations (parallel-merge formula of Chan et al.)."""
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
+        self.clip = clip
+        self.enabled = True
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, *self.mean.shape).to(torch.float64)
+        b_mean, b_var, b_count = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        delta = b_mean - self.mean
+        total = self.count + b_count
+        self.mean += delta * b_count / total
+        m2 = self.var * self.count + b_var * b_count + delta.square() * self.count * b_count / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return x
+        mean, std = self.mean.to(x.dtype), self.var.sqrt().to(x.dtype) + 1e-8
+        return torch.clamp((x - mean) / std, -self.clip, self.clip)
+
+
+def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
+    act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        lin = nn.Linear(sizes[i], sizes[i + 1])
+        last = i == len(sizes) - 2
+        nn.init.orthogonal_(lin.weight, out_gain if last else math.sqrt(2))
+        nn.init.zeros_(lin.bias)
+        layers.append(lin)
+        if not last:
+            layers.append(act())
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Separate policy and value MLPs over normalised observations.
+
+    Discrete actions: a categorical over logits. Continuous actions: a diagonal Gaussian with a
+    state-independent log-std; the sampled (unclipped) action is what log-probs refer to, and the
+    env receives it clipped to its bounds.
+    """
+
+    def __init__(self, spec: EnvSpec, hidden: list[int], activation: str, norm_obs: bool):
+        super().__init__()
+        self.discrete = spec.discrete
+        self.obs_norm = RunningNorm(spec.obs_shape)
+        self.obs_norm.enabled = norm_obs
+        sizes = [spec.obs_dim, *hidden]
+        self.pi = mlp([*sizes, spec.n_actions], activation, 0.01)
+        self.v = mlp([*sizes, 1], activation, 1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.zeros(spec.n_actions))
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.obs_norm(obs).flatten(1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.v(self._features(obs)).squeeze(-1)
+
+    def dist_params(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.pi(self._features(obs))
+
+    def log_prob_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-prob and entropy of ``actions`` under the current policy, and the values."""
+        x = self._features(obs)
+        out = self.pi(x)
+        value = self.v(x).squeeze(-1)
+        if self.discrete:
+            logits = out.log_softmax(-1)
+            logp = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(logits.exp() * logits).sum(-1)
+        else:
+            log_std = self.log_std.expand_as(out)
+            z = (actions - out) * torch.exp(-log_std)
+            logp = (-0.5 * z.square() - log_std - 0.5 * LOG_2PI).sum(-1)
+            entropy = (log_std + 0.5 * (1.0 + LOG_2PI)).sum(-1)
+        return logp, entropy, value
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: torch.Tensor,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample actions and their log-probs (no value: actors do not need it per step)."""
+        out = self.dist_params(obs)
+        if self.discrete:
+            logits = out.log_softmax(-1)
+            if deterministic:
+                a = logits.argmax(-1)
+            else:
+                a = torch.multinomial(logits.exp(), 1, generator=generator).squeeze(-1)
+            return a, logits.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+        log_std = self.log_std.expand_as(out)
+        if deterministic:
+            return out, (-log_std - 0.5 * LOG_2PI).sum(-1)
+        noise = torch.randn(out.shape, generator=generator)
+        a = out + noise * log_std.exp()
+        return a, (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(-1)
+
+
+def build_policy(spec: EnvSpec, hidden: list[int], activation: str, norm_obs: bool) -> ActorCritic:
+    return ActorCritic(spec, list(hidden), activation, norm_obs)
+
+
+class FlatParams:
+    """All floating-point state of a module (parameters and buffers) as one flat vector.
+
+    This is the unit a policy version is published in: one contiguous float32 copy per version,
+    whatever the transport (shared memory here, a network message later).
+    """
+
+    def __init__(self, module: nn.Module):
+        self.tensors = [
+            t for t in module.state_dict(keep_vars=True).values() if t.is_floating_point()
+        ]
+        self.numel = sum(t.numel() for t in self.tensors)
+
+    @torch.no_grad()
+    def write_to(self, out: np.ndarray) -> None:
+        i = 0
+        for t in self.tensors:
+            n = t.numel()
+            out[i : i + n] = t.detach().reshape(-1).to(torch.float32).numpy()
+            i += n
+
+    @torch.no_grad()
+    def read_from(self, flat: np.ndarray) -> None:
+        src = torch.from_numpy(flat)
+        i = 0
+        for t in self.tensors:
+            n = t.numel()
+            t.copy_(src[i : i + n].view(t.shape).to(t.dtype))
+            i += n

@@ -1,0 +1,58 @@
+"""The run directory: resolved config, checkpoints, metric logs and the summary.
+
+Every file a run leaves is written to a temporary name and renamed, so a run killed at any
+moment leaves either the previous complete file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from asyncrl.config import ConfigError, TrainConfig, from_dict, load_yaml
+
+CONFIG = "config.yaml"
+CHECKPOINT = "checkpoint.pt"
+SUMMARY = "summary.json"
+
+
+def default_run_dir(cfg: TrainConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{cfg.env}-{cfg.algo}-{cfg.mode}-{stamp}"
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
+    _atomic_write(run_dir / CHECKPOINT, lambda p: torch.save(state, p))
+
+
+def load_checkpoint(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / CHECKPOINT
+    if not path.exists():
+        raise ConfigError(f"run_dir: {run_dir} holds no {CHECKPOINT} to resume or evaluate from")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def save_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    _atomic_write(run_dir / SUMMARY, lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
+
+
+def save_config(run_dir: Path, cfg: TrainConfig) -> None:
+    _atomic_write(run_dir / CONFIG, cfg.save)
+
+
+def load_run_config(run_dir: str | Path) -> TrainConfig:
+    path = Path(run_dir) / CONFIG
+    if not path.exists():
+        raise ConfigError(f"run_dir: {run_dir} is not a run directory (no {CONFIG})")
+    return from_dict(load_yaml(path))

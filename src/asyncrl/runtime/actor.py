@@ -1,0 +1,82 @@
+"""An actor: one batched env of K envs and a CPU copy of the policy, filling rollout slots.
+
+The actor knows nothing of processes or queues: a backend hands it a slot and the policy store,
+and it loads the newest policy version, steps T times, and writes every field of the slot. Env
+state carries over between rollouts (no reset), as in any PPO implementation.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from asyncrl.config import TrainConfig
+from asyncrl.envs import EnvSpec, actor_seed, make_vector_env
+from asyncrl.nets import FlatParams, build_policy
+from asyncrl.runtime.transport import PolicyStore, Slot
+
+
+class Actor:
+    def __init__(self, actor_id: int, cfg: TrainConfig, spec: EnvSpec, store: PolicyStore):
+        self.actor_id, self.cfg, self.spec, self.store = actor_id, cfg, spec, store
+        self.K = cfg.envs_per_actor
+        self.envs = make_vector_env(cfg.env, self.K)
+        self.policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
+        self.policy.requires_grad_(False)
+        self.flat = FlatParams(self.policy)
+        self.version = -1
+        first_seed = actor_seed(cfg.seed, actor_id, self.K)
+        self.generator = torch.Generator().manual_seed(first_seed)
+        obs, _ = self.envs.reset(seed=[first_seed + i for i in range(self.K)])
+        self.obs = torch.as_tensor(np.asarray(obs, dtype=np.float32))
+        self.ep_return = np.zeros(self.K, dtype=np.float64)
+        self.ep_length = np.zeros(self.K, dtype=np.int64)
+        if not spec.discrete:
+            self.low, self.high = spec.action_low, spec.action_high
+
+    def load_newest_policy(self) -> None:
+        self.version = self.store.read_if_newer(self.version, self.flat.read_from)
+
+    @torch.no_grad()
+    def collect(self, slot: Slot, waited: float = 0.0) -> None:
+        """Fill ``slot`` with one rollout using the newest published policy."""
+        t0 = time.perf_counter()
+        self.load_newest_policy()
+        policy, envs, K = self.policy, self.envs, self.K
+        slot.ep_returns.fill(np.nan)
+        slot.ep_lengths.fill(0)
+        slot.trunc_values.fill(0.0)
+        slot.versions.fill(self.version)
+        for t in range(self.cfg.rollout):
+            slot.obs[t] = self.obs.numpy()
+            action, logp = policy.act(self.obs, generator=self.generator)
+            slot.actions[t] = action.numpy()
+            slot.logp[t] = logp.numpy()
+            env_action = action.numpy()
+            if not self.spec.discrete:
+                env_action = np.clip(env_action, self.low, self.high)
+            obs, reward, terminated, truncated, info = envs.step(env_action)
+            slot.rewards[t] = reward
+            slot.terminated[t] = terminated
+            slot.truncated[t] = truncated
+            self.ep_return += reward
+            self.ep_length += 1
+            done = terminated | truncated
+            if done.any():
+                idx = np.flatnonzero(done)
+                slot.ep_returns[t, idx] = self.ep_return[idx]
+                slot.ep_lengths[t, idx] = self.ep_length[idx]
+                self.ep_return[idx] = 0.0
+                self.ep_length[idx] = 0
+                cut = np.flatnonzero(truncated & ~terminated)
+                if cut.size:
+                    final = np.stack([info["final_obs"][i] for i in cut]).astype(np.float32)
+                    slot.trunc_values[t, cut] = policy.value(torch.from_numpy(final)).numpy()
+            self.obs = torch.as_tensor(np.asarray(obs, dtype=np.float32))
+        slot.obs[self.cfg.rollout] = self.obs.numpy()
+        slot.meta[:] = (self.actor_id, time.perf_counter() - t0, waited, self.cfg.rollout * K)
+
+    def close(self) -> None:
+        self.envs.close()

@@ -1,0 +1,189 @@
+"""Actors as processes on one machine; trajectories and policies in shared memory.
+
+Messages carry slot indices only. Each actor owns its slots and gets them back through its own
+free queue, so in sync mode (one slot each) an actor cannot start a rollout before the learner
+has trained on its last one and published, and every batch holds one rollout of every actor. In
+async mode a semaphore counts filled batches waiting for the learner: an actor with a finished
+rollout blocks only when ``max_batches_waiting`` are already queued (backpressure).
+
+Every wait has a timeout so that a stop request, a dead parent or a dead actor is noticed within
+a fraction of a second; nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from asyncrl.config import TrainConfig
+from asyncrl.envs import EnvSpec
+from asyncrl.runtime.backends.base import ActorError
+from asyncrl.runtime.transport import PolicyStore, Slot, SlotStore
+
+POLL = 0.2  # seconds between liveness checks while blocked
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _wait(get: Any, stop: Any, parent: int) -> Any:
+    """Block on ``get(timeout)`` until it succeeds, the run stops or the parent dies."""
+    while True:
+        if stop.is_set() or os.getppid() != parent:
+            raise _Stopped
+        try:
+            return get(POLL)
+        except queue.Empty:
+            continue
+
+
+def actor_main(
+    actor_id: int,
+    cfg: TrainConfig,
+    spec: EnvSpec,
+    slots: SlotStore,
+    store: PolicyStore,
+    free: Any,
+    full: Any,
+    errors: Any,
+    stop: Any,
+    waiting: Any,
+    parent: int,
+) -> None:
+    """Entry point of an actor process: collect into free slots until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how the run ends
+    torch.set_num_threads(cfg.threads_actor)
+    from asyncrl.runtime.actor import Actor
+
+    actor = None
+    try:
+        actor = Actor(actor_id, cfg, spec, store)
+        while True:
+            t0 = time.perf_counter()
+            slot_id = _wait(lambda t: free.get(timeout=t), stop, parent)
+            slot = slots.slots[slot_id]
+            actor.collect(slot, waited=time.perf_counter() - t0)
+            if waiting is not None:
+                t1 = time.perf_counter()
+                _wait(lambda t: waiting.acquire(timeout=t) or _empty(), stop, parent)
+                slot.meta[2] += time.perf_counter() - t1
+            full.put(slot_id)
+    except _Stopped:
+        pass
+    except BaseException:
+        errors.put((actor_id, traceback.format_exc()))
+    finally:
+        if actor is not None:
+            actor.close()
+        slots.close()
+        store.close()
+
+
+def _empty() -> Any:
+    raise queue.Empty
+
+
+class ProcessBackend:
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, slots: SlotStore, store: PolicyStore):
+        self.cfg, self.spec, self.slots, self.store = cfg, spec, slots, store
+        self.ctx = mp.get_context("spawn")
+        self.per_actor = cfg.slots_per_actor
+        self.procs: list[Any] = []
+        self.free = [self.ctx.Queue() for _ in range(cfg.actors)]
+        self.full = self.ctx.Queue()
+        self.errors = self.ctx.Queue()
+        self.stop = self.ctx.Event()
+        self.waiting = self.ctx.Semaphore(cfg.max_batches_waiting) if cfg.mode == "async" else None
+
+    def start(self) -> None:
+        for i in range(self.cfg.actors):
+            for j in range(self.per_actor):
+                self.free[i].put(i * self.per_actor + j)
+        for i in range(self.cfg.actors):
+            p = self.ctx.Process(
+                target=actor_main,
+                name=f"asyncrl-actor-{i}",
+                args=(
+                    i,
+                    self.cfg,
+                    self.spec,
+                    self.slots,
+                    self.store,
+                    self.free[i],
+                    self.full,
+                    self.errors,
+                    self.stop,
+                    self.waiting,
+                    os.getpid(),
+                ),
+                daemon=True,
+            )
+            p.start()
+            self.procs.append(p)
+
+    def _check_actors(self) -> None:
+        try:
+            actor_id, tb = self.errors.get_nowait()
+        except queue.Empty:
+            pass
+        else:
+            raise ActorError(
+                f"actor {actor_id} (env {self.cfg.env} x {self.cfg.envs_per_actor}) failed:\n{tb}"
+            )
+        for i, p in enumerate(self.procs):
+            if not p.is_alive():
+                time.sleep(POLL)  # its traceback may still be in flight
+                try:
+                    actor_id, tb = self.errors.get_nowait()
+                except queue.Empty:
+                    raise ActorError(
+                        f"actor {i} (env {self.cfg.env} x {self.cfg.envs_per_actor}) exited "
+                        f"with code {p.exitcode} and no traceback"
+                    ) from None
+                raise ActorError(
+                    f"actor {actor_id} (env {self.cfg.env} x {self.cfg.envs_per_actor}) "
+                    f"failed:\n{tb}"
+                )
+
+    def _get_full(self) -> int:
+        while True:
+            try:
+                return self.full.get(timeout=POLL)
+            except queue.Empty:
+                self._check_actors()
+
+    def next_batch(self) -> list[Slot]:
+        count = self.cfg.actors if self.cfg.mode == "sync" else 1
+        ids = [self._get_full() for _ in range(count)]
+        if self.waiting is not None:
+            self.waiting.release()
+        return [self.slots.slots[i] for i in ids]
+
+    def release(self, slots: list[Slot]) -> None:
+        for slot in slots:
+            i = self.slots.slots.index(slot)
+            self.free[i // self.per_actor].put(i)
+
+    def close(self) -> None:
+        self.stop.set()
+        for p in self.procs:
+            p.join(timeout=5)
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        self.procs = []
+        for q in (*self.free, self.full, self.errors):
+            q.cancel_join_thread()
+            q.close()

@@ -1,0 +1,127 @@
+"""The learner: turns filled slots into one PPO update and a new published policy version.
+
+One call of :meth:`Learner.train` is one training iteration, whatever the backend: the slots of
+all actors in sync mode, of one actor in async mode. Policy lag of each sample is measured here,
+against the version the learner holds when it starts the update.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import fields
+
+import numpy as np
+import torch
+
+from asyncrl.algos.ppo import PPO, PPOConfig
+from asyncrl.config import TrainConfig
+from asyncrl.envs import EnvSpec
+from asyncrl.nets import FlatParams, build_policy
+from asyncrl.runtime.transport import PolicyStore, Slot
+
+ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
+
+
+class Learner:
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec):
+        self.cfg, self.spec = cfg, spec
+        torch.manual_seed(cfg.seed)
+        self.generator = torch.Generator().manual_seed(cfg.seed + 7)
+        self.policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
+        ppo_cfg = PPOConfig(**{f.name: getattr(cfg, f.name) for f in fields(PPOConfig)})
+        self.algo = PPO(self.policy, ppo_cfg, cfg.lr, compile=cfg.compile)
+        self.flat = FlatParams(self.policy)
+        self.version = 0
+        self.env_steps = 0
+        self.iterations = 0
+        self.learn_seconds = 0.0
+        self.recent_returns: deque[float] = deque(maxlen=20)
+        self.recent_lengths: deque[int] = deque(maxlen=20)
+        self.episodes = 0
+
+    def publish(self, store: PolicyStore) -> None:
+        store.publish(self.version, self.flat.write_to)
+
+    def lr_now(self) -> float:
+        if self.cfg.lr_schedule == "constant":
+            return self.cfg.lr
+        return self.cfg.lr * max(1.0 - self.env_steps / self.cfg.total_steps, 0.0)
+
+    def train(self, slots: list[Slot]) -> dict[str, float]:
+        """One training iteration on ``slots`` (joined along the env axis). The caller publishes
+        the new version before the slots are refilled."""
+        t0 = time.perf_counter()
+        rollout = {
+            k: torch.from_numpy(_join([getattr(s, k) for s in slots])) for k in ROLLOUT_FIELDS
+        }
+        versions = _join([s.versions for s in slots])
+        lag = self.version - versions
+        batch = self.algo.targets(rollout)
+        stats = self.algo.update(batch, self.lr_now(), self.generator)
+        if self.cfg.norm_obs:  # after the update: the batch was acted on with the old statistics
+            self.policy.obs_norm.update(rollout["obs"][:-1])
+        self.version += 1
+        steps = int(sum(s.meta[3] for s in slots))
+        self.env_steps += steps
+        self.iterations += 1
+        for s in slots:
+            done = ~np.isnan(s.ep_returns)
+            self.recent_returns.extend(s.ep_returns[done].tolist())
+            self.recent_lengths.extend(s.ep_lengths[done].tolist())
+            self.episodes += int(done.sum())
+        seconds = time.perf_counter() - t0
+        self.learn_seconds += seconds
+        stats.update(
+            {
+                "learn_seconds": seconds,
+                "samples": float(steps),
+                "learner_samples_per_second": steps / seconds,
+                "policy_lag_mean": float(lag.mean()),
+                "policy_lag_max": float(lag.max()),
+                "rollout_seconds": float(sum(s.meta[1] for s in slots)),
+                "actor_wait_seconds": float(sum(s.meta[2] for s in slots)),
+                "lr": self.lr_now(),
+            }
+        )
+        return stats
+
+    @property
+    def final_return(self) -> float:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
+
+    # ---------------------------------------------------------------- checkpoint state
+    def state_dict(self) -> dict:
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.algo.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "counters": {
+                "version": self.version,
+                "env_steps": self.env_steps,
+                "iterations": self.iterations,
+                "learn_seconds": self.learn_seconds,
+                "episodes": self.episodes,
+                "recent_returns": list(self.recent_returns),
+                "recent_lengths": list(self.recent_lengths),
+            },
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.algo.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        c = state["counters"]
+        self.version, self.env_steps, self.iterations = (
+            c["version"],
+            c["env_steps"],
+            c["iterations"],
+        )
+        self.learn_seconds, self.episodes = c["learn_seconds"], c["episodes"]
+        self.recent_returns.extend(c["recent_returns"])
+        self.recent_lengths.extend(c["recent_lengths"])
+
+
+def _join(arrays: list[np.ndarray]) -> np.ndarray:
+    """Slots side by side along the env axis; one slot is used where it lies, without a copy."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=1)

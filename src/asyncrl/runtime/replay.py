@@ -1,0 +1,207 @@
+"""A fixed-capacity ring of transitions for off-policy learners (SAC).
+
+Storage is preallocated once, so memory use is known up front (``nbytes``) and never grows during a
+run; observations keep the env's own dtype (uint8 pixels stay uint8: four times smaller than
+float32), unless the caller explicitly asks for another one by passing it as ``obs_dtype``.
+``next_obs`` is stored separately rather than derived from the following slot because vector envs
+autoreset: the observation after a final step is ``info["final_obs"]``, not the next row's ``obs``.
+
+The buffer is not thread-safe: whoever shares it between threads or processes serialises access.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+REWARD_DTYPE = np.dtype(np.float32)
+FLAG_DTYPE = np.dtype(np.bool_)
+
+
+class ReplayBuffer:
+    """Uniform replay over the newest ``capacity`` transitions, oldest overwritten first.
+
+    Slot ``i`` of every array belongs to the same transition. Writes go to consecutive slots
+    starting at ``position`` and wrap around, so the stored items in ring order (oldest first) are
+    slots ``position, position + 1, ...`` (mod capacity) once full, and ``0 .. len - 1`` before.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: np.dtype | type,
+        action_shape: tuple[int, ...],
+        action_dtype: np.dtype | type = np.float32,
+        seed: int | None = None,
+    ) -> None:
+        if int(capacity) != capacity or capacity < 1:
+            raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
+        self.capacity = int(capacity)
+        self.obs_shape = tuple(int(d) for d in obs_shape)
+        self.action_shape = tuple(int(d) for d in action_shape)
+        self.obs_dtype = np.dtype(obs_dtype)
+        self.action_dtype = np.dtype(action_dtype)
+        n = self.capacity
+        self.obs = np.zeros((n, *self.obs_shape), self.obs_dtype)
+        self.action = np.zeros((n, *self.action_shape), self.action_dtype)
+        self.reward = np.zeros(n, REWARD_DTYPE)
+        self.next_obs = np.zeros((n, *self.obs_shape), self.obs_dtype)
+        self.terminated = np.zeros(n, FLAG_DTYPE)
+        self.truncated = np.zeros(n, FLAG_DTYPE)
+        self._pos = 0  # next slot to write
+        self._total = 0  # transitions ever inserted (also counts overwritten ones)
+        self._rng = np.random.default_rng(seed)
+
+    # ------------------------------------------------------------------ sizes
+    def __len__(self) -> int:
+        return min(self._total, self.capacity)
+
+    @property
+    def total_inserted(self) -> int:
+        """Transitions inserted since construction, overwritten ones included."""
+        return self._total
+
+    @property
+    def position(self) -> int:
+        """The slot the next transition goes to (the oldest stored one, once full)."""
+        return self._pos
+
+    @property
+    def bytes_per_transition(self) -> int:
+        """Exact storage cost of one slot, to size ``capacity`` against available memory."""
+        obs = int(np.prod(self.obs_shape, dtype=np.int64)) * self.obs_dtype.itemsize
+        act = int(np.prod(self.action_shape, dtype=np.int64)) * self.action_dtype.itemsize
+        return 2 * obs + act + REWARD_DTYPE.itemsize + 2 * FLAG_DTYPE.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the preallocated storage (all ``capacity`` slots, used or not)."""
+        return sum(getattr(self, f).nbytes for f in FIELDS)
+
+    # ------------------------------------------------------------------ writing
+    def add_batch(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+    ) -> None:
+        """Insert B transitions (leading axis B), as if one by one in order.
+
+        The batch may wrap around the end of the ring; if B exceeds ``capacity`` only its last
+        ``capacity`` transitions survive, exactly as sequential insertion would leave them.
+        Values are cast to the storage dtypes only within a kind (float64 -> float32 is allowed,
+        float -> uint8 raises), so a wrongly typed observation fails loudly instead of wrapping.
+        """
+        batch = dict(
+            obs=np.asarray(obs),
+            action=np.asarray(action),
+            reward=np.asarray(reward),
+            next_obs=np.asarray(next_obs),
+            terminated=np.asarray(terminated),
+            truncated=np.asarray(truncated),
+        )
+        b = batch["reward"].shape[0] if batch["reward"].ndim else -1
+        for name, arr in batch.items():  # validate everything before writing anything
+            dst = getattr(self, name)
+            want = (b, *dst.shape[1:])
+            if arr.shape != want:
+                raise ValueError(
+                    f"add_batch: {name} has shape {arr.shape}, expected {want} "
+                    f"(batch of {b} transitions)"
+                )
+            if not np.can_cast(arr.dtype, dst.dtype, casting="same_kind"):
+                raise TypeError(
+                    f"add_batch: {name} of dtype {arr.dtype} cannot be stored as {dst.dtype}"
+                )
+        if b == 0:
+            return
+        cap = self.capacity
+        start, skip = self._pos, 0
+        if b > cap:  # only the last `cap` transitions would survive sequential insertion
+            skip = b - cap
+            start = (self._pos + skip) % cap
+        n = b - skip
+        first = min(n, cap - start)  # slots before the wrap
+        for name, arr in batch.items():
+            dst, src = getattr(self, name), arr[skip:]
+            np.copyto(dst[start : start + first], src[:first], casting="same_kind")
+            if first < n:
+                np.copyto(dst[: n - first], src[first:], casting="same_kind")
+        self._pos = (self._pos + b) % cap
+        self._total += b
+
+    # ------------------------------------------------------------------ reading
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """``batch_size`` transitions drawn uniformly with replacement from the stored ones.
+
+        With replacement because that is what the SAC analysis assumes, and it keeps sampling
+        O(batch_size) regardless of how full the buffer is. Returns fresh arrays (copies).
+        """
+        if int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        size = len(self)
+        if size == 0:
+            raise ValueError("cannot sample from an empty ReplayBuffer: add_batch first")
+        idx = self._rng.integers(0, size, size=int(batch_size))
+        return {f: getattr(self, f).take(idx, axis=0) for f in FIELDS}
+
+    # ------------------------------------------------------------------ checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs to continue with this buffer's data and sampling.
+
+        Array entries are *views* of the live storage, trimmed to the used slots (no copy, which
+        matters for buffers of many GB): serialise them before the next ``add_batch``.
+        """
+        size = len(self)
+        return {
+            "capacity": self.capacity,
+            "obs_shape": self.obs_shape,
+            "obs_dtype": self.obs_dtype.str,
+            "action_shape": self.action_shape,
+            "action_dtype": self.action_dtype.str,
+            "position": self._pos,
+            "total_inserted": self._total,
+            "rng_state": self._rng.bit_generator.state,
+            **{f: getattr(self, f)[:size] for f in FIELDS},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from ``state_dict()``; the layout (capacity, shapes, dtypes) must match."""
+        layout = {
+            "capacity": self.capacity,
+            "obs_shape": self.obs_shape,
+            "obs_dtype": self.obs_dtype.str,
+            "action_shape": self.action_shape,
+            "action_dtype": self.action_dtype.str,
+        }
+        for key, mine in layout.items():
+            theirs = state[key]
+            if isinstance(mine, tuple):
+                theirs = tuple(theirs)
+            if theirs != mine:
+                raise ValueError(
+                    f"load_state_dict: {key} is {theirs!r} in the saved state but {mine!r} here"
+                )
+        total, pos = int(state["total_inserted"]), int(state["position"])
+        size = min(total, self.capacity)
+        if pos != total % self.capacity:
+            raise ValueError(
+                f"load_state_dict: position {pos} inconsistent with total_inserted {total}"
+            )
+        for f in FIELDS:
+            src = np.asarray(state[f])
+            dst = getattr(self, f)
+            if src.shape != (size, *dst.shape[1:]):
+                raise ValueError(
+                    f"load_state_dict: {f} has shape {src.shape}, expected {(size, *dst.shape[1:])}"
+                )
+            dst[:size] = src
+            dst[size:] = 0
+        self._pos, self._total = pos, total
+        self._rng.bit_generator.state = state["rng_state"]

@@ -1,0 +1,174 @@
+"""The training loop: the same lines for every mode and backend.
+
+    publish version 0 -> start actors -> repeat: next batch -> train -> publish -> release
+
+Sync vs async is decided by how many slots a batch holds and how many each actor owns
+(config.batch_size / slots_per_actor); the backend decides where actors run. The loop itself
+also owns the run directory, the periodic and final checkpoints and the summary.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from asyncrl.config import TrainConfig, validate
+from asyncrl.envs import check_env
+from asyncrl.metrics import MetricsLog, ProgressDisplay, Throughput
+from asyncrl.rundir import (
+    default_run_dir,
+    load_checkpoint,
+    save_checkpoint,
+    save_config,
+    save_summary,
+)
+from asyncrl.runtime.learner import Learner
+from asyncrl.runtime.transport import PolicyStore, SlotLayout, SlotStore
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl+C: checkpoint, stop the actors, free shared memory, exit."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Interrupted(f"signal {signum}")
+
+
+def make_backend(cfg: TrainConfig, spec, slots: SlotStore, store: PolicyStore):
+    if cfg.backend == "inline":
+        from asyncrl.runtime.backends.inline import InlineBackend
+
+        return InlineBackend(cfg, spec, slots, store)
+    from asyncrl.runtime.backends.process import ProcessBackend
+
+    return ProcessBackend(cfg, spec, slots, store)
+
+
+def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
+    """Train to ``cfg.total_steps`` env steps; returns the summary (also in summary.json)."""
+    validate(cfg)
+    spec = check_env(cfg.env)  # before any process or segment exists
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
+    cfg.run_dir = str(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(run_dir, cfg)
+    torch.set_num_threads(cfg.threads_learner)
+
+    import multiprocessing as mp
+
+    shared = cfg.backend == "process"
+    slot_count = cfg.actors * (cfg.slots_per_actor if shared else 1)
+    slots = SlotStore(
+        SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor), slot_count, shared
+    )
+    store = None
+    backend = None
+    log = None
+    progress = None
+    learner = None
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    interrupted = False
+    try:
+        learner = Learner(cfg, spec)
+        store = PolicyStore(
+            learner.flat.numel, shared, mp.get_context("spawn").Lock() if shared else None
+        )
+        earlier_seconds = 0.0
+        if resume:
+            state = load_checkpoint(run_dir)
+            learner.load_state_dict(state["learner"])
+            earlier_seconds = state.get("wall_seconds", 0.0)
+        steps_at_start = learner.env_steps
+        learner.publish(store)
+        log = MetricsLog(run_dir, cfg.tensorboard)
+        progress = ProgressDisplay(cfg.total_steps, cfg.progress, learner.env_steps)
+        meter = Throughput(cfg.envs_per_actor)
+        backend = make_backend(cfg, spec, slots, store)
+        backend.start()
+        last_ckpt = time.perf_counter()
+
+        def checkpoint() -> None:
+            save_checkpoint(
+                run_dir,
+                {
+                    "learner": learner.state_dict(),
+                    "config": cfg.to_dict(),
+                    "wall_seconds": earlier_seconds + meter.wall,
+                },
+            )
+
+        try:
+            while learner.env_steps < cfg.total_steps:
+                t0 = time.perf_counter()
+                batch = backend.next_batch()
+                waited = time.perf_counter() - t0
+                stats = learner.train(batch)
+                learner.publish(store)
+                backend.release(batch)
+                row = {**stats, **meter.iteration(waited, stats)}
+                row["episodic_return"] = learner.final_return
+                row["iteration"] = learner.iterations
+                log.write(learner.env_steps, row)
+                progress.update(
+                    learner.env_steps,
+                    learner.final_return,
+                    row["eps"],
+                    row["env_steps_per_second"],
+                    row["policy_lag_mean"],
+                )
+                if cfg.checkpoint_every and time.perf_counter() - last_ckpt > cfg.checkpoint_every:
+                    checkpoint()
+                    last_ckpt = time.perf_counter()
+        except KeyboardInterrupt:
+            interrupted = True
+        checkpoint()
+        summary = _summary(cfg, learner, meter, learner.env_steps - steps_at_start)
+        summary.update(interrupted=interrupted, resumed=resume, run_dir=str(run_dir))
+        save_summary(run_dir, summary)
+        if interrupted:
+            raise KeyboardInterrupt
+        return summary
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if progress is not None:
+            progress.close()
+        if backend is not None:
+            backend.close()
+        if log is not None:
+            log.close()
+        slots.close()
+        if store is not None:
+            store.close()
+
+
+def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: int) -> dict:
+    lag_mean, lag_max = meter.lag_summary()
+    wall = meter.wall
+    return {
+        "env": cfg.env,
+        "algo": cfg.algo,
+        "mode": cfg.mode,
+        "backend": cfg.backend,
+        "actors": cfg.actors,
+        "envs_per_actor": cfg.envs_per_actor,
+        "rollout": cfg.rollout,
+        "env_steps": learner.env_steps,
+        "iterations": learner.iterations,
+        "episodes": learner.episodes,
+        "wall_seconds": wall,
+        "final_return": learner.final_return,
+        "T": meter.mean_T,
+        "eps": cfg.envs_per_actor / meter.mean_T,
+        "env_steps_per_second": new_steps / wall,
+        "policy_lag_mean": lag_mean,
+        "policy_lag_max": lag_max,
+        # per actor, averaged: seconds spent stepping envs and choosing actions
+        "rollout_seconds": meter.rollout_seconds / cfg.actors,
+        "learn_seconds": learner.learn_seconds,
+        "learner_wait_seconds": meter.learner_wait,
+        "actor_wait_seconds": meter.actor_wait / cfg.actors,
+    }

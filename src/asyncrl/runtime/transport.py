@@ -1,0 +1,214 @@
+"""Where trajectories and policy versions live between actors and the learner.
+
+Trajectories go into preallocated *slots*: one slot holds one actor's rollout of T steps of K
+envs, every field a fixed-shape array. Actors write a slot in place and send only its index; the
+learner reads the arrays where they lie. With ``shared=True`` the slots are POSIX shared-memory
+segments (names start with ``asyncrl_``) so actor processes can write them; otherwise plain
+memory for the inline backend. A backend without shared memory (several machines) would ship a
+slot's arrays as one message instead: the layout is the contract, not the segment.
+
+The creator of a store owns its segments and unlinks them in :meth:`close`, also on error paths.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+from asyncrl.envs import EnvSpec
+
+SHM_PREFIX = "asyncrl_"
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """Field name -> (shape, dtype) of one rollout slot."""
+
+    fields: tuple[tuple[str, tuple[int, ...], str], ...]
+
+    @staticmethod
+    def for_rollout(spec: EnvSpec, rollout: int, num_envs: int) -> SlotLayout:
+        T, K = rollout, num_envs
+        act_dtype = "int64" if spec.discrete else "float32"
+        return SlotLayout(
+            (
+                ("obs", (T + 1, K, *spec.obs_shape), "float32"),  # row T: obs after the rollout
+                ("actions", (T, K, *spec.action_shape), act_dtype),
+                ("logp", (T, K), "float32"),  # behaviour log-prob of each action
+                ("rewards", (T, K), "float32"),
+                ("terminated", (T, K), "bool"),
+                ("truncated", (T, K), "bool"),
+                ("trunc_values", (T, K), "float32"),  # V(final obs) where truncated
+                ("versions", (T, K), "int64"),  # policy version that chose each action
+                ("ep_returns", (T, K), "float32"),  # finished episode's return, NaN elsewhere
+                ("ep_lengths", (T, K), "int32"),
+                # actor id, rollout seconds, seconds the actor waited for this slot, env steps
+                ("meta", (4,), "float64"),
+            )
+        )
+
+    def offsets(self) -> tuple[list[tuple[str, tuple[int, ...], np.dtype, int]], int]:
+        out, pos = [], 0
+        for name, shape, dtype in self.fields:
+            dt = np.dtype(dtype)
+            pos = (pos + 63) // 64 * 64  # cache-line aligned fields
+            out.append((name, shape, dt, pos))
+            pos += int(np.prod(shape)) * dt.itemsize
+        return out, max(pos, 1)
+
+
+class Slot:
+    """Numpy views of one slot's fields, by attribute: ``slot.obs``, ``slot.rewards``, ..."""
+
+    def __init__(self, layout: SlotLayout, buf: Any):
+        offsets, _ = layout.offsets()
+        self.names = [name for name, *_ in offsets]
+        for name, shape, dt, off in offsets:
+            count = int(np.prod(shape))
+            setattr(
+                self, name, np.frombuffer(buf, dtype=dt, count=count, offset=off).reshape(shape)
+            )
+
+
+    def drop_views(self) -> None:
+        for name in self.names:
+            self.__dict__.pop(name, None)
+
+
+class _Segments:
+    """Owner or user of a set of named shared-memory segments."""
+
+    def __init__(self, names: list[str], size: int, create: bool):
+        self.owner = create
+        self.shms = [
+            shared_memory.SharedMemory(name=n, create=create, size=size if create else 0)
+            for n in names
+        ]
+
+    def close(self) -> None:
+        for shm in self.shms:
+            try:
+                shm.close()
+            except BufferError:  # a numpy view is still alive; the unlink below still frees it
+                pass
+            if self.owner:
+                try:
+                    shm.unlink()
+                except FileNotFoundError:
+                    pass
+        self.shms = []
+
+
+def _segment_names(kind: str, count: int) -> list[str]:
+    tag = f"{SHM_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}_{kind}"
+    return [f"{tag}{i}" for i in range(count)]
+
+
+class SlotStore:
+    """All rollout slots of a run. Picklable handle: a child process re-attaches by name."""
+
+    def __init__(self, layout: SlotLayout, count: int, shared: bool):
+        self.layout, self.count, self.shared = layout, count, shared
+        _, self.nbytes = layout.offsets()
+        self._segments: _Segments | None = None
+        if shared:
+            self.names = _segment_names("slot", count)
+            self._segments = _Segments(self.names, self.nbytes, create=True)
+            bufs = [s.buf for s in self._segments.shms]
+        else:
+            self.names = []
+            bufs = [bytearray(self.nbytes) for _ in range(count)]
+        self.slots = [Slot(layout, b) for b in bufs]
+
+    def __getstate__(self) -> dict[str, Any]:
+        if not self.shared:
+            raise TypeError("a non-shared SlotStore cannot be sent to another process")
+        return {"layout": self.layout, "count": self.count, "names": self.names}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.layout, self.count, self.names = state["layout"], state["count"], state["names"]
+        self.shared = True
+        _, self.nbytes = self.layout.offsets()
+        self._segments = _Segments(self.names, 0, create=False)
+        self.slots = [Slot(self.layout, s.buf) for s in self._segments.shms]
+
+    def close(self) -> None:
+        for slot in self.slots:  # drop every view first, or the segments cannot be closed
+            slot.drop_views()
+        self.slots = []
+        if self._segments is not None:
+            self._segments.close()
+            self._segments = None
+
+
+class PolicyStore:
+    """The newest policy version: a version number and a flat float32 parameter vector.
+
+    The learner publishes under a lock; an actor copies under the same lock only when the
+    version moved, so a copy is never torn and idle actors cost nothing.
+    """
+
+    def __init__(self, numel: int, shared: bool, lock: Any = None):
+        self.numel, self.shared = numel, shared
+        self._lock = lock if lock is not None else (threading.Lock() if not shared else None)
+        if shared and lock is None:
+            raise ValueError("a shared PolicyStore needs a multiprocessing lock")
+        size = 8 + 4 * numel
+        self._segments: _Segments | None = None
+        if shared:
+            self.names = _segment_names("policy", 1)
+            self._segments = _Segments(self.names, size, create=True)
+            buf = self._segments.shms[0].buf
+        else:
+            self.names = []
+            buf = bytearray(size)
+        self._bind(buf)
+        self._version[0] = -1
+
+    def _bind(self, buf: Any) -> None:
+        self._version = np.frombuffer(buf, dtype=np.int64, count=1, offset=0)
+        self._params = np.frombuffer(buf, dtype=np.float32, count=self.numel, offset=8)
+
+    def __getstate__(self) -> dict[str, Any]:
+        if not self.shared:
+            raise TypeError("a non-shared PolicyStore cannot be sent to another process")
+        return {"numel": self.numel, "names": self.names, "lock": self._lock}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.numel, self.names, self._lock = state["numel"], state["names"], state["lock"]
+        self.shared = True
+        self._segments = _Segments(self.names, 0, create=False)
+        self._bind(self._segments.shms[0].buf)
+
+    @property
+    def version(self) -> int:
+        return int(self._version[0])
+
+    def publish(self, version: int, write: Any) -> None:
+        """``write(array)`` fills the parameter vector; the version moves after it is complete."""
+        with self._lock or nullcontext():
+            write(self._params)
+            self._version[0] = version
+
+    def read_if_newer(self, have: int, read: Any) -> int:
+        """Call ``read(array)`` if a version newer than ``have`` is published; return the version
+        now held by the reader."""
+        if int(self._version[0]) == have:
+            return have
+        with self._lock or nullcontext():
+            version = int(self._version[0])
+            read(self._params)
+        return version
+
+    def close(self) -> None:
+        self._version = self._params = None  # type: ignore[assignment]
+        if self._segments is not None:
+            self._segments.close()
+            self._segments = None

@@ -1,0 +1,62 @@
+"""Shared test helpers: a small fast config, and probes for leftover processes and segments."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from asyncrl.config import TrainConfig
+
+
+def shm_segments(pid: int | None = None) -> set[str]:
+    """Names of this project's shared-memory segments (of one creating process, if given)."""
+    prefix = "asyncrl_" if pid is None else f"asyncrl_{pid}_"
+    return {p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(prefix)}
+
+
+def descendants(pid: int) -> set[int]:
+    """Pids of all live processes below ``pid``, from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {c for c, p in parents.items() if p in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture
+def small_cfg(tmp_path) -> TrainConfig:
+    return TrainConfig(
+        total_steps=2048, actors=2, envs_per_actor=4, rollout=16, minibatch_size=32, epochs=2,
+        progress=False, tensorboard=False, run_dir=str(tmp_path / "run"), checkpoint_every=0,
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks():
+    """Every test must leave no segment and no child process of this test process behind."""
+    before = shm_segments(os.getpid())
+    yield
+    assert shm_segments(os.getpid()) - before == set(), "shared-memory segments left behind"
+    import multiprocessing as mp
+
+    for child in mp.active_children():
+        if child.name.startswith("asyncrl"):
+            raise AssertionError(f"child process {child.name} left running")

@@ -1,0 +1,82 @@
+"""Faults end runs quickly and cleanly: actor crashes, Ctrl+C, SIGTERM."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from asyncrl.runtime.backends.base import ActorError
+from asyncrl.runtime.trainer import train
+from conftest import alive, descendants, shm_segments
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_env_exception_in_actor_ends_the_run_naming_the_actor(small_cfg, mode):
+    cfg = dataclasses.replace(small_cfg, env="fake_envs:CrashAfter-v0", total_steps=10**7,
+                              mode=mode)
+    t0 = time.monotonic()
+    with pytest.raises(ActorError) as e:
+        train(cfg)
+    assert time.monotonic() - t0 < 60
+    msg = str(e.value)
+    assert msg.startswith("actor ") and "(env fake_envs:CrashAfter-v0 x 4) failed" in msg
+    assert "Traceback" in msg and "boom: simulated env failure" in msg
+
+
+def _start_cli(tmp_path: Path, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
+    return subprocess.Popen(
+        [sys.executable, "-m", "asyncrl.cli", "train", "--env", "CartPole-v1",
+         "--total-steps", "100000000", "--no-progress", "--no-tensorboard",
+         "--run-dir", str(tmp_path / "run"), *extra],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_for_training(proc: subprocess.Popen, run: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    metrics = run / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            return
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("training did not start")
+
+
+@pytest.mark.parametrize(("sig", "mode"), [(signal.SIGINT, "async"), (signal.SIGTERM, "sync")])
+def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode):
+    proc = _start_cli(tmp_path, "--mode", mode)
+    run = tmp_path / "run"
+    _wait_for_training(proc, run)
+    children = descendants(proc.pid)
+    assert len(children) >= 2  # the actors (and multiprocessing's resource tracker)
+    assert shm_segments(proc.pid)
+    # Ctrl+C in a terminal reaches the whole process group; send it the same way.
+    proc.send_signal(sig)
+    if sig == signal.SIGINT:
+        for child in children:  # as a terminal would: every process of the group gets it
+            try:
+                os.kill(child, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; checkpoint saved" in err
+    deadline = time.monotonic() + 10
+    while any(alive(c) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [c for c in children if alive(c)], "child processes left behind"
+    assert not shm_segments(proc.pid), "shared memory left behind"
+    assert (run / "checkpoint.pt").exists()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["env_steps"] > 0

@@ -1,0 +1,60 @@
+"""Slots and policy versions in shared memory: visible across processes, freed by the owner."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import numpy as np
+
+from asyncrl.envs import EnvSpec
+from asyncrl.runtime.transport import PolicyStore, SlotLayout, SlotStore
+from conftest import shm_segments
+
+SPEC = EnvSpec("x", (3,), True, (), 2)
+
+
+def _child_writes(slots: SlotStore, store: PolicyStore) -> None:
+    slots.slots[1].rewards[:] = 5.0
+    slots.slots[1].versions[:] = 3
+    store.read_if_newer(-1, lambda a: None)
+    store.publish(11, lambda a: a.fill(2.5))
+    slots.close()
+    store.close()
+
+
+def test_child_process_writes_are_seen_and_segments_are_unlinked():
+    ctx = mp.get_context("spawn")
+    slots = SlotStore(SlotLayout.for_rollout(SPEC, 4, 2), 2, shared=True)
+    store = PolicyStore(10, shared=True, lock=ctx.Lock())
+    names = set(slots.names) | set(store.names)
+    assert names <= shm_segments()
+    p = ctx.Process(target=_child_writes, args=(slots, store))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
+    assert (slots.slots[1].rewards == 5.0).all() and (slots.slots[0].rewards == 0).all()
+    assert (slots.slots[1].versions == 3).all()
+    got = np.zeros(10, np.float32)
+    assert store.read_if_newer(-1, lambda a: got.__setitem__(slice(None), a)) == 11
+    assert (got == 2.5).all()
+    slots.close()
+    store.close()
+    assert not names & shm_segments()
+
+
+def test_reader_skips_copy_when_version_unchanged():
+    store = PolicyStore(4, shared=False)
+    store.publish(0, lambda a: a.fill(1.0))
+    calls = []
+    assert store.read_if_newer(-1, calls.append) == 0
+    assert store.read_if_newer(0, calls.append) == 0
+    assert len(calls) == 1
+    store.close()
+
+
+def test_layout_fields_are_aligned_and_disjoint():
+    offsets, total = SlotLayout.for_rollout(SPEC, 4, 2).offsets()
+    spans = sorted((off, off + int(np.prod(shape)) * dt.itemsize) for _, shape, dt, off in offsets)
+    assert all(off % 64 == 0 for off, _ in spans)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    assert spans[-1][1] <= total

@@ -1,0 +1,62 @@
+"""Bad input fails with one clear line naming the field, before any process or segment exists."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+
+import pytest
+
+from asyncrl.cli import main
+from asyncrl.config import ConfigError, TrainConfig, validate
+from asyncrl.runtime.trainer import train
+from conftest import shm_segments
+
+BAD = [
+    (["--env", "NoSuchEnv-v9"], "env: 'NoSuchEnv-v9' is not a registered Gymnasium env id"),
+    (["--envs-per-actor", "0"], "envs_per_actor: must be >= 1"),
+    (["--actors", "0"], "actors: must be >= 1"),
+    (["--minibatch-size", "4096", "--envs-per-actor", "2", "--rollout", "8"],
+     "minibatch_size: 4096 is larger than the training batch of 16 samples"),
+    (["--env", "Blackjack-v1"], "PPO here needs a Box observation"),
+    (["--env", "fake_envs:NotThere-v0"], "env: 'NotThere-v0' is not a registered"),
+    (["--env", "no_such_module:X-v0"], "cannot import module 'no_such_module'"),
+    (["--max-batches-waiting", "0"], "max_batches_waiting: must be >= 1"),
+    (["--gamma", "1.5"], "gamma: must be in [0, 1]"),
+    (["--hidden", "64,0"], "hidden: must be a non-empty list of positive layer sizes"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD)
+def test_bad_input_is_one_clear_line(argv, message, capsys, tmp_path):
+    before = shm_segments()
+    code = main(["train", "--no-progress", "--run-dir", str(tmp_path / "r"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("asyncrl: error: ")
+    assert message in err
+    assert shm_segments() == before
+    assert not mp.active_children()
+
+
+def test_unknown_choice_is_rejected_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--mode", "fast"])
+    assert e.value.code == 2
+    assert "invalid choice: 'fast' (choose from 'sync', 'async')" in capsys.readouterr().err
+
+
+def test_continuous_action_env_is_accepted_and_bad_yaml_key_rejected(tmp_path, capsys):
+    validate(TrainConfig(env="Pendulum-v1"))
+    path = tmp_path / "c.yaml"
+    path.write_text("rollot: 5\n")
+    assert main(["train", "--config", str(path)]) == 2
+    assert "unknown setting(s) rollot" in capsys.readouterr().err
+
+
+def test_validate_runs_before_anything_starts(tmp_path):
+    cfg = dataclasses.replace(TrainConfig(), envs_per_actor=-3, run_dir=str(tmp_path / "r"))
+    with pytest.raises(ConfigError, match="envs_per_actor"):
+        train(cfg)
+    assert not (tmp_path / "r").exists()
