@@ -44,8 +44,16 @@ def alive(pid: int) -> bool:
 @pytest.fixture
 def small_cfg(tmp_path) -> TrainConfig:
     return TrainConfig(
-        total_steps=2048, actors=2, envs_per_actor=4, rollout=16, minibatch_size=32, epochs=2,
-        progress=False, tensorboard=False, run_dir=str(tmp_path / "run"), checkpoint_every=0,
+        total_steps=2048,
+        actors=2,
+        envs_per_actor=4,
+        rollout=16,
+        minibatch_size=32,
+        epochs=2,
+        progress=False,
+        tensorboard=False,
+        run_dir=str(tmp_path / "run"),
+        checkpoint_every=0,
     )
 
 

@@ -40,6 +40,7 @@ class CrashAfter(Countdown):
 
 
 gym.register("Countdown-v0", entry_point=Countdown, max_episode_steps=5)
-gym.register("CountdownTerminates-v0", entry_point=Countdown, max_episode_steps=5,
-             kwargs={"terminate_at": 3})
+gym.register(
+    "CountdownTerminates-v0", entry_point=Countdown, max_episode_steps=5, kwargs={"terminate_at": 3}
+)
 gym.register("CrashAfter-v0", entry_point=CrashAfter, max_episode_steps=1000)

@@ -16,8 +16,10 @@ BAD = [
     (["--env", "NoSuchEnv-v9"], "env: 'NoSuchEnv-v9' is not a registered Gymnasium env id"),
     (["--envs-per-actor", "0"], "envs_per_actor: must be >= 1"),
     (["--actors", "0"], "actors: must be >= 1"),
-    (["--minibatch-size", "4096", "--envs-per-actor", "2", "--rollout", "8"],
-     "minibatch_size: 4096 is larger than the training batch of 16 samples"),
+    (
+        ["--minibatch-size", "4096", "--envs-per-actor", "2", "--rollout", "8"],
+        "minibatch_size: 4096 is larger than the training batch of 16 samples",
+    ),
     (["--env", "Blackjack-v1"], "PPO here needs a Box observation"),
     (["--env", "fake_envs:NotThere-v0"], "env: 'NotThere-v0' is not a registered"),
     (["--env", "no_such_module:X-v0"], "cannot import module 'no_such_module'"),

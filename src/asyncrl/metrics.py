@@ -29,12 +29,19 @@ class Throughput:
         self.actor_wait = 0.0
         self.rollout_seconds = 0.0
         self.lags: list[tuple[float, float, float]] = []  # (mean, max, samples)
+        self.steps = 0
+        self.first_end: float | None = None  # end of the first iteration
+        self.steps_after_first = 0
 
     def iteration(self, learner_wait: float, stats: dict[str, float]) -> dict[str, float]:
         now = time.perf_counter()
         T = now - self.last
         self.last = now
         self.intervals.append(T)
+        if self.first_end is None:
+            self.first_end = now
+        else:
+            self.steps_after_first += int(stats["samples"])
         self.learner_wait += learner_wait
         self.actor_wait += stats["actor_wait_seconds"]
         self.rollout_seconds += stats["rollout_seconds"]
@@ -51,6 +58,14 @@ class Throughput:
         # The first interval includes starting the actors; leave it out when there are others.
         xs = self.intervals[1:] or self.intervals
         return sum(xs) / len(xs) if xs else math.nan
+
+    @property
+    def steady_rate(self) -> float:
+        """Env steps/s from the end of the first iteration on: leaves out process start-up and
+        one-off costs (torch.compile) that a long run amortises."""
+        if self.first_end is None or self.steps_after_first == 0:
+            return math.nan
+        return self.steps_after_first / (self.last - self.first_end)
 
     @property
     def wall(self) -> float:

@@ -80,20 +80,26 @@ class ActorCritic(nn.Module):
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(spec.n_actions))
 
-    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalised, flattened observations: what both MLPs read. The learner computes them
+        once per update (the statistics do not move during one) instead of per minibatch."""
         return self.obs_norm(obs).flatten(1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.v(self._features(obs)).squeeze(-1)
+        return self.v(self.features(obs)).squeeze(-1)
 
     def dist_params(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.pi(self._features(obs))
+        return self.pi(self.features(obs))
 
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-prob and entropy of ``actions`` under the current policy, and the values."""
-        x = self._features(obs)
+        return self.evaluate_features(self.features(obs), actions)
+
+    def evaluate_features(
+        self, x: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out = self.pi(x)
         value = self.v(x).squeeze(-1)
         if self.discrete:

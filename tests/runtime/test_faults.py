@@ -20,8 +20,9 @@ from conftest import alive, descendants, shm_segments
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_env_exception_in_actor_ends_the_run_naming_the_actor(small_cfg, mode):
-    cfg = dataclasses.replace(small_cfg, env="fake_envs:CrashAfter-v0", total_steps=10**7,
-                              mode=mode)
+    cfg = dataclasses.replace(
+        small_cfg, env="fake_envs:CrashAfter-v0", total_steps=10**7, mode=mode
+    )
     t0 = time.monotonic()
     with pytest.raises(ActorError) as e:
         train(cfg)
@@ -34,10 +35,25 @@ def test_env_exception_in_actor_ends_the_run_naming_the_actor(small_cfg, mode):
 def _start_cli(tmp_path: Path, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
     return subprocess.Popen(
-        [sys.executable, "-m", "asyncrl.cli", "train", "--env", "CartPole-v1",
-         "--total-steps", "100000000", "--no-progress", "--no-tensorboard",
-         "--run-dir", str(tmp_path / "run"), *extra],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "asyncrl.cli",
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--total-steps",
+            "100000000",
+            "--no-progress",
+            "--no-tensorboard",
+            "--run-dir",
+            str(tmp_path / "run"),
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

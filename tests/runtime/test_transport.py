@@ -56,5 +56,5 @@ def test_layout_fields_are_aligned_and_disjoint():
     offsets, total = SlotLayout.for_rollout(SPEC, 4, 2).offsets()
     spans = sorted((off, off + int(np.prod(shape)) * dt.itemsize) for _, shape, dt, off in offsets)
     assert all(off % 64 == 0 for off, _ in spans)
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))
     assert spans[-1][1] <= total

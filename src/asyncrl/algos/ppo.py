@@ -77,7 +77,7 @@ class PPO:
         else:
             adv, ret = gae(r["rewards"], values, *ends, cfg.gamma, cfg.gae_lambda)
         return {
-            "obs": flat_obs[: T * B],
+            "features": policy.features(flat_obs[: T * B]),
             "actions": r["actions"].flatten(0, 1),
             "logp": r["logp"].flatten(),
             "adv": adv.flatten(),
@@ -86,9 +86,11 @@ class PPO:
         }
 
     # ---------------------------------------------------------------- the update
-    def _minibatch_step(self, obs, actions, old_logp, adv, returns, old_values) -> torch.Tensor:
+    def _minibatch_step(
+        self, features, actions, old_logp, adv, returns, old_values
+    ) -> torch.Tensor:
         cfg = self.cfg
-        logp, entropy, value = self.policy.log_prob_entropy(obs, actions)
+        logp, entropy, value = self.policy.evaluate_features(features, actions)
         log_ratio = logp - old_logp
         ratio = log_ratio.exp()
         if cfg.norm_adv:
@@ -132,21 +134,14 @@ class PPO:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         n, mb = batch["adv"].shape[0], self.cfg.minibatch_size
+        keys = ("features", "actions", "logp", "adv", "returns", "values")
         stats = []
         for _ in range(self.cfg.epochs):
+            # one gather per field and epoch; minibatches are then contiguous slices
             perm = torch.randperm(n, generator=generator)
+            shuffled = [batch[k][perm] for k in keys]
             for start in range(0, n - mb + 1, mb):  # a ragged tail minibatch would be noisier
-                idx = perm[start : start + mb]
-                stats.append(
-                    self._step(
-                        batch["obs"][idx],
-                        batch["actions"][idx],
-                        batch["logp"][idx],
-                        batch["adv"][idx],
-                        batch["returns"][idx],
-                        batch["values"][idx],
-                    )
-                )
+                stats.append(self._step(*(x[start : start + mb] for x in shuffled)))
         mean = torch.stack(stats).mean(0).tolist()  # the one host sync of the update
         out = dict(zip(STATS, mean, strict=True))
         ret, val = batch["returns"], batch["values"]

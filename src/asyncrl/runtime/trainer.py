@@ -9,6 +9,7 @@ also owns the run directory, the periodic and final checkpoints and the summary.
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 from pathlib import Path
@@ -163,7 +164,10 @@ def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: i
         "final_return": learner.final_return,
         "T": meter.mean_T,
         "eps": cfg.envs_per_actor / meter.mean_T,
-        "env_steps_per_second": new_steps / wall,
+        "env_steps_per_second": (
+            meter.steady_rate if math.isfinite(meter.steady_rate) else new_steps / wall
+        ),
+        "env_steps_per_second_overall": new_steps / wall,  # start-up included
         "policy_lag_mean": lag_mean,
         "policy_lag_max": lag_max,
         # per actor, averaged: seconds spent stepping envs and choosing actions

@@ -76,7 +76,6 @@ class Slot:
                 self, name, np.frombuffer(buf, dtype=dt, count=count, offset=off).reshape(shape)
             )
 
-
     def drop_views(self) -> None:
         for name in self.names:
             self.__dict__.pop(name, None)

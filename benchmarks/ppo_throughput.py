@@ -1,0 +1,290 @@
+"""PPO throughput on MuJoCo, asyncrl against itself and the field, from one run.
+
+    python benchmarks/ppo_throughput.py                 # all parts
+    python benchmarks/ppo_throughput.py --parts a,b     # some of them
+    python benchmarks/ppo_throughput.py --quick         # smaller budgets, noisier
+
+Parts (issue 2, "done when" 3):
+  a  HalfCheetah-v5 with SB3's PPO defaults (2048 samples/iteration, 10 epochs, minibatch 64,
+     64x64): asyncrl sync and async env steps/s vs Stable-Baselines3 PPO. Target async >= 3x SB3.
+  b  Sync vs async where rollout and learning take similar time (epochs calibrated so that they
+     are within 20% in sync mode): async/sync >= 0.9 x ideal overlap (Tr + Tl) / max(Tr, Tl),
+     both measured in the sync run.
+  c  Humanoid-v5, 1 epoch (env-bound): async >= 85% of the rate at which one core steps the same
+     envs with the same policy in a bare loop.
+  d  Sample Factory 2.1.1's MuJoCo settings (rollout 64, 2 workers x 8 envs, each sample in 2
+     epochs, 64x64 tanh, normalised inputs): asyncrl async >= 1.5x Sample Factory.
+
+Baselines run in their own virtual environments (benchmarks/baselines/setup.sh makes them) as
+subprocesses, one run at a time, so nothing competes for the 2 cores. asyncrl's env steps/s are
+taken from the end of its first training iteration on (process start-up excluded, as it is for
+the baselines' own timing); each figure is the median of --repeats runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asyncrl.config import TrainConfig
+from asyncrl.envs import check_env, make_vector_env
+from asyncrl.nets import build_policy
+from asyncrl.runtime.trainer import train
+
+HERE = Path(__file__).resolve().parent
+VENVS = HERE / ".venvs"
+RESULTS = HERE / "results"
+
+
+def ours(cfg: TrainConfig, repeats: int) -> dict:
+    """Median figures of ``repeats`` asyncrl runs of ``cfg``."""
+    runs = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as d:
+            runs.append(train(dataclasses.replace(cfg, run_dir=d)))
+    keys = (
+        "env_steps_per_second",
+        "rollout_seconds",
+        "learn_seconds",
+        "eps",
+        "policy_lag_mean",
+        "learner_wait_seconds",
+        "actor_wait_seconds",
+        "final_return",
+    )
+    out = {k: statistics.median(r[k] for r in runs) for k in keys}
+    out["all_env_steps_per_second"] = [round(r["env_steps_per_second"]) for r in runs]
+    return out
+
+
+def baseline(venv: str, script: str, args: list[str], repeats: int) -> dict | None:
+    python = VENVS / venv / "bin" / "python"
+    if not python.exists():
+        print(f"  (skipped: {python} missing; run benchmarks/baselines/setup.sh)")
+        return None
+    rates = []
+    for _ in range(repeats):
+        proc = subprocess.run(
+            [str(python), str(HERE / "baselines" / script), *args],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        if proc.returncode != 0:
+            print(f"  ({script} failed:\n{proc.stderr[-2000:]})")
+            return None
+        line = [x for x in proc.stdout.splitlines() if x.startswith("{")][-1]
+        rates.append(json.loads(line)["env_steps_per_second"])
+    return {"env_steps_per_second": statistics.median(rates), "all": [round(r) for r in rates]}
+
+
+def base_cfg(**kw) -> TrainConfig:
+    common = dict(
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+        lr=3e-4,
+        lr_schedule="constant",
+        gamma=0.99,
+        gae_lambda=0.95,
+        hidden=[64, 64],
+        ent_coef=0.0,
+        max_grad_norm=0.5,
+        threads_learner=1,
+        threads_actor=1,
+    )
+    common.update(kw)
+    return TrainConfig(**common)
+
+
+def part_a(steps: int, repeats: int, compile: bool) -> dict:
+    print("\n[a] HalfCheetah-v5, SB3 PPO defaults: 2048 samples/iteration, 10 epochs, mb 64")
+    env = "HalfCheetah-v5"
+    s = base_cfg(
+        env=env,
+        mode="sync",
+        actors=2,
+        envs_per_actor=8,
+        rollout=128,
+        epochs=10,
+        minibatch_size=64,
+        total_steps=steps,
+        norm_obs=False,
+        compile=compile,
+    )
+    a = dataclasses.replace(s, mode="async", actors=2, rollout=256)  # one actor's batch: 2048
+    res = {"sync": ours(s, repeats), "async": ours(a, repeats)}
+    res["sb3"] = baseline("sb3", "sb3_ppo.py", ["--steps", str(min(steps, 40_960))], repeats)
+    sb3 = res["sb3"]["env_steps_per_second"] if res["sb3"] else float("nan")
+    for k in ("sync", "async"):
+        r = res[k]
+        print(
+            f"  asyncrl {k:5s}: {r['env_steps_per_second']:8.0f} env steps/s "
+            f"({r['all_env_steps_per_second']}), x{r['env_steps_per_second'] / sb3:.2f} SB3"
+        )
+    print(f"  SB3 PPO      : {sb3:8.0f} env steps/s")
+    res["ratio_async_sb3"] = res["async"]["env_steps_per_second"] / sb3
+    res["target"] = ">= 3.0"
+    print(f"  async / SB3 = {res['ratio_async_sb3']:.2f}  (target >= 3.0)")
+    return res
+
+
+def part_b(steps: int, repeats: int) -> dict:
+    print("\n[b] HalfCheetah-v5, 1 actor x 8 envs x 256 steps: sync vs async, rollout ~ learn")
+    cfg = base_cfg(
+        env="HalfCheetah-v5",
+        actors=1,
+        envs_per_actor=8,
+        rollout=256,
+        minibatch_size=64,
+        total_steps=steps,
+        norm_obs=True,
+    )
+    epochs = 4
+    for _ in range(4):  # calibrate epochs until rollout and learn time are within 20%
+        probe = ours(
+            dataclasses.replace(cfg, mode="sync", epochs=epochs, total_steps=max(steps // 3, 8192)),
+            1,
+        )
+        ratio = probe["learn_seconds"] / probe["rollout_seconds"]
+        print(f"  calibrate: epochs {epochs}: learn/rollout = {ratio:.2f}")
+        if 1 / 1.2 <= ratio <= 1.2:
+            break
+        epochs = max(1, round(epochs / ratio))
+    s = ours(dataclasses.replace(cfg, mode="sync", epochs=epochs), repeats)
+    a = ours(dataclasses.replace(cfg, mode="async", epochs=epochs), repeats)
+    tr, tl = s["rollout_seconds"], s["learn_seconds"]
+    ideal = (tr + tl) / max(tr, tl)
+    got = a["env_steps_per_second"] / s["env_steps_per_second"]
+    print(
+        f"  epochs {epochs}: sync rollout {tr:.2f} s, learn {tl:.2f} s -> ideal overlap {ideal:.2f}"
+    )
+    print(
+        f"  sync {s['env_steps_per_second']:.0f} steps/s, async {a['env_steps_per_second']:.0f} "
+        f"steps/s (lag {a['policy_lag_mean']:.2f}) -> async/sync {got:.2f} = "
+        f"{got / ideal:.2f} x ideal (target >= 0.90)"
+    )
+    return {
+        "epochs": epochs,
+        "sync": s,
+        "async": a,
+        "ideal": ideal,
+        "ratio": got,
+        "fraction_of_ideal": got / ideal,
+        "target": ">= 0.90",
+    }
+
+
+@torch.no_grad()
+def bare_loop_rate(env_id: str, envs: int, steps: int, hidden: list[int]) -> float:
+    """One core stepping ``envs`` envs with the policy: inference + env.step, nothing else."""
+    torch.set_num_threads(1)
+    spec = check_env(env_id)
+    policy = build_policy(spec, hidden, "tanh", True)
+    vec = make_vector_env(env_id, envs)
+    obs, _ = vec.reset(seed=0)
+    n = steps // envs
+    t0 = time.perf_counter()
+    for _ in range(n):
+        action, _ = policy.act(torch.as_tensor(np.asarray(obs, dtype=np.float32)))
+        obs, *_ = vec.step(np.clip(action.numpy(), spec.action_low, spec.action_high))
+    rate = n * envs / (time.perf_counter() - t0)
+    vec.close()
+    return rate
+
+
+def part_c(steps: int, repeats: int) -> dict:
+    print("\n[c] Humanoid-v5, 1 epoch (env-bound): async vs one core's bare loop")
+    K = 16
+    bare = statistics.median(
+        bare_loop_rate("Humanoid-v5", K, steps // 3, [64, 64]) for _ in range(repeats)
+    )
+    cfg = base_cfg(
+        env="Humanoid-v5",
+        mode="async",
+        actors=1,
+        envs_per_actor=K,
+        rollout=128,
+        epochs=1,
+        minibatch_size=512,
+        total_steps=steps,
+    )
+    a = ours(cfg, repeats)
+    frac = a["env_steps_per_second"] / bare
+    print(
+        f"  bare loop {bare:.0f} steps/s; async {a['env_steps_per_second']:.0f} steps/s -> "
+        f"{frac:.2f} of bare (target >= 0.85)"
+    )
+    return {"bare": bare, "async": a, "fraction": frac, "target": ">= 0.85"}
+
+
+def part_d(steps: int, repeats: int) -> dict:
+    print("\n[d] HalfCheetah, Sample Factory 2.1.1 MuJoCo settings, 2 workers x 8 envs")
+    cfg = base_cfg(
+        env="HalfCheetah-v5",
+        mode="async",
+        actors=2,
+        envs_per_actor=8,
+        rollout=64,
+        epochs=2,
+        minibatch_size=512,
+        total_steps=steps,
+        norm_obs=True,
+    )
+    res = {
+        "async": ours(cfg, repeats),
+        "sync": ours(dataclasses.replace(cfg, mode="sync", minibatch_size=1024), repeats),
+    }
+    for mode in ("async", "sync"):
+        res[f"sf_{mode}"] = baseline(
+            "sf", "sf_appo.py", ["--async-rl", str(mode == "async"), "--steps", str(steps)], repeats
+        )
+    sf = max(
+        (res[f"sf_{m}"] or {}).get("env_steps_per_second", float("nan")) for m in ("async", "sync")
+    )
+    for k in ("async", "sync"):
+        print(f"  asyncrl {k:5s}: {res[k]['env_steps_per_second']:8.0f} env steps/s")
+        if res[f"sf_{k}"]:
+            print(f"  SF {k:5s}     : {res[f'sf_{k}']['env_steps_per_second']:8.0f} env steps/s")
+    res["ratio"] = res["async"]["env_steps_per_second"] / sf
+    print(f"  asyncrl async / best Sample Factory = {res['ratio']:.2f} (target >= 1.5)")
+    return res
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--parts", default="a,b,c,d")
+    p.add_argument("--quick", action="store_true", help="smaller budgets, 1 repeat")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--compile", action="store_true", help="torch.compile the learner step in (a)")
+    args = p.parse_args()
+    repeats = 1 if args.quick else args.repeats
+    scale = 0.4 if args.quick else 1.0
+    budgets = {"a": 61_440, "b": 49_152, "c": 30_720, "d": 102_400}
+    fns = {
+        "a": lambda n: part_a(n, repeats, args.compile),
+        "b": lambda n: part_b(n, repeats),
+        "c": lambda n: part_c(n, repeats),
+        "d": lambda n: part_d(n, repeats),
+    }
+    results = {"torch": torch.__version__, "argv": sys.argv[1:]}
+    for part in args.parts.split(","):
+        results[part] = fns[part](int(budgets[part] * scale))
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"ppo_throughput-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(results, indent=2, default=float))
+    print(f"\nwritten {out}")
+
+
+if __name__ == "__main__":
+    main()
