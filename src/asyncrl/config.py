@@ -65,12 +65,15 @@ class TrainConfig:
     gamma: float = _f(0.98, "discount")
     gae_lambda: float = _f(0.8, "GAE lambda (also V-trace's lambda)")
     clip_coef: float = _f(0.2, "PPO ratio clip")
+    clip_schedule: str = _f("constant", "ratio-clip schedule over total_steps", choices=LR_SCHEDULES)
     value_clip: float = _f(0.0, "clip the value update to +/- this around the old value (0: off)")
     ent_coef: float = _f(0.0, "entropy bonus coefficient")
     vf_coef: float = _f(0.5, "value loss coefficient")
     max_grad_norm: float = _f(0.5, "clip the global gradient norm to this (0: off)")
     norm_adv: bool = _f(True, "normalise advantages per minibatch")
-    norm_obs: bool = _f(True, "running normalisation of observations (saved in checkpoints)")
+    norm_obs: bool = _f(
+        False, "running normalisation of observations (saved in checkpoints; MuJoCo wants it)"
+    )
     hidden: list = _f([64, 64], "hidden layer sizes of the policy and value MLPs")
     activation: str = _f("tanh", "hidden activation", choices=ACTIVATIONS)
     correction: str = _f("none", "lag correction of value targets/advantages", choices=CORRECTIONS)

@@ -87,7 +87,7 @@ class PPO:
 
     # ---------------------------------------------------------------- the update
     def _minibatch_step(
-        self, features, actions, old_logp, adv, returns, old_values
+        self, clip, features, actions, old_logp, adv, returns, old_values
     ) -> torch.Tensor:
         cfg = self.cfg
         logp, entropy, value = self.policy.evaluate_features(features, actions)
@@ -96,7 +96,7 @@ class PPO:
         if cfg.norm_adv:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         pg_loss = torch.max(
-            -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
+            -adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)
         ).mean()
         if cfg.value_clip > 0:
             v_clipped = old_values + (value - old_values).clamp(-cfg.value_clip, cfg.value_clip)
@@ -115,7 +115,7 @@ class PPO:
         self.optimizer.step()
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()  # the k3 estimator
-            clipfrac = ((ratio - 1).abs() > cfg.clip_coef).float().mean()
+            clipfrac = ((ratio - 1).abs() > clip).float().mean()
         return torch.stack(
             [
                 pg_loss.detach(),
@@ -128,20 +128,28 @@ class PPO:
         )
 
     def update(
-        self, batch: dict[str, torch.Tensor], lr: float, generator: torch.Generator
+        self,
+        batch: dict[str, torch.Tensor],
+        lr: float,
+        generator: torch.Generator,
+        clip_scale: float = 1.0,
     ) -> dict[str, float]:
-        """``epochs`` passes of shuffled minibatches over ``batch``; mean statistics."""
+        """``epochs`` passes of shuffled minibatches over ``batch``; mean statistics.
+
+        ``lr`` and ``clip_scale`` (a factor on ``clip_coef``) carry the schedules; the clip
+        enters the step as a tensor so a compiled step does not recompile when it moves."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         n, mb = batch["adv"].shape[0], self.cfg.minibatch_size
         keys = ("features", "actions", "logp", "adv", "returns", "values")
+        clip = torch.tensor(self.cfg.clip_coef * clip_scale)
         stats = []
         for _ in range(self.cfg.epochs):
             # one gather per field and epoch; minibatches are then contiguous slices
             perm = torch.randperm(n, generator=generator)
             shuffled = [batch[k][perm] for k in keys]
             for start in range(0, n - mb + 1, mb):  # a ragged tail minibatch would be noisier
-                stats.append(self._step(*(x[start : start + mb] for x in shuffled)))
+                stats.append(self._step(clip, *(x[start : start + mb] for x in shuffled)))
         mean = torch.stack(stats).mean(0).tolist()  # the one host sync of the update
         out = dict(zip(STATS, mean, strict=True))
         ret, val = batch["returns"], batch["values"]

@@ -43,10 +43,13 @@ class Learner:
     def publish(self, store: PolicyStore) -> None:
         store.publish(self.version, self.flat.write_to)
 
+    def _remaining(self, schedule: str) -> float:
+        if schedule == "constant":
+            return 1.0
+        return max(1.0 - self.env_steps / self.cfg.total_steps, 0.0)
+
     def lr_now(self) -> float:
-        if self.cfg.lr_schedule == "constant":
-            return self.cfg.lr
-        return self.cfg.lr * max(1.0 - self.env_steps / self.cfg.total_steps, 0.0)
+        return self.cfg.lr * self._remaining(self.cfg.lr_schedule)
 
     def train(self, slots: list[Slot]) -> dict[str, float]:
         """One training iteration on ``slots`` (joined along the env axis). The caller publishes
@@ -58,7 +61,9 @@ class Learner:
         versions = _join([s.versions for s in slots])
         lag = self.version - versions
         batch = self.algo.targets(rollout)
-        stats = self.algo.update(batch, self.lr_now(), self.generator)
+        stats = self.algo.update(
+            batch, self.lr_now(), self.generator, self._remaining(self.cfg.clip_schedule)
+        )
         if self.cfg.norm_obs:  # after the update: the batch was acted on with the old statistics
             self.policy.obs_norm.update(rollout["obs"][:-1])
         self.version += 1

@@ -1,0 +1,328 @@
+"""Keeping off-policy learning at a fixed replay ratio: Reverb's ``SampleToInsertRatio``.
+
+Units here: actors *insert* env steps (transitions) and the learner *samples* gradient steps, so
+``samples_per_insert`` is the replay ratio (gradient steps per env step). In async mode neither
+side may run away from the other; in sync mode the caller interleaves them itself and only needs
+to know how many gradient steps are due (``due_samples``).
+
+The invariant (Reverb's, rewritten in our units)
+-------------------------------------------------
+Reverb (``reverb/cc/rate_limiter.cc``, ``reverb/rate_limiters.py``) tracks
+``diff = inserts * samples_per_insert - samples`` and, for a scalar ``error_buffer``, keeps it in
+``[offset - error_buffer, offset + error_buffer]`` with ``offset = samples_per_insert *
+min_size_to_sample``: the offset makes the ratio count only inserts *after* the warm-up. Subtracting
+the offset gives the quantity this module calls ``error``, in gradient steps::
+
+    error = samples_per_insert * (inserts - min_size_to_sample) - samples
+
+positive = the learner owes gradient steps (actors ahead), negative = the learner is ahead. It is
+the negation of ``samples - samples_per_insert * (inserts - min_size_to_sample)``; the window is
+symmetric, so the two phrasings describe the same constraint. Checks, as in Reverb's ``CanInsert``
+/ ``CanSample`` (there with one item at a time, here with a whole batch):
+
+* sampling ``k`` is allowed iff ``inserts >= min_size_to_sample`` and ``error - k >= -error_buffer``;
+* inserting ``n`` is allowed iff the batch ends inside the warm-up
+  (``inserts + n <= min_size_to_sample``) or ``error + samples_per_insert * n <= error_buffer``.
+
+So the *whole* batch must fit (a batch of env steps is atomic: half of it cannot be inserted), and
+consequently, from the moment ``inserts >= min_size_to_sample``::
+
+    -error_buffer <= error <= error_buffer        (always, exactly)
+
+Before that, ``samples == 0`` and ``error = samples_per_insert * (inserts - min_size)`` < 0.
+
+Window-rejection rule
+---------------------
+Reverb rejects ``max_diff - min_diff < 2 * max(1, samples_per_insert)``, i.e. for a scalar buffer
+``error_buffer < max(1, samples_per_insert)`` (one sample and one insert must each fit). With
+batches of up to ``max_insert_batch`` inserts and ``max_sample_batch`` samples, we require::
+
+    error_buffer >= max(max_sample_batch, samples_per_insert * max_insert_batch)
+
+which is Reverb's rule for batches of 1. It guarantees progress: if an insert of ``n`` and a sample
+of ``k`` were both refused, then ``error_buffer - spi * n < error < k - error_buffer``, which needs
+``2 * error_buffer < spi * n + k <= 2 * max(k, spi * n)``, impossible. It also guarantees that the
+batch crossing the end of the warm-up lands inside the window (``error <= spi * (n - 1)``), so the
+insert side never blocks before the first sample is possible. Hence a caller must never ask for
+more than these maxima (``ValueError``), and in one limiter the two sides are never blocked at the
+same time.
+
+Design: ``await_can_insert`` / ``await_can_sample`` wait for admission and *commit* it atomically
+(Reverb's ``AwaitAndFinalizeSample``), so the check and the update can never be raced by another
+thread. ``record_inserts`` / ``record_samples`` are the sync-mode bookkeeping: they never block
+and never check the window, because in sync mode the caller's own loop keeps the ratio exactly
+(via ``due_samples``). Do not mix the two styles on one limiter.
+
+All arithmetic is exact: ``samples_per_insert`` and ``error_buffer`` are read as the decimals they
+print as (0.1 is 1/10, not the nearest double) and scaled to integers, so ``due_samples`` never
+loses a gradient step to rounding. State is a handful of plain ints and floats, for a process
+backend to mirror.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from fractions import Fraction
+from typing import Any
+
+
+class LimiterClosed(RuntimeError):
+    """Raised by a wait on a limiter that was closed, so that shutdown ends every loop."""
+
+
+def _exact(x: float | int | Fraction, name: str) -> Fraction:
+    """``x`` as the decimal it prints as (0.1 -> 1/10), so schedules do not drift by a step."""
+    if isinstance(x, (int, Fraction)):
+        return Fraction(x)
+    xf = float(x)
+    if not math.isfinite(xf):
+        raise ValueError(f"{name} must be finite, got {x!r}")
+    return Fraction(repr(xf))
+
+
+def _positive_int(x: Any, name: str) -> int:
+    if isinstance(x, bool) or int(x) != x or x < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
+    return int(x)
+
+
+class RateLimiter:
+    """Reverb's ``SampleToInsertRatio`` for env steps (inserts) and gradient steps (samples).
+
+    Thread-safe. Blocking uses one lock and two condition variables (one per side): a wait
+    sleeps until the other side commits or the limiter closes, never polls.
+    """
+
+    def __init__(
+        self,
+        samples_per_insert: float,
+        min_size_to_sample: int,
+        error_buffer: float,
+        max_insert_batch: int = 1,
+        max_sample_batch: int = 1,
+    ) -> None:
+        spi = _exact(samples_per_insert, "samples_per_insert")
+        if spi <= 0:
+            raise ValueError(f"samples_per_insert must be > 0, got {samples_per_insert!r}")
+        self.min_size_to_sample = _positive_int(min_size_to_sample, "min_size_to_sample")
+        self.max_insert_batch = _positive_int(max_insert_batch, "max_insert_batch")
+        self.max_sample_batch = _positive_int(max_sample_batch, "max_sample_batch")
+        eb = _exact(error_buffer, "error_buffer")
+        need = max(Fraction(self.max_sample_batch), spi * self.max_insert_batch)
+        if eb < need:
+            raise ValueError(
+                f"error_buffer must be >= max(max_sample_batch, samples_per_insert * "
+                f"max_insert_batch) = {float(need):g} so that one insert batch and one sample "
+                f"batch both fit in the window (else the limiter can deadlock); got {error_buffer!r}"
+            )
+        self.samples_per_insert = float(samples_per_insert)
+        self.error_buffer = float(error_buffer)
+        # Everything in units of 1/_den gradient steps, as ints: error * _den is exact.
+        self._den = math.lcm(spi.denominator, eb.denominator)
+        self._spi = int(spi * self._den)  # samples_per_insert * _den
+        self._eb = int(eb * self._den)  # error_buffer * _den
+
+        self._lock = threading.Lock()
+        self._can_insert_cv = threading.Condition(self._lock)
+        self._can_sample_cv = threading.Condition(self._lock)
+        self._inserts = 0
+        self._samples = 0
+        self._insert_blocked = 0.0
+        self._sample_blocked = 0.0
+        self._closed = False
+
+    # ------------------------------------------------------------------ predicates (lock held)
+    def _scaled_error(self) -> int:
+        return self._spi * (self._inserts - self.min_size_to_sample) - self._den * self._samples
+
+    def _insert_ok(self, n: int) -> bool:
+        if self._inserts + n <= self.min_size_to_sample:  # warm-up: inserts are free
+            return True
+        return self._scaled_error() + self._spi * n <= self._eb
+
+    def _sample_ok(self, k: int) -> bool:
+        if self._inserts < self.min_size_to_sample:
+            return False
+        return self._scaled_error() - self._den * k >= -self._eb
+
+    def _check_batch(self, n: int, limit: int, name: str) -> int:
+        n = _positive_int(n, name)
+        if n > limit:
+            raise ValueError(
+                f"{name}={n} exceeds the limit of {limit} this RateLimiter was built for "
+                f"(its error_buffer may be too narrow for such a batch ever to fit)"
+            )
+        return n
+
+    # ------------------------------------------------------------------ async mode
+    def can_insert(self, n: int = 1) -> bool:
+        """Whether inserting ``n`` now would be admitted (a snapshot: another thread may race)."""
+        n = self._check_batch(n, self.max_insert_batch, "n")
+        with self._lock:
+            return not self._closed and self._insert_ok(n)
+
+    def can_sample(self, n: int = 1) -> bool:
+        """Whether ``n`` gradient steps now would be admitted (a snapshot, like ``can_insert``)."""
+        n = self._check_batch(n, self.max_sample_batch, "n")
+        with self._lock:
+            return not self._closed and self._sample_ok(n)
+
+    def await_can_insert(self, n: int, timeout: float | None = None) -> bool:
+        """Wait until inserting ``n`` env steps keeps the window, then count them as inserted.
+
+        Call before adding the batch to the replay. Returns True once committed, False if
+        ``timeout`` seconds (0 = just try) passed first; raises ``LimiterClosed`` if the limiter
+        is or gets closed, so an actor's loop ends at shutdown whatever it was waiting for.
+        """
+        n = self._check_batch(n, self.max_insert_batch, "n")
+        with self._lock:
+            if not self._wait(self._can_insert_cv, lambda: self._insert_ok(n), timeout, True):
+                return False
+            self._inserts += n
+            self._can_sample_cv.notify_all()  # inserting only ever makes sampling easier
+            return True
+
+    def await_can_sample(self, n: int = 1, timeout: float | None = None) -> bool:
+        """Wait until ``n`` gradient steps keep the window, then count them as done.
+
+        Same contract as ``await_can_insert``; call before the gradient step(s).
+        """
+        n = self._check_batch(n, self.max_sample_batch, "n")
+        with self._lock:
+            if not self._wait(self._can_sample_cv, lambda: self._sample_ok(n), timeout, False):
+                return False
+            self._samples += n
+            self._can_insert_cv.notify_all()  # sampling only ever makes inserting easier
+            return True
+
+    def _wait(self, cv: threading.Condition, ok: Any, timeout: float | None, insert: bool) -> bool:
+        if self._closed:
+            raise LimiterClosed("RateLimiter has been closed")
+        if ok():
+            return True
+        start = time.monotonic()
+        granted = cv.wait_for(lambda: self._closed or ok(), timeout)
+        waited = time.monotonic() - start
+        if insert:
+            self._insert_blocked += waited
+        else:
+            self._sample_blocked += waited
+        if self._closed:
+            raise LimiterClosed("RateLimiter has been closed")
+        return bool(granted)
+
+    def close(self) -> None:
+        """Wake every waiter; current and later waits raise ``LimiterClosed``. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._can_insert_cv.notify_all()
+            self._can_sample_cv.notify_all()
+
+    cancel = close  # Reverb's name for it
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ sync mode
+    def record_inserts(self, n: int) -> None:
+        """Count ``n`` env steps without any admission check (sync mode's bookkeeping)."""
+        n = _positive_int(n, "n")
+        with self._lock:
+            self._inserts += n
+            self._can_sample_cv.notify_all()
+
+    def record_samples(self, n: int) -> None:
+        """Count ``n`` gradient steps without any admission check (sync mode's bookkeeping)."""
+        n = _positive_int(n, "n")
+        with self._lock:
+            self._samples += n
+            self._can_insert_cv.notify_all()
+
+    def due_samples(self) -> int:
+        """Gradient steps due now: ``floor(spi * (inserts - min_size_to_sample)) - samples``.
+
+        Zero during warm-up, never negative. Fractions carry over (exactly), so a sync loop that
+        does ``due_samples()`` steps after every insert ends with exactly
+        ``floor(spi * post-warm-up inserts)`` gradient steps in total.
+        """
+        with self._lock:
+            post = self._inserts - self.min_size_to_sample
+            if post <= 0:
+                return 0
+            return max(0, (self._spi * post) // self._den - self._samples)
+
+    # ------------------------------------------------------------------ stats and state
+    @property
+    def inserts(self) -> int:
+        return self._inserts
+
+    @property
+    def samples(self) -> int:
+        return self._samples
+
+    @property
+    def error(self) -> float:
+        """``spi * (inserts - min_size_to_sample) - samples``, in gradient steps (module doc)."""
+        with self._lock:
+            return self._scaled_error() / self._den
+
+    @property
+    def achieved_ratio(self) -> float:
+        """Samples per post-warm-up insert so far; nan before the first post-warm-up insert."""
+        with self._lock:
+            post = self._inserts - self.min_size_to_sample
+            return self._samples / post if post > 0 else math.nan
+
+    @property
+    def insert_blocked_seconds(self) -> float:
+        """Total time insert calls spent waiting, summed over threads."""
+        return self._insert_blocked
+
+    @property
+    def sample_blocked_seconds(self) -> float:
+        """Total time sample calls spent waiting, summed over threads."""
+        return self._sample_blocked
+
+    def stats(self) -> dict[str, float]:
+        """One consistent snapshot of the counters (for logging, and for checking invariants)."""
+        with self._lock:
+            post = self._inserts - self.min_size_to_sample
+            return {
+                "inserts": self._inserts,
+                "samples": self._samples,
+                "error": self._scaled_error() / self._den,
+                "achieved_ratio": self._samples / post if post > 0 else math.nan,
+                "insert_blocked_seconds": self._insert_blocked,
+                "sample_blocked_seconds": self._sample_blocked,
+            }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters to resume with, alongside the replay (else the warm-up would restart)."""
+        with self._lock:
+            return {
+                "inserts": self._inserts,
+                "samples": self._samples,
+                "insert_blocked_seconds": self._insert_blocked,
+                "sample_blocked_seconds": self._sample_blocked,
+            }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with self._lock:
+            self._inserts = int(state["inserts"])
+            self._samples = int(state["samples"])
+            self._insert_blocked = float(state["insert_blocked_seconds"])
+            self._sample_blocked = float(state["sample_blocked_seconds"])
+            self._can_insert_cv.notify_all()
+            self._can_sample_cv.notify_all()
+
+    def __repr__(self) -> str:
+        return (
+            f"RateLimiter(samples_per_insert={self.samples_per_insert}, "
+            f"min_size_to_sample={self.min_size_to_sample}, error_buffer={self.error_buffer}, "
+            f"max_insert_batch={self.max_insert_batch}, "
+            f"max_sample_batch={self.max_sample_batch}, inserts={self._inserts}, "
+            f"samples={self._samples})"
+        )
