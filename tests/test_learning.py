@@ -13,6 +13,7 @@ from asyncrl.config import TrainConfig
 from asyncrl.runtime.trainer import train
 
 TIMING = {
+    "env_steps_per_second_overall",
     "wall_seconds",
     "T",
     "eps",
@@ -113,7 +114,7 @@ def test_continuous_actions_run_through_the_process_backend(tmp_path):
     cfg = _cfg(
         tmp_path,
         env="Pendulum-v1",
-        total_steps=1_024,
+        total_steps=2_048,
         envs_per_actor=4,
         rollout=32,
         minibatch_size=64,
