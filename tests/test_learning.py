@@ -124,3 +124,63 @@ def test_continuous_actions_run_through_the_process_backend(tmp_path):
     assert summary["env_steps"] >= 1_024 and summary["episodes"] > 0
     cfg = dataclasses.replace(cfg, mode="sync", run_dir=str(tmp_path / "sync"))
     assert train(cfg)["policy_lag_max"] == 0
+
+
+def test_yaml_config_and_flags_resolve_into_the_run_directory(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "env: HalfCheetah-v5\nenvs-per-actor: 2\nrollout: 16\nminibatch_size: 32\n"
+        "epochs: 1\nnorm_obs: true\nhidden: [32, 32]\n"
+    )
+    run = tmp_path / "run"
+    code = main(
+        [
+            "train",
+            "--config",
+            str(path),
+            "--backend",
+            "inline",
+            "--actors",
+            "1",
+            "--total-steps",
+            "64",
+            "--no-progress",
+            "--tensorboard",
+            "--run-dir",
+            str(run),
+        ]
+    )
+    assert code == 0
+    import yaml
+
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["env"] == "HalfCheetah-v5" and saved["envs_per_actor"] == 2
+    assert saved["hidden"] == [32, 32] and saved["actors"] == 1 and saved["norm_obs"] is True
+    assert list((run / "tb").glob("events.out.tfevents.*")), "no TensorBoard event file"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert rows and {
+        "eps",
+        "T",
+        "env_steps_per_second",
+        "learner_samples_per_second",
+        "learner_wait_seconds",
+        "actor_wait_seconds",
+        "policy_lag_mean",
+        "policy_lag_max",
+        "loss/policy",
+    } <= set(rows[0])
+    summary = json.loads((run / "summary.json").read_text())
+    for key in (
+        "env_steps",
+        "wall_seconds",
+        "final_return",
+        "eps",
+        "env_steps_per_second",
+        "policy_lag_mean",
+        "policy_lag_max",
+        "rollout_seconds",
+        "learn_seconds",
+        "mode",
+        "backend",
+    ):
+        assert key in summary
