@@ -44,3 +44,14 @@ gym.register(
     "CountdownTerminates-v0", entry_point=Countdown, max_episode_steps=5, kwargs={"terminate_at": 3}
 )
 gym.register("CrashAfter-v0", entry_point=CrashAfter, max_episode_steps=1000)
+
+
+class MultiDiscreteActions(Countdown):
+    """An action space PPO here does not handle."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.MultiDiscrete([2, 3])
+
+
+gym.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=5)

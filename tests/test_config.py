@@ -21,6 +21,7 @@ BAD = [
         "minibatch_size: 4096 is larger than the training batch of 16 samples",
     ),
     (["--env", "Blackjack-v1"], "PPO here needs a Box observation"),
+    (["--env", "fake_envs:MultiDiscreteActions-v0"], "PPO handles Discrete and 1-D Box actions"),
     (["--env", "fake_envs:NotThere-v0"], "env: 'NotThere-v0' is not a registered"),
     (["--env", "no_such_module:X-v0"], "cannot import module 'no_such_module'"),
     (["--max-batches-waiting", "0"], "max_batches_waiting: must be >= 1"),

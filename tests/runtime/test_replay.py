@@ -66,7 +66,9 @@ def test_batch_larger_than_capacity_keeps_last_capacity():
         for f in FIELDS:
             np.testing.assert_array_equal(getattr(buf, f), getattr(seq, f))
         assert buf.position == seq.position == (head + 27) % cap
-        np.testing.assert_array_equal(stored_ids_in_ring_order(buf), np.arange(head + 19, head + 27))
+        np.testing.assert_array_equal(
+            stored_ids_in_ring_order(buf), np.arange(head + 19, head + 27)
+        )
 
 
 def test_empty_batch_is_a_no_op():
