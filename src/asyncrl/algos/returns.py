@@ -31,6 +31,17 @@ def next_values(
     return torch.where(terminated, torch.zeros_like(nxt), nxt)
 
 
+def _backward_scan(deltas: torch.Tensor, carry: torch.Tensor) -> torch.Tensor:
+    """``out[t] = deltas[t] + carry[t] * out[t + 1]`` with ``out[T] = 0``: the recursion both
+    estimators share (carry is 0 at an episode end, which cuts it)."""
+    out = torch.empty_like(deltas)
+    last = torch.zeros_like(deltas[0])
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        last = deltas[t] + carry[t] * last
+        out[t] = last
+    return out
+
+
 def gae(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -49,12 +60,7 @@ def gae(
     deltas = (
         rewards + gamma * next_values(values, terminated, truncated, trunc_values) - values[:-1]
     )
-    carry = gamma * lam * (~done).to(rewards.dtype)
-    adv = torch.empty_like(rewards)
-    last = torch.zeros_like(rewards[0])
-    for t in range(rewards.shape[0] - 1, -1, -1):
-        last = deltas[t] + carry[t] * last
-        adv[t] = last
+    adv = _backward_scan(deltas, gamma * lam * (~done).to(rewards.dtype))
     return adv, adv + values[:-1]
 
 
@@ -88,13 +94,7 @@ def vtrace(
     c = lam * torch.clamp(ratio, max=c_bar)
     nxt = next_values(values, terminated, truncated, trunc_values)
     deltas = rho * (rewards + gamma * nxt - values[:-1])
-    carry = gamma * c * (~done).to(rewards.dtype)
-    vs_minus_v = torch.empty_like(rewards)
-    last = torch.zeros_like(rewards[0])
-    for t in range(rewards.shape[0] - 1, -1, -1):
-        last = deltas[t] + carry[t] * last
-        vs_minus_v[t] = last
-    vs = vs_minus_v + values[:-1]
+    vs = _backward_scan(deltas, gamma * c * (~done).to(rewards.dtype)) + values[:-1]
     # v_{s+1}: the V-trace target of the next state inside the episode; at an episode end the
     # same bootstrap as above (0 after termination, V(final obs) after truncation).
     vs_next = torch.cat([vs[1:], values[-1:]], dim=0)
