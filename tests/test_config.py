@@ -27,6 +27,29 @@ BAD = [
     (["--max-batches-waiting", "0"], "max_batches_waiting: must be >= 1"),
     (["--gamma", "1.5"], "gamma: must be in [0, 1]"),
     (["--hidden", "64,0"], "hidden: must be a non-empty list of positive layer sizes"),
+    (["--algo", "sac"], "algo: sac needs a continuous (Box) action space; CartPole-v1 has 2"),
+    (["--algo", "sac", "--env", "Pendulum-v1", "--replay-ratio", "0"], "replay_ratio: must be > 0"),
+    (
+        ["--algo", "sac", "--env", "Pendulum-v1", "--batch-size", "512", "--buffer-size", "100"],
+        "batch_size: 512 is larger than the replay capacity buffer_size 100",
+    ),
+    (
+        [
+            "--algo",
+            "sac",
+            "--env",
+            "Pendulum-v1",
+            "--ratio-tolerance",
+            "3",
+            "--envs-per-actor",
+            "8",
+        ],
+        "ratio_tolerance: 3.0 gradient steps is too narrow for inserts of 8 transitions",
+    ),
+    (
+        ["--algo", "sac", "--env", "Pendulum-v1", "--mode", "sync", "--rollout", "4"],
+        "rollout: sync SAC updates after every batched env step, so rollout must be 1",
+    ),
 ]
 
 

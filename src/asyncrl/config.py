@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-ALGOS = ("ppo",)
+ALGOS = ("ppo", "sac")
 MODES = ("sync", "async")
 BACKENDS = ("inline", "process")
 CORRECTIONS = ("none", "vtrace")
@@ -53,7 +53,7 @@ class TrainConfig:
     )
     actors: int = _f(2, "N, the number of actors")
     envs_per_actor: int = _f(8, "K, the envs each actor steps as one batched env")
-    rollout: int = _f(32, "T, env steps per env in one rollout")
+    rollout: int = _f(0, "T, env steps per env in one rollout (0: auto, PPO 32, SAC 1)")
     max_batches_waiting: int = _f(
         1, "async: filled batches that may wait for the learner before actors block (>= 1)"
     )
@@ -65,7 +65,9 @@ class TrainConfig:
     gamma: float = _f(0.98, "discount")
     gae_lambda: float = _f(0.8, "GAE lambda (also V-trace's lambda)")
     clip_coef: float = _f(0.2, "PPO ratio clip")
-    clip_schedule: str = _f("constant", "ratio-clip schedule over total_steps", choices=LR_SCHEDULES)
+    clip_schedule: str = _f(
+        "constant", "ratio-clip schedule over total_steps", choices=LR_SCHEDULES
+    )
     value_clip: float = _f(0.0, "clip the value update to +/- this around the old value (0: off)")
     ent_coef: float = _f(0.0, "entropy bonus coefficient")
     vf_coef: float = _f(0.5, "value loss coefficient")
@@ -74,12 +76,26 @@ class TrainConfig:
     norm_obs: bool = _f(
         False, "running normalisation of observations (saved in checkpoints; MuJoCo wants it)"
     )
-    hidden: list = _f([64, 64], "hidden layer sizes of the policy and value MLPs")
-    activation: str = _f("tanh", "hidden activation", choices=ACTIVATIONS)
+    hidden: list = _f(
+        [], "hidden layer sizes of the networks (empty: auto, PPO 64,64, SAC 256,256)"
+    )
+    activation: str = _f("tanh", "PPO: hidden activation", choices=ACTIVATIONS)
     correction: str = _f("none", "lag correction of value targets/advantages", choices=CORRECTIONS)
     vtrace_rho_bar: float = _f(1.0, "V-trace clip of importance weights in the TD errors")
     vtrace_c_bar: float = _f(1.0, "V-trace clip of the trace-cutting coefficients")
     compile: bool = _f(False, "torch.compile the learner's minibatch step")
+    # --- SAC
+    replay_ratio: float = _f(1.0, "SAC: gradient steps per env step, independent of N and K")
+    ratio_tolerance: float = _f(
+        0.0, "SAC async: how far (in gradient steps) either side may run ahead (0: auto)"
+    )
+    learning_starts: int = _f(1000, "SAC: transitions collected (randomly) before updates start")
+    batch_size: int = _f(256, "SAC: transitions per gradient step")
+    buffer_size: int = _f(1_000_000, "SAC: replay capacity in transitions")
+    policy_lr: float = _f(3e-4, "SAC: actor and temperature learning rate")
+    q_lr: float = _f(3e-4, "SAC: critic learning rate")
+    tau: float = _f(0.005, "SAC: Polyak factor of the target critics")
+    save_replay: bool = _f(False, "SAC: store the replay buffer in checkpoints (resume with data)")
     # --- run directory, logging, checkpoints
     run_dir: str = _f("", "run directory (default: runs/<env>-<mode>-<time>)")
     checkpoint_every: float = _f(60.0, "seconds between periodic checkpoints (0: only at exit)")
@@ -90,8 +106,13 @@ class TrainConfig:
 
     # ------------------------------------------------------------------ derived quantities
     @property
-    def batch_size(self) -> int:
-        """Samples the learner trains on per iteration: one actor's batch, or all of them."""
+    def insert_batch(self) -> int:
+        """Transitions one actor's rollout holds: one insert into a replay buffer."""
+        return self.envs_per_actor * self.rollout
+
+    @property
+    def ppo_batch(self) -> int:
+        """Samples PPO trains on per iteration: one actor's batch, or all of them."""
         per_actor = self.envs_per_actor * self.rollout
         return per_actor * (self.actors if self.mode == "sync" else 1)
 
@@ -139,8 +160,27 @@ def _need(ok: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
+def resolve(cfg: TrainConfig) -> TrainConfig:
+    """Fill the settings whose default depends on the algorithm (saved resolved, so a resumed
+    run never changes meaning when a default changes)."""
+    auto = {"ppo": {"rollout": 32, "hidden": [64, 64]}, "sac": {"rollout": 1, "hidden": [256, 256]}}
+    fill = auto.get(cfg.algo, {})
+    changes = {}
+    if cfg.rollout == 0 and "rollout" in fill:
+        changes["rollout"] = fill["rollout"]
+    if cfg.hidden == [] and "hidden" in fill:
+        changes["hidden"] = fill["hidden"]
+    if cfg.algo == "sac" and cfg.ratio_tolerance == 0:
+        # twice the narrowest window that can make progress (see RateLimiter)
+        changes["ratio_tolerance"] = 2.0 * max(
+            1.0, cfg.replay_ratio * cfg.envs_per_actor * (cfg.rollout or fill["rollout"])
+        )
+    return dataclasses.replace(cfg, **changes)
+
+
 def validate(cfg: TrainConfig) -> None:
     """Reject settings that cannot work, one clear sentence each. Touches no env or process."""
+    cfg = resolve(cfg)
     for name, f in FIELDS.items():
         choices = f.metadata.get("choices")
         value = getattr(cfg, name)
@@ -157,9 +197,9 @@ def validate(cfg: TrainConfig) -> None:
         f"max_batches_waiting: must be >= 1, got {cfg.max_batches_waiting}",
     )
     _need(
-        cfg.minibatch_size <= cfg.batch_size,
+        cfg.algo != "ppo" or cfg.minibatch_size <= cfg.ppo_batch,
         f"minibatch_size: {cfg.minibatch_size} is larger than the training batch of "
-        f"{cfg.batch_size} samples (envs_per_actor x rollout"
+        f"{cfg.ppo_batch} samples (envs_per_actor x rollout"
         + (" x actors" if cfg.mode == "sync" else "")
         + "); lower it or raise the batch",
     )
@@ -177,5 +217,39 @@ def validate(cfg: TrainConfig) -> None:
         and all(isinstance(h, int) and h >= 1 for h in cfg.hidden),
         f"hidden: must be a non-empty list of positive layer sizes, got {cfg.hidden!r}",
     )
+    if cfg.algo == "sac":
+        _validate_sac(cfg)
     _need(cfg.threads_learner >= 1, f"threads_learner: must be >= 1, got {cfg.threads_learner}")
     _need(cfg.threads_actor >= 1, f"threads_actor: must be >= 1, got {cfg.threads_actor}")
+
+
+def _validate_sac(cfg: TrainConfig) -> None:
+    _need(cfg.replay_ratio > 0, f"replay_ratio: must be > 0, got {cfg.replay_ratio}")
+    _need(cfg.batch_size >= 1, f"batch_size: must be >= 1, got {cfg.batch_size}")
+    _need(cfg.buffer_size >= 1, f"buffer_size: must be >= 1, got {cfg.buffer_size}")
+    _need(
+        cfg.batch_size <= cfg.buffer_size,
+        f"batch_size: {cfg.batch_size} is larger than the replay capacity buffer_size "
+        f"{cfg.buffer_size}",
+    )
+    _need(cfg.learning_starts >= 1, f"learning_starts: must be >= 1, got {cfg.learning_starts}")
+    _need(
+        cfg.learning_starts <= cfg.buffer_size,
+        f"learning_starts: {cfg.learning_starts} transitions do not fit in buffer_size "
+        f"{cfg.buffer_size}",
+    )
+    _need(0 < cfg.tau <= 1, f"tau: must be in (0, 1], got {cfg.tau}")
+    _need(cfg.policy_lr > 0, f"policy_lr: must be > 0, got {cfg.policy_lr}")
+    _need(cfg.q_lr > 0, f"q_lr: must be > 0, got {cfg.q_lr}")
+    _need(
+        cfg.mode == "async" or cfg.rollout == 1,
+        f"rollout: sync SAC updates after every batched env step, so rollout must be 1, "
+        f"got {cfg.rollout}",
+    )
+    need = max(1.0, cfg.replay_ratio * cfg.insert_batch)
+    _need(
+        cfg.ratio_tolerance >= need,
+        f"ratio_tolerance: {cfg.ratio_tolerance} gradient steps is too narrow for inserts of "
+        f"{cfg.insert_batch} transitions at replay_ratio {cfg.replay_ratio}: it must be >= "
+        f"{need:g} or neither side can make progress",
+    )

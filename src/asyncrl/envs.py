@@ -74,7 +74,7 @@ def spec_from_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) ->
     )
 
 
-def check_env(env_id: str) -> EnvSpec:
+def check_env(env_id: str, algo: str = "ppo") -> EnvSpec:
     """Make one env to learn its spaces; every env problem surfaces here as a ConfigError."""
     env_id = _resolve_id(env_id)
     try:
@@ -82,9 +82,15 @@ def check_env(env_id: str) -> EnvSpec:
     except gym.error.DependencyNotInstalled as e:
         raise ConfigError(f"env: {env_id} needs a package that is not installed: {e}") from e
     try:
-        return spec_from_spaces(env_id, env.observation_space, env.action_space)
+        spec = spec_from_spaces(env_id, env.observation_space, env.action_space)
     finally:
         env.close()
+    if algo == "sac" and spec.discrete:
+        raise ConfigError(
+            f"algo: sac needs a continuous (Box) action space; {env_id} has "
+            f"{spec.n_actions} discrete actions (use --algo ppo)"
+        )
+    return spec
 
 
 def make_vector_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:

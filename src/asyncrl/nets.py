@@ -141,6 +141,18 @@ def build_policy(spec: EnvSpec, hidden: list[int], activation: str, norm_obs: bo
     return ActorCritic(spec, list(hidden), activation, norm_obs)
 
 
+def build_acting_policy(cfg, spec: EnvSpec) -> nn.Module:
+    """The module an actor acts with and the learner publishes: PPO's actor-critic (actors also
+    need its value head, for truncation bootstraps), or SAC's squashed Gaussian actor."""
+    if cfg.algo == "sac":
+        from asyncrl.algos.sac import SquashedGaussianActor
+
+        return SquashedGaussianActor(
+            spec.obs_dim, spec.n_actions, tuple(cfg.hidden), spec.action_low, spec.action_high
+        )
+    return build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
+
+
 class FlatParams:
     """All floating-point state of a module (parameters and buffers) as one flat vector.
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.config import TrainConfig
+from asyncrl.config import TrainConfig, resolve
 from asyncrl.envs import check_env
 from asyncrl.nets import FlatParams, build_policy
 from asyncrl.runtime.actor import Actor
@@ -14,7 +14,7 @@ from asyncrl.runtime.transport import PolicyStore, SlotLayout, SlotStore
 
 
 def _collect(env_id: str, rollout: int = 12, K: int = 2):
-    cfg = TrainConfig(env=env_id, envs_per_actor=K, rollout=rollout, norm_obs=False)
+    cfg = resolve(TrainConfig(env=env_id, envs_per_actor=K, rollout=rollout, norm_obs=False))
     spec = check_env(env_id)
     learner_policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
     flat = FlatParams(learner_policy)

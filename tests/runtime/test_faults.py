@@ -32,7 +32,7 @@ def test_env_exception_in_actor_ends_the_run_naming_the_actor(small_cfg, mode):
     assert "Traceback" in msg and "boom: simulated env failure" in msg
 
 
-def _start_cli(tmp_path: Path, *extra: str) -> subprocess.Popen:
+def _start_cli(tmp_path: Path, *extra: str, env_id: str = "CartPole-v1") -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
     return subprocess.Popen(
         [
@@ -41,7 +41,7 @@ def _start_cli(tmp_path: Path, *extra: str) -> subprocess.Popen:
             "asyncrl.cli",
             "train",
             "--env",
-            "CartPole-v1",
+            env_id,
             "--total-steps",
             "100000000",
             "--no-progress",
@@ -69,9 +69,20 @@ def _wait_for_training(proc: subprocess.Popen, run: Path, timeout: float = 90) -
     raise AssertionError("training did not start")
 
 
-@pytest.mark.parametrize(("sig", "mode"), [(signal.SIGINT, "async"), (signal.SIGTERM, "sync")])
-def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode):
-    proc = _start_cli(tmp_path, "--mode", mode)
+@pytest.mark.parametrize(
+    ("sig", "mode", "algo"),
+    [
+        (signal.SIGINT, "async", "ppo"),
+        (signal.SIGTERM, "sync", "ppo"),
+        # async SAC: the loop blocks on the rate limiter and the optimizer thread on the replay
+        (signal.SIGINT, "async", "sac"),
+        (signal.SIGTERM, "sync", "sac"),
+    ],
+)
+def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode, algo):
+    env_id = "CartPole-v1" if algo == "ppo" else "Pendulum-v1"
+    extra = [] if algo == "ppo" else ["--learning-starts", "64", "--hidden", "32,32"]
+    proc = _start_cli(tmp_path, "--mode", mode, "--algo", algo, *extra, env_id=env_id)
     run = tmp_path / "run"
     _wait_for_training(proc, run)
     children = descendants(proc.pid)

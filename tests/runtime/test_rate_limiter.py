@@ -159,7 +159,7 @@ def test_sync_schedule_is_exact(ratio):
 
 
 def test_due_samples_zero_during_warmup():
-    lim = RateLimiter(4.0, 10, 4.0, max_insert_batch=10)
+    lim = RateLimiter(4.0, 10, 40.0, max_insert_batch=10)
     lim.record_inserts(10)
     assert lim.due_samples() == 0  # inserts == min_size: nothing after the warm-up yet
     lim.record_inserts(1)
@@ -232,7 +232,7 @@ def test_stress_producers_and_consumers_keep_the_window():
     # learner sits within one sample of the lower edge
     assert abs(s["samples"] - ratio * post) <= eb
     assert -eb <= s["error"] < -eb + 1
-    assert s["achieved_ratio"] == pytest.approx(ratio, abs=eb / post)
+    assert s["achieved_ratio"] == pytest.approx(ratio, abs=eb / post + 1e-9)
 
 
 def _run_until_closed(fn, results):

@@ -95,9 +95,7 @@ class PPO:
         ratio = log_ratio.exp()
         if cfg.norm_adv:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg_loss = torch.max(
-            -adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)
-        ).mean()
+        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
         if cfg.value_clip > 0:
             v_clipped = old_values + (value - old_values).clamp(-cfg.value_clip, cfg.value_clip)
             v_loss = 0.5 * torch.max((value - returns).square(), (v_clipped - returns).square())

@@ -3,6 +3,11 @@
 The actor knows nothing of processes or queues: a backend hands it a slot and the policy store,
 and it loads the newest policy version, steps T times, and writes every field of the slot. Env
 state carries over between rollouts (no reset), as in any PPO implementation.
+
+On-policy (PPO) actors also record behaviour log-probs and, where a time limit cut an episode,
+the value of its final observation. Off-policy (SAC) actors record the final observation itself
+for the replay buffer, and act uniformly at random until the learner publishes its first update
+(the warm-up of ``learning_starts`` transitions).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import torch
 
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec, actor_seed, make_vector_env
-from asyncrl.nets import FlatParams, build_policy
+from asyncrl.nets import FlatParams, build_acting_policy
 from asyncrl.runtime.transport import PolicyStore, Slot
 
 
@@ -23,7 +28,8 @@ class Actor:
         self.actor_id, self.cfg, self.spec, self.store = actor_id, cfg, spec, store
         self.K = cfg.envs_per_actor
         self.envs = make_vector_env(cfg.env, self.K)
-        self.policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
+        self.off_policy = cfg.algo == "sac"
+        self.policy = build_acting_policy(cfg, spec)
         self.policy.requires_grad_(False)
         self.flat = FlatParams(self.policy)
         self.version = -1
@@ -47,13 +53,20 @@ class Actor:
         policy, envs, K = self.policy, self.envs, self.K
         slot.ep_returns.fill(np.nan)
         slot.ep_lengths.fill(0)
-        slot.trunc_values.fill(0.0)
         slot.versions.fill(self.version)
+        off_policy, warmup = self.off_policy, self.off_policy and self.version == 0
+        if not off_policy:
+            slot.trunc_values.fill(0.0)
         for t in range(self.cfg.rollout):
             slot.obs[t] = self.obs.numpy()
-            action, logp = policy.act(self.obs, generator=self.generator)
+            if warmup:
+                u = torch.rand((K, self.spec.n_actions), generator=self.generator).numpy()
+                action = torch.from_numpy(self.low + u * (self.high - self.low))
+            else:
+                action, logp = policy.act(self.obs, generator=self.generator)
             slot.actions[t] = action.numpy()
-            slot.logp[t] = logp.numpy()
+            if not off_policy:
+                slot.logp[t] = logp.numpy()
             env_action = action.numpy()
             if not self.spec.discrete:
                 env_action = np.clip(env_action, self.low, self.high)
@@ -70,10 +83,14 @@ class Actor:
                 slot.ep_lengths[t, idx] = self.ep_length[idx]
                 self.ep_return[idx] = 0.0
                 self.ep_length[idx] = 0
-                cut = np.flatnonzero(truncated & ~terminated)
-                if cut.size:
-                    final = np.stack([info["final_obs"][i] for i in cut]).astype(np.float32)
-                    slot.trunc_values[t, cut] = policy.value(torch.from_numpy(final)).numpy()
+                if off_policy:
+                    for i in idx:
+                        slot.final_obs[t, i] = info["final_obs"][i]
+                else:
+                    cut = np.flatnonzero(truncated & ~terminated)
+                    if cut.size:
+                        final = np.stack([info["final_obs"][i] for i in cut]).astype(np.float32)
+                        slot.trunc_values[t, cut] = policy.value(torch.from_numpy(final)).numpy()
             self.obs = torch.as_tensor(np.asarray(obs, dtype=np.float32))
         slot.obs[self.cfg.rollout] = self.obs.numpy()
         slot.meta[:] = (self.actor_id, time.perf_counter() - t0, waited, self.cfg.rollout * K)

@@ -20,7 +20,8 @@ the negation of ``samples - samples_per_insert * (inserts - min_size_to_sample)`
 symmetric, so the two phrasings describe the same constraint. Checks, as in Reverb's ``CanInsert``
 / ``CanSample`` (there with one item at a time, here with a whole batch):
 
-* sampling ``k`` is allowed iff ``inserts >= min_size_to_sample`` and ``error - k >= -error_buffer``;
+* sampling ``k`` is allowed iff ``inserts >= min_size_to_sample`` and
+  ``error - k >= -error_buffer``;
 * inserting ``n`` is allowed iff the batch ends inside the warm-up
   (``inserts + n <= min_size_to_sample``) or ``error + samples_per_insert * n <= error_buffer``.
 
@@ -115,7 +116,8 @@ class RateLimiter:
             raise ValueError(
                 f"error_buffer must be >= max(max_sample_batch, samples_per_insert * "
                 f"max_insert_batch) = {float(need):g} so that one insert batch and one sample "
-                f"batch both fit in the window (else the limiter can deadlock); got {error_buffer!r}"
+                f"batch both fit in the window (else the limiter can deadlock); "
+                f"got {error_buffer!r}"
             )
         self.samples_per_insert = float(samples_per_insert)
         self.error_buffer = float(error_buffer)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from asyncrl.config import TrainConfig, validate
+from asyncrl.config import TrainConfig, resolve, validate
 from asyncrl.envs import check_env
 from asyncrl.metrics import MetricsLog, ProgressDisplay, Throughput
 from asyncrl.rundir import (
@@ -49,10 +49,19 @@ def make_backend(cfg: TrainConfig, spec, slots: SlotStore, store: PolicyStore):
     return ProcessBackend(cfg, spec, slots, store)
 
 
+def make_learner(cfg: TrainConfig, spec):
+    if cfg.algo == "sac":
+        from asyncrl.runtime.sac_learner import SACLearner
+
+        return SACLearner(cfg, spec)
+    return Learner(cfg, spec)
+
+
 def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     """Train to ``cfg.total_steps`` env steps; returns the summary (also in summary.json)."""
+    cfg = resolve(cfg)
     validate(cfg)
-    spec = check_env(cfg.env)  # before any process or segment exists
+    spec = check_env(cfg.env, cfg.algo)  # before any process or segment exists
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
     cfg.run_dir = str(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -63,9 +72,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
 
     shared = cfg.backend == "process"
     slot_count = cfg.actors * (cfg.slots_per_actor if shared else 1)
-    slots = SlotStore(
-        SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor), slot_count, shared
-    )
+    layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
+    slots = SlotStore(layout, slot_count, shared)
     store = None
     backend = None
     log = None
@@ -74,7 +82,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     interrupted = False
     try:
-        learner = Learner(cfg, spec)
+        learner = make_learner(cfg, spec)
         store = PolicyStore(
             learner.flat.numel, shared, mp.get_context("spawn").Lock() if shared else None
         )
@@ -126,6 +134,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                     last_ckpt = time.perf_counter()
         except KeyboardInterrupt:
             interrupted = True
+        if hasattr(learner, "close"):
+            learner.close()  # stop async optimizers first, so the counters saved are final
         checkpoint()
         summary = _summary(cfg, learner, meter, learner.env_steps - steps_at_start)
         summary.update(interrupted=interrupted, resumed=resume, run_dir=str(run_dir))
@@ -137,6 +147,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
         signal.signal(signal.SIGTERM, previous)
         if progress is not None:
             progress.close()
+        if learner is not None and hasattr(learner, "close"):
+            learner.close()
         if backend is not None:
             backend.close()
         if log is not None:
@@ -175,4 +187,20 @@ def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: i
         "learn_seconds": learner.learn_seconds,
         "learner_wait_seconds": meter.learner_wait,
         "actor_wait_seconds": meter.actor_wait / cfg.actors,
+        **_off_policy_summary(learner, wall),
+    }
+
+
+def _off_policy_summary(learner, wall: float) -> dict:
+    if not hasattr(learner, "limiter"):
+        return {}
+    lim = learner.limiter
+    return {
+        "gradient_steps": learner.updates,
+        "gradient_steps_per_second": learner.updates / wall,
+        "update_seconds_mean": learner.learn_seconds / max(learner.updates, 1),
+        "replay_ratio": learner.cfg.replay_ratio,
+        "replay_ratio_achieved": lim.achieved_ratio,
+        "insert_blocked_seconds": lim.insert_blocked_seconds,
+        "sample_blocked_seconds": lim.sample_blocked_seconds,
     }

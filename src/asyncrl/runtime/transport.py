@@ -34,18 +34,29 @@ class SlotLayout:
     fields: tuple[tuple[str, tuple[int, ...], str], ...]
 
     @staticmethod
-    def for_rollout(spec: EnvSpec, rollout: int, num_envs: int) -> SlotLayout:
+    def for_rollout(
+        spec: EnvSpec, rollout: int, num_envs: int, off_policy: bool = False
+    ) -> SlotLayout:
+        """On-policy slots carry behaviour log-probs and truncation bootstrap values; off-policy
+        slots carry the final observation of every episode that ended (the replay buffer's
+        ``next_obs`` there), since the next row already holds the reset observation."""
         T, K = rollout, num_envs
         act_dtype = "int64" if spec.discrete else "float32"
+        if off_policy:
+            per_algo = (("final_obs", (T, K, *spec.obs_shape), "float32"),)
+        else:
+            per_algo = (
+                ("logp", (T, K), "float32"),  # behaviour log-prob of each action
+                ("trunc_values", (T, K), "float32"),  # V(final obs) where truncated
+            )
         return SlotLayout(
             (
                 ("obs", (T + 1, K, *spec.obs_shape), "float32"),  # row T: obs after the rollout
                 ("actions", (T, K, *spec.action_shape), act_dtype),
-                ("logp", (T, K), "float32"),  # behaviour log-prob of each action
                 ("rewards", (T, K), "float32"),
                 ("terminated", (T, K), "bool"),
                 ("truncated", (T, K), "bool"),
-                ("trunc_values", (T, K), "float32"),  # V(final obs) where truncated
+                *per_algo,
                 ("versions", (T, K), "int64"),  # policy version that chose each action
                 ("ep_returns", (T, K), "float32"),  # finished episode's return, NaN elsewhere
                 ("ep_lengths", (T, K), "int32"),

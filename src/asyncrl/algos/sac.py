@@ -1,0 +1,199 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018, with automatic temperature): the update rule alone.
+
+Read top to bottom: the squashed Gaussian actor, the twin critics as one batched ensemble, then
+one gradient step (critic, actor, temperature, Polyak). Tensors in, statistics out as tensors:
+no processes, no logging, no host synchronisation inside an update.
+
+Cost is what matters here (the update is the bottleneck of SAC on a CPU), so:
+* both Q networks run as one ensemble: weights stacked [2, in, out], one batched matmul a layer;
+* the actor loss reads Q through ``torch.func.functional_call`` with *detached* critic weights,
+  so its backward pass never computes gradients for the critic;
+* Adam steps are fused kernels; the Polyak update is one ``_foreach`` call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+@dataclass
+class SACConfig:
+    gamma: float = 0.99
+    tau: float = 0.005
+    policy_lr: float = 3e-4
+    q_lr: float = 3e-4
+    hidden: tuple[int, ...] = (256, 256)
+    target_entropy: float | None = None  # default: -action_dim
+
+
+def _fused_adam(params, lr: float) -> torch.optim.Adam:
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
+class SquashedGaussianActor(nn.Module):
+    """a = low + (tanh(u) + 1) / 2 * (high - low), u ~ N(mu(s), sigma(s)); log-probs carry the
+    change-of-variables correction of both the tanh and the affine rescaling."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], low, high):
+        super().__init__()
+        layers: list[nn.Module] = []
+        last = obs_dim
+        for h in hidden:
+            layers += [nn.Linear(last, h), nn.ReLU()]
+            last = h
+        self.trunk = nn.Sequential(*layers)
+        self.mu = nn.Linear(last, act_dim)
+        self.log_std = nn.Linear(last, act_dim)
+        low_t, high_t = (
+            torch.as_tensor(low, dtype=torch.float32),
+            torch.as_tensor(high, dtype=torch.float32),
+        )
+        self.register_buffer("scale", (high_t - low_t) / 2)
+        self.register_buffer("bias", (high_t + low_t) / 2)
+
+    def forward(
+        self,
+        obs: torch.Tensor,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.trunk(obs.flatten(1))
+        mu = self.mu(x)
+        log_std = torch.clamp(self.log_std(x), LOG_STD_MIN, LOG_STD_MAX)
+        if deterministic:
+            u = mu
+        else:
+            u = mu + torch.randn(mu.shape, generator=generator) * log_std.exp()
+        y = torch.tanh(u)
+        # log N(u; mu, std) - log|d a / d u|, with d a / d u = scale * (1 - tanh(u)^2)
+        z = (u - mu) * torch.exp(-log_std)
+        logp = (-0.5 * z.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), numerically stable
+        log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+        logp = logp - (log_det + torch.log(self.scale)).sum(-1)
+        return y * self.scale + self.bias, logp
+
+    @torch.no_grad()
+    def act(self, obs, deterministic: bool = False, generator=None):
+        return self.forward(obs, deterministic, generator)
+
+
+class QEnsemble(nn.Module):
+    """``n`` Q networks over (obs, action) evaluated as one: weights [n, in, out]."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], n: int = 2):
+        super().__init__()
+        sizes = [obs_dim + act_dim, *hidden, 1]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+            # nn.Linear's default init, per member
+            bound = 1 / math.sqrt(fan_in)
+            self.weights.append(
+                nn.Parameter(torch.empty(n, fan_in, fan_out).uniform_(-bound, bound))
+            )
+            self.biases.append(nn.Parameter(torch.empty(n, 1, fan_out).uniform_(-bound, bound)))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Q values [n, B]."""
+        x = torch.cat([obs.flatten(1), action], -1)
+        x = x.unsqueeze(0).expand(self.weights[0].shape[0], -1, -1)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = torch.baddbmm(b, x, w)
+            if i < last:
+                x = torch.relu(x)
+        return x.squeeze(-1)
+
+
+class SAC:
+    def __init__(self, obs_dim: int, act_dim: int, low, high, cfg: SACConfig):
+        self.cfg = cfg
+        self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.hidden, low, high)
+        self.q = QEnsemble(obs_dim, act_dim, cfg.hidden)
+        self.q_target = QEnsemble(obs_dim, act_dim, cfg.hidden)
+        self.q_target.load_state_dict(self.q.state_dict())
+        self.q_target.requires_grad_(False)
+        self.log_alpha = torch.zeros((), requires_grad=True)
+        self.target_entropy = -float(act_dim) if cfg.target_entropy is None else cfg.target_entropy
+        self.q_opt = _fused_adam(self.q.parameters(), cfg.q_lr)
+        self.actor_opt = _fused_adam(self.actor.parameters(), cfg.policy_lr)
+        self.alpha_opt = _fused_adam([self.log_alpha], cfg.policy_lr)
+        self._q_params = list(self.q.parameters())
+        self._target_params = list(self.q_target.parameters())
+
+    @torch.no_grad()
+    def critic_target(self, b: dict[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
+        """r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s')."""
+        next_a, next_logp = self.actor(b["next_obs"])
+        next_q = self.q_target(b["next_obs"], next_a).min(0).values - alpha * next_logp
+        return b["reward"] + self.cfg.gamma * (1.0 - b["terminated"]) * next_q
+
+    def update(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One gradient step on a batch (obs, action, reward, next_obs, terminated).
+
+        Returns [critic loss, actor loss, alpha, entropy estimate, mean Q] as one tensor.
+        A truncated transition bootstraps like any other (its next_obs is the final obs);
+        only ``terminated`` cuts the target.
+        """
+        cfg = self.cfg
+        alpha = self.log_alpha.detach().exp()
+        # --- critic
+        target = self.critic_target(b, alpha)
+        q = self.q(b["obs"], b["action"])
+        q_loss = 0.5 * (q - target).square().mean(1).sum()
+        self.q_opt.zero_grad(set_to_none=True)
+        q_loss.backward()
+        self.q_opt.step()
+        # --- actor: alpha log pi(a|s) - min_i Q_i(s, a), critic weights detached
+        a, logp = self.actor(b["obs"])
+        frozen = {k: v.detach() for k, v in self.q.named_parameters()}
+        q_pi = functional_call(self.q, frozen, (b["obs"], a)).min(0).values
+        actor_loss = (alpha * logp - q_pi).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+        # --- temperature: keep the policy's entropy near target_entropy
+        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_opt.step()
+        # --- Polyak averaging of the target critics
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target_params, self._q_params, cfg.tau)
+        return torch.stack(
+            [q_loss.detach(), actor_loss.detach(), alpha, -logp.detach().mean(), q.detach().mean()]
+        )
+
+    STATS = ("loss/q", "loss/actor", "charts/alpha", "charts/entropy", "charts/q_mean")
+
+    def state_dict(self) -> dict:
+        return {
+            "actor": self.actor.state_dict(),
+            "q": self.q.state_dict(),
+            "q_target": self.q_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "q_opt": self.q_opt.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.q.load_state_dict(state["q"])
+        self.q_target.load_state_dict(state["q_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.q_opt.load_state_dict(state["q_opt"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])

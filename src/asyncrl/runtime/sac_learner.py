@@ -1,0 +1,256 @@
+"""The off-policy learner: actors' transitions into a replay buffer, SAC updates out of it.
+
+Sampler and optimizer meet only at the replay buffer, and its rate limiter holds the replay
+ratio (gradient steps per env step), whatever N and K are:
+
+* sync mode: after every batched env step of N x K transitions (one slot per actor, rollout 1)
+  the learner performs exactly the gradient steps now due (``RateLimiter.due_samples``), then
+  publishes; actors wait meanwhile, as in sync PPO;
+* async mode: an optimizer thread samples and updates continuously and publishes a version
+  after every update; the training loop only inserts. The limiter blocks whichever side is
+  ahead by more than ``ratio_tolerance`` gradient steps: a blocked insert holds the actor's slot,
+  so the actor itself waits for a free slot (backpressure reaches the env loop).
+
+The training loop's iteration is one inserted slot in both modes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+import numpy as np
+import torch
+
+from asyncrl.algos.sac import SAC, SACConfig
+from asyncrl.config import TrainConfig
+from asyncrl.envs import EnvSpec
+from asyncrl.nets import FlatParams
+from asyncrl.runtime.rate_limiter import LimiterClosed, RateLimiter
+from asyncrl.runtime.replay import ReplayBuffer
+from asyncrl.runtime.transport import PolicyStore, Slot
+
+
+class OptimizerFailed(RuntimeError):
+    """The async optimizer thread raised; the message carries its error."""
+
+
+class SACLearner:
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec):
+        self.cfg, self.spec = cfg, spec
+        torch.manual_seed(cfg.seed)
+        self.sac = SAC(
+            spec.obs_dim,
+            spec.n_actions,
+            spec.action_low,
+            spec.action_high,
+            SACConfig(cfg.gamma, cfg.tau, cfg.policy_lr, cfg.q_lr, tuple(cfg.hidden)),
+        )
+        self.policy = self.sac.actor  # what actors act with
+        self.flat = FlatParams(self.sac.actor)
+        self.replay = ReplayBuffer(
+            cfg.buffer_size, spec.obs_shape, np.float32, (spec.n_actions,), seed=cfg.seed
+        )
+        self.limiter = self._new_limiter()
+        self.async_ = cfg.mode == "async" and cfg.backend != "inline"
+        self.version = 0
+        self.env_steps = 0
+        self.iterations = 0
+        self.updates = 0
+        self.learn_seconds = 0.0
+        self.episodes = 0
+        self.recent_returns: deque[float] = deque(maxlen=20)
+        self.recent_lengths: deque[int] = deque(maxlen=20)
+        self._replay_lock = threading.Lock()  # replay: inserts (loop) vs samples (optimizer)
+        self._update_lock = threading.Lock()  # networks: updates vs checkpoints and publishing
+        self._pending: list[torch.Tensor] = []  # stats of updates not yet reported
+        self._store: PolicyStore | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def _new_limiter(self) -> RateLimiter:
+        cfg = self.cfg
+        return RateLimiter(
+            samples_per_insert=cfg.replay_ratio,
+            min_size_to_sample=cfg.learning_starts,
+            error_buffer=cfg.ratio_tolerance,
+            max_insert_batch=cfg.insert_batch,  # async inserts one slot at a time
+        )
+
+    # ---------------------------------------------------------------- one gradient step
+    def _update_once(self) -> None:
+        with self._replay_lock:
+            b = self.replay.sample(self.cfg.batch_size)
+        batch = {
+            "obs": torch.from_numpy(b["obs"]),
+            "action": torch.from_numpy(b["action"]),
+            "reward": torch.from_numpy(b["reward"]),
+            "next_obs": torch.from_numpy(b["next_obs"]),
+            "terminated": torch.from_numpy(b["terminated"]).float(),
+        }
+        t0 = time.perf_counter()
+        with self._update_lock:
+            stats = self.sac.update(batch)
+            self.version += 1
+            self.updates += 1
+            self._pending.append(stats)
+            if self.async_ and self._store is not None:
+                self._store.publish(self.version, self.flat.write_to)
+        self.learn_seconds += time.perf_counter() - t0
+
+    def _optimizer_loop(self) -> None:
+        torch.set_num_threads(self.cfg.threads_learner)
+        try:
+            while True:
+                if self.limiter.await_can_sample(1, timeout=0.5):
+                    self._update_once()
+        except LimiterClosed:
+            pass
+        except BaseException as e:  # surfaced by the training loop
+            self._error = e
+            self.limiter.close()
+
+    # ---------------------------------------------------------------- the loop's calls
+    def publish(self, store: PolicyStore) -> None:
+        """Sync: publish now. Async: the optimizer thread publishes after every update; the
+        first call hands it the store and starts it."""
+        if not self.async_:
+            store.publish(self.version, self.flat.write_to)
+            return
+        if self._thread is None:
+            self._store = store
+            with self._update_lock:
+                store.publish(self.version, self.flat.write_to)
+            self._thread = threading.Thread(
+                target=self._optimizer_loop, name="asyncrl-sac-optimizer", daemon=True
+            )
+            self._thread.start()
+
+    def _transitions(self, slots: list[Slot]) -> dict[str, np.ndarray]:
+        """Flat transitions; next_obs is the following row, or the final obs at an episode end."""
+        parts: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+        }
+        for s in slots:
+            done = (s.terminated | s.truncated)[..., None]
+            nxt = np.where(
+                done,
+                s.final_obs.reshape(*done.shape[:2], -1),
+                s.obs[1:].reshape(*done.shape[:2], -1),
+            )
+            parts["obs"].append(s.obs[:-1].reshape(-1, *self.spec.obs_shape))
+            parts["next_obs"].append(nxt.reshape(-1, *self.spec.obs_shape))
+            parts["action"].append(s.actions.reshape(-1, self.spec.n_actions))
+            parts["reward"].append(s.rewards.reshape(-1))
+            parts["terminated"].append(s.terminated.reshape(-1))
+            parts["truncated"].append(s.truncated.reshape(-1))
+        return {k: np.concatenate(v) for k, v in parts.items()}
+
+    def train(self, slots: list[Slot]) -> dict[str, float]:
+        t0 = time.perf_counter()
+        lag = self.version - np.concatenate([s.versions.reshape(-1) for s in slots])
+        tr = self._transitions(slots)
+        n = len(tr["reward"])
+        if self.async_:
+            while not self.limiter.await_can_insert(n, timeout=0.5):
+                self._raise_if_failed()
+            with self._replay_lock:
+                self.replay.add_batch(**tr)
+            self._raise_if_failed()
+        else:
+            self.replay.add_batch(**tr)
+            self.limiter.record_inserts(n)
+            due = self.limiter.due_samples()
+            for _ in range(due):
+                self._update_once()
+            if due:
+                self.limiter.record_samples(due)
+        self.env_steps += n
+        self.iterations += 1
+        for s in slots:
+            done = ~np.isnan(s.ep_returns)
+            self.recent_returns.extend(s.ep_returns[done].tolist())
+            self.recent_lengths.extend(s.ep_lengths[done].tolist())
+            self.episodes += int(done.sum())
+        stats = self._drain_stats()
+        stats.update(
+            {
+                "learn_seconds": time.perf_counter() - t0 if not self.async_ else 0.0,
+                "samples": float(n),
+                "policy_lag_mean": float(lag.mean()),
+                "policy_lag_max": float(lag.max()),
+                "rollout_seconds": float(sum(s.meta[1] for s in slots)),
+                "actor_wait_seconds": float(sum(s.meta[2] for s in slots)),
+                "gradient_steps": float(self.updates),
+                "replay_ratio_achieved": self.limiter.achieved_ratio,
+                "insert_blocked_seconds": self.limiter.insert_blocked_seconds,
+                "sample_blocked_seconds": self.limiter.sample_blocked_seconds,
+                "replay_size": float(len(self.replay)),
+            }
+        )
+        return stats
+
+    def _drain_stats(self) -> dict[str, float]:
+        with self._update_lock:
+            pending, self._pending = self._pending, []
+        if not pending:
+            return {}
+        mean = torch.stack(pending).mean(0).tolist()
+        return dict(zip(SAC.STATS, mean, strict=True))
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise OptimizerFailed(f"SAC optimizer thread failed: {self._error!r}") from self._error
+
+    def close(self) -> None:
+        self.limiter.close()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    @property
+    def final_return(self) -> float:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
+
+    # ---------------------------------------------------------------- checkpoint state
+    def state_dict(self) -> dict:
+        with self._update_lock:
+            state = {
+                "sac": self.sac.state_dict(),
+                "limiter": self.limiter.state_dict(),
+                "counters": {
+                    "version": self.version,
+                    "env_steps": self.env_steps,
+                    "iterations": self.iterations,
+                    "updates": self.updates,
+                    "learn_seconds": self.learn_seconds,
+                    "episodes": self.episodes,
+                    "recent_returns": list(self.recent_returns),
+                    "recent_lengths": list(self.recent_lengths),
+                },
+            }
+        if self.cfg.save_replay:
+            with self._replay_lock:
+                state["replay"] = self.replay.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sac.load_state_dict(state["sac"])
+        c = state["counters"]
+        self.version, self.env_steps, self.iterations = (
+            c["version"],
+            c["env_steps"],
+            c["iterations"],
+        )
+        self.updates, self.learn_seconds, self.episodes = (
+            c["updates"],
+            c["learn_seconds"],
+            c["episodes"],
+        )
+        self.recent_returns.extend(c["recent_returns"])
+        self.recent_lengths.extend(c["recent_lengths"])
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
+            self.limiter.load_state_dict(state["limiter"])
+        # Without the saved data the replay starts empty: warm up again before sampling.

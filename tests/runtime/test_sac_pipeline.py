@@ -1,0 +1,95 @@
+"""SAC through the pipeline: the replay ratio held in both modes, resume with data, learning."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from asyncrl.config import TrainConfig, resolve
+from asyncrl.runtime.trainer import train
+
+
+def _cfg(tmp_path, **kw) -> TrainConfig:
+    base = dict(
+        algo="sac",
+        env="Pendulum-v1",
+        actors=1,
+        envs_per_actor=4,
+        hidden=[64, 64],
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+        run_dir=str(tmp_path / "run"),
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.mark.parametrize("ratio", [0.25, 1.0, 4.0])
+def test_sync_update_count_is_ratio_times_steps_exactly(tmp_path, ratio):
+    cfg = _cfg(
+        tmp_path,
+        mode="sync",
+        backend="inline",
+        actors=2,
+        envs_per_actor=3,
+        replay_ratio=ratio,
+        learning_starts=30,
+        total_steps=300,
+        batch_size=16,
+    )
+    s = train(cfg)
+    assert s["env_steps"] == 300  # 50 batched steps of 2 x 3 envs
+    assert s["gradient_steps"] == math.floor(ratio * (300 - 30))
+    assert s["policy_lag_max"] == 0
+
+
+def test_async_holds_the_ratio_within_tolerance(tmp_path):
+    cfg = _cfg(
+        tmp_path,
+        mode="async",
+        replay_ratio=0.5,
+        learning_starts=200,
+        total_steps=2_000,
+        batch_size=32,
+        envs_per_actor=4,
+        rollout=2,
+    )
+    s = train(cfg)
+    post = s["env_steps"] - 200
+    tolerance = resolve(cfg).ratio_tolerance  # auto: 2 x max(1, 0.5 x 4 x 2) = 8 steps
+    assert tolerance == 8.0
+    assert abs(s["gradient_steps"] - 0.5 * post) <= tolerance
+    assert s["replay_ratio_achieved"] == pytest.approx(0.5, abs=tolerance / post + 1e-9)
+    assert s["policy_lag_max"] >= 1
+
+
+def test_resume_with_saved_replay_continues_without_a_new_warm_up(tmp_path):
+    cfg = _cfg(
+        tmp_path,
+        mode="sync",
+        backend="inline",
+        learning_starts=100,
+        total_steps=200,
+        batch_size=16,
+        save_replay=True,
+    )
+    first = train(cfg)
+    assert first["gradient_steps"] == 100
+    second = train(dataclasses.replace(cfg, total_steps=300), resume=True)
+    # with its data back the learner updates on every new step: no second warm-up
+    assert second["env_steps"] == 300 and second["gradient_steps"] == 200
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    assert summary["resumed"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_pendulum_reaches_minus_250_within_20k_steps(tmp_path, mode):
+    s = train(_cfg(tmp_path, mode=mode, total_steps=20_000, seed=1))
+    assert s["env_steps"] <= 20_000 + 4
+    assert s["final_return"] >= -250, s
+    assert s["replay_ratio_achieved"] == pytest.approx(1.0, abs=0.01)
