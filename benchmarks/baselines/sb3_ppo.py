@@ -21,5 +21,15 @@ model = PPO("MlpPolicy", gym.make(args.env), device="cpu", seed=0, verbose=0)
 t0 = time.perf_counter()
 model.learn(total_timesteps=args.steps)
 seconds = time.perf_counter() - t0
-print(json.dumps({"impl": "sb3", "algo": "ppo", "env": args.env, "env_steps": model.num_timesteps,
-                  "seconds": seconds, "env_steps_per_second": model.num_timesteps / seconds}))
+print(
+    json.dumps(
+        {
+            "impl": "sb3",
+            "algo": "ppo",
+            "env": args.env,
+            "env_steps": model.num_timesteps,
+            "seconds": seconds,
+            "env_steps_per_second": model.num_timesteps / seconds,
+        }
+    )
+)

@@ -24,11 +24,23 @@ args = p.parse_args()
 
 with tempfile.TemporaryDirectory() as train_dir:
     proc = subprocess.run(
-        [sys.executable, "-m", "sf_examples.mujoco.train_mujoco", "--env=mujoco_halfcheetah",
-         "--experiment=bench", f"--train_dir={train_dir}", f"--num_workers={args.num_workers}",
-         f"--num_envs_per_worker={args.num_envs_per_worker}", f"--async_rl={args.async_rl}",
-         f"--train_for_env_steps={args.steps}", "--device=cpu", "--save_every_sec=100000"],
-        capture_output=True, text=True, timeout=1800,
+        [
+            sys.executable,
+            "-m",
+            "sf_examples.mujoco.train_mujoco",
+            "--env=mujoco_halfcheetah",
+            "--experiment=bench",
+            f"--train_dir={train_dir}",
+            f"--num_workers={args.num_workers}",
+            f"--num_envs_per_worker={args.num_envs_per_worker}",
+            f"--async_rl={args.async_rl}",
+            f"--train_for_env_steps={args.steps}",
+            "--device=cpu",
+            "--save_every_sec=100000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
 log = proc.stdout + proc.stderr
 if proc.returncode != 0:
@@ -36,6 +48,15 @@ if proc.returncode != 0:
 windows = [float(x) for x in re.findall(r"Fps is \(10 sec: ([0-9.]+)", log)]
 overall = [float(x) for x in re.findall(r"Collected \{0: \d+\}, FPS: ([0-9.]+)", log)]
 steady = statistics.median(windows[1:] or windows)
-print(json.dumps({"impl": "sample-factory", "mode": "async" if args.async_rl == "True" else "sync",
-                  "env_steps": args.steps, "env_steps_per_second": steady,
-                  "fps_windows": windows, "overall": overall[-1] if overall else None}))
+print(
+    json.dumps(
+        {
+            "impl": "sample-factory",
+            "mode": "async" if args.async_rl == "True" else "sync",
+            "env_steps": args.steps,
+            "env_steps_per_second": steady,
+            "fps_windows": windows,
+            "overall": overall[-1] if overall else None,
+        }
+    )
+)

@@ -68,6 +68,8 @@ class SACLearner:
         self._store: PolicyStore | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        # when learning began (first gradient step), for rates that leave out the warm-up
+        self.learning_began: tuple[float, int] | None = None
 
     def _new_limiter(self) -> RateLimiter:
         cfg = self.cfg
@@ -90,6 +92,8 @@ class SACLearner:
             "terminated": torch.from_numpy(b["terminated"]).float(),
         }
         t0 = time.perf_counter()
+        if self.learning_began is None:
+            self.learning_began = (t0, self.env_steps)
         with self._update_lock:
             stats = self.sac.update(batch)
             self.version += 1
@@ -202,6 +206,13 @@ class SACLearner:
     def _raise_if_failed(self) -> None:
         if self._error is not None:
             raise OptimizerFailed(f"SAC optimizer thread failed: {self._error!r}") from self._error
+
+    def learning_rate_of_env_steps(self) -> float:
+        """Env steps per second since the first gradient step (warm-up left out)."""
+        if self.learning_began is None:
+            return float("nan")
+        t0, steps0 = self.learning_began
+        return (self.env_steps - steps0) / max(time.perf_counter() - t0, 1e-9)
 
     def close(self) -> None:
         self.limiter.close()

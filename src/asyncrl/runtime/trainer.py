@@ -198,6 +198,7 @@ def _off_policy_summary(learner, wall: float) -> dict:
     return {
         "gradient_steps": learner.updates,
         "gradient_steps_per_second": learner.updates / wall,
+        "env_steps_per_second_learning": learner.learning_rate_of_env_steps(),
         "update_seconds_mean": learner.learn_seconds / max(learner.updates, 1),
         "replay_ratio": learner.cfg.replay_ratio,
         "replay_ratio_achieved": lim.achieved_ratio,

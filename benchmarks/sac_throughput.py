@@ -1,0 +1,204 @@
+"""SAC throughput, asyncrl against SB3 and against its own ideal, from one run.
+
+    python benchmarks/sac_throughput.py [--quick]
+
+Issue 3, "done when" 2. HalfCheetah-v5, 256x256 networks, batch 256, replay ratio 1, 1 env:
+  1. the time of one bare SAC gradient update on stored data (median of 200, one core);
+  2. asyncrl sync and async SAC env steps/s, and Stable-Baselines3 SAC's with the same settings
+     (its own venv, see benchmarks/baselines/setup.sh). Targets: sync >= 1.2x SB3; the sync
+     loop's time per step above (bare update + bare env step) <= 10%;
+  3. Humanoid-v5, async at replay ratio 0.25 (16 envs): env steps/s against the ideal overlap
+     rate 1 / max(env step time, update time / ratio), both measured in this run. Target >= 90%.
+All figures count from the end of the warm-up (learning_starts transitions of random actions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ppo_throughput import RESULTS, baseline  # noqa: E402
+
+from asyncrl.algos.sac import SAC, SACConfig  # noqa: E402
+from asyncrl.config import TrainConfig  # noqa: E402
+from asyncrl.envs import check_env, make_vector_env  # noqa: E402
+from asyncrl.runtime.replay import ReplayBuffer  # noqa: E402
+from asyncrl.runtime.trainer import train  # noqa: E402
+
+
+def bare_update_seconds(env_id: str, updates: int = 200) -> float:
+    torch.set_num_threads(1)
+    spec = check_env(env_id, "sac")
+    sac = SAC(spec.obs_dim, spec.n_actions, spec.action_low, spec.action_high, SACConfig())
+    rb = ReplayBuffer(10_000, spec.obs_shape, np.float32, (spec.n_actions,), seed=0)
+    rng = np.random.default_rng(0)
+    n = 10_000
+    rb.add_batch(
+        rng.normal(size=(n, *spec.obs_shape)).astype(np.float32),
+        rng.uniform(-1, 1, (n, spec.n_actions)).astype(np.float32),
+        rng.normal(size=n).astype(np.float32),
+        rng.normal(size=(n, *spec.obs_shape)).astype(np.float32),
+        np.zeros(n, bool),
+        np.zeros(n, bool),
+    )
+    times = []
+    for i in range(updates + 20):
+        b = rb.sample(256)
+        batch = {
+            "obs": torch.from_numpy(b["obs"]),
+            "action": torch.from_numpy(b["action"]),
+            "reward": torch.from_numpy(b["reward"]),
+            "next_obs": torch.from_numpy(b["next_obs"]),
+            "terminated": torch.from_numpy(b["terminated"]).float(),
+        }
+        t0 = time.perf_counter()
+        sac.update(batch)
+        if i >= 20:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+@torch.no_grad()
+def bare_env_step_seconds(env_id: str, envs: int, steps: int) -> float:
+    """Seconds per transition of one core stepping ``envs`` envs with SAC's actor."""
+    torch.set_num_threads(1)
+    spec = check_env(env_id, "sac")
+    sac = SAC(spec.obs_dim, spec.n_actions, spec.action_low, spec.action_high, SACConfig())
+    vec = make_vector_env(env_id, envs)
+    obs, _ = vec.reset(seed=0)
+    n = max(steps // envs, 1)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        a, _ = sac.actor.act(torch.as_tensor(np.asarray(obs, np.float32)))
+        obs, *_ = vec.step(a.numpy())
+    vec.close()
+    return (time.perf_counter() - t0) / (n * envs)
+
+
+def ours(cfg: TrainConfig) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        s = train(dataclasses.replace(cfg, run_dir=d))
+    keys = (
+        "env_steps_per_second_learning",
+        "gradient_steps",
+        "gradient_steps_per_second",
+        "update_seconds_mean",
+        "replay_ratio_achieved",
+        "insert_blocked_seconds",
+        "sample_blocked_seconds",
+        "policy_lag_mean",
+        "env_steps",
+    )
+    return {k: s[k] for k in keys}
+
+
+def part_halfcheetah(steps: int) -> dict:
+    print("[1-2] HalfCheetah-v5: SAC 256x256, batch 256, replay ratio 1, 1 actor x 1 env")
+    upd = bare_update_seconds("HalfCheetah-v5")
+    env_t = bare_env_step_seconds("HalfCheetah-v5", 1, 2_000)
+    print(f"  bare update {upd * 1e3:.2f} ms; bare env step with the actor {env_t * 1e3:.2f} ms")
+    warm = 1_000
+    cfg = TrainConfig(
+        algo="sac",
+        env="HalfCheetah-v5",
+        actors=1,
+        envs_per_actor=1,
+        hidden=[256, 256],
+        batch_size=256,
+        replay_ratio=1.0,
+        learning_starts=warm,
+        total_steps=warm + steps,
+        gamma=0.99,
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+    )
+    res: dict = {"bare_update_seconds": upd, "bare_env_step_seconds": env_t}
+    for mode, backend in (("sync", "inline"), ("sync", "process"), ("async", "process")):
+        r = ours(dataclasses.replace(cfg, mode=mode, backend=backend))
+        res[f"{mode}/{backend}"] = r
+        per_step = 1 / r["env_steps_per_second_learning"]
+        overhead = per_step / (upd + env_t) - 1
+        r["loop_overhead_vs_bare"] = overhead
+        print(
+            f"  asyncrl {mode:5s} ({backend:7s}): {r['env_steps_per_second_learning']:6.1f} "
+            f"env steps/s, {per_step * 1e3:.2f} ms/step = bare update + env step "
+            f"{overhead:+.1%}, achieved ratio {r['replay_ratio_achieved']:.3f}"
+        )
+    sb3 = baseline("sb3", "sb3_sac.py", ["--steps", str(steps)], 1)
+    res["sb3"] = sb3
+    if sb3:
+        sb = sb3["env_steps_per_second"]
+        print(f"  SB3 SAC            : {sb:6.1f} env steps/s")
+        for k in ("sync/inline", "sync/process", "async/process"):
+            res[k]["ratio_sb3"] = res[k]["env_steps_per_second_learning"] / sb
+        print(
+            f"  sync/SB3 = {res['sync/process']['ratio_sb3']:.2f} (process), "
+            f"{res['sync/inline']['ratio_sb3']:.2f} (inline); target >= 1.2. "
+            f"async/SB3 = {res['async/process']['ratio_sb3']:.2f}"
+        )
+    return res
+
+
+def part_humanoid(steps: int) -> dict:
+    print("[3] Humanoid-v5: async SAC at replay ratio 0.25, 1 actor x 16 envs")
+    K, ratio = 16, 0.25
+    cfg = TrainConfig(
+        algo="sac",
+        env="Humanoid-v5",
+        mode="async",
+        actors=1,
+        envs_per_actor=K,
+        rollout=4,
+        hidden=[256, 256],
+        batch_size=256,
+        replay_ratio=ratio,
+        learning_starts=2_000,
+        total_steps=2_000 + steps,
+        gamma=0.99,
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+    )
+    r = ours(cfg)
+    env_t = bare_env_step_seconds("Humanoid-v5", K, 4_000)
+    upd = r["update_seconds_mean"]  # measured inside this run, under the same load
+    ideal = 1 / max(env_t, upd / ratio)
+    got = r["env_steps_per_second_learning"]
+    print(
+        f"  env step {env_t * 1e3:.3f} ms/transition (bare, 16 envs), update {upd * 1e3:.2f} ms "
+        f"-> ideal {ideal:.0f} env steps/s; async {got:.0f} env steps/s = {got / ideal:.2f} "
+        f"of ideal (target >= 0.90); achieved ratio {r['replay_ratio_achieved']:.3f}"
+    )
+    r.update(bare_env_step_seconds=env_t, ideal=ideal, fraction_of_ideal=got / ideal)
+    return r
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="smaller budgets, noisier")
+    p.add_argument("--parts", default="halfcheetah,humanoid")
+    args = p.parse_args()
+    out: dict = {"torch": torch.__version__, "argv": sys.argv[1:]}
+    if "halfcheetah" in args.parts:
+        out["halfcheetah"] = part_halfcheetah(600 if args.quick else 2_000)
+    if "humanoid" in args.parts:
+        out["humanoid"] = part_humanoid(2_000 if args.quick else 8_000)
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"sac_throughput-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(out, indent=2, default=float))
+    print(f"written {path}")
+
+
+if __name__ == "__main__":
+    main()
