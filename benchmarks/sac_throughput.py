@@ -35,6 +35,7 @@ from asyncrl.algos.sac import SAC, SACConfig  # noqa: E402
 from asyncrl.config import TrainConfig  # noqa: E402
 from asyncrl.envs import check_env, make_vector_env  # noqa: E402
 from asyncrl.runtime.replay import ReplayBuffer  # noqa: E402
+from asyncrl.runtime.sac_learner import as_update_batch  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
 
 
@@ -55,14 +56,7 @@ def bare_update_seconds(env_id: str, updates: int = 200) -> float:
     )
     times = []
     for i in range(updates + 20):
-        b = rb.sample(256)
-        batch = {
-            "obs": torch.from_numpy(b["obs"]),
-            "action": torch.from_numpy(b["action"]),
-            "reward": torch.from_numpy(b["reward"]),
-            "next_obs": torch.from_numpy(b["next_obs"]),
-            "terminated": torch.from_numpy(b["terminated"]).float(),
-        }
+        batch = as_update_batch(rb.sample(256))
         t0 = time.perf_counter()
         sac.update(batch)
         if i >= 20:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -76,6 +78,39 @@ class Throughput:
         if not total:
             return math.nan, math.nan
         return sum(m * n for m, _, n in self.lags) / total, max(mx for _, mx, _ in self.lags)
+
+
+class EpisodeStats:
+    """Finished episodes as the learner receives them: count, and the last 20 returns and
+    lengths (``final_return`` is their mean, the figure the summary and tests use)."""
+
+    def __init__(self, window: int = 20):
+        self.returns: deque[float] = deque(maxlen=window)
+        self.lengths: deque[int] = deque(maxlen=window)
+        self.episodes = 0
+
+    def record(self, slots) -> None:
+        for s in slots:
+            done = ~np.isnan(s.ep_returns)
+            self.returns.extend(s.ep_returns[done].tolist())
+            self.lengths.extend(s.ep_lengths[done].tolist())
+            self.episodes += int(done.sum())
+
+    @property
+    def final_return(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else math.nan
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "episodes": self.episodes,
+            "recent_returns": list(self.returns),
+            "recent_lengths": list(self.lengths),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.episodes = state["episodes"]
+        self.returns.extend(state["recent_returns"])
+        self.lengths.extend(state["recent_lengths"])
 
 
 class MetricsLog:

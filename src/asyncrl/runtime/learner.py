@@ -8,7 +8,6 @@ against the version the learner holds when it starts the update.
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import fields
 
 import numpy as np
@@ -17,6 +16,7 @@ import torch
 from asyncrl.algos.ppo import PPO, PPOConfig
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
+from asyncrl.metrics import EpisodeStats
 from asyncrl.nets import FlatParams, build_policy
 from asyncrl.runtime.transport import PolicyStore, Slot
 
@@ -36,9 +36,7 @@ class Learner:
         self.env_steps = 0
         self.iterations = 0
         self.learn_seconds = 0.0
-        self.recent_returns: deque[float] = deque(maxlen=20)
-        self.recent_lengths: deque[int] = deque(maxlen=20)
-        self.episodes = 0
+        self.episode_stats = EpisodeStats()
 
     def publish(self, store: PolicyStore) -> None:
         store.publish(self.version, self.flat.write_to)
@@ -70,11 +68,7 @@ class Learner:
         steps = int(sum(s.meta[3] for s in slots))
         self.env_steps += steps
         self.iterations += 1
-        for s in slots:
-            done = ~np.isnan(s.ep_returns)
-            self.recent_returns.extend(s.ep_returns[done].tolist())
-            self.recent_lengths.extend(s.ep_lengths[done].tolist())
-            self.episodes += int(done.sum())
+        self.episode_stats.record(slots)
         seconds = time.perf_counter() - t0
         self.learn_seconds += seconds
         stats.update(
@@ -93,7 +87,11 @@ class Learner:
 
     @property
     def final_return(self) -> float:
-        return float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
+        return self.episode_stats.final_return
+
+    @property
+    def episodes(self) -> int:
+        return self.episode_stats.episodes
 
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
@@ -106,10 +104,8 @@ class Learner:
                 "env_steps": self.env_steps,
                 "iterations": self.iterations,
                 "learn_seconds": self.learn_seconds,
-                "episodes": self.episodes,
-                "recent_returns": list(self.recent_returns),
-                "recent_lengths": list(self.recent_lengths),
             },
+            "episodes": self.episode_stats.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -122,9 +118,8 @@ class Learner:
             c["env_steps"],
             c["iterations"],
         )
-        self.learn_seconds, self.episodes = c["learn_seconds"], c["episodes"]
-        self.recent_returns.extend(c["recent_returns"])
-        self.recent_lengths.extend(c["recent_lengths"])
+        self.learn_seconds = c["learn_seconds"]
+        self.episode_stats.load_state_dict(state["episodes"])
 
 
 def _join(arrays: list[np.ndarray]) -> np.ndarray:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 
 import numpy as np
 import torch
@@ -26,10 +25,22 @@ import torch
 from asyncrl.algos.sac import SAC, SACConfig
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
+from asyncrl.metrics import EpisodeStats
 from asyncrl.nets import FlatParams
 from asyncrl.runtime.rate_limiter import LimiterClosed, RateLimiter
 from asyncrl.runtime.replay import ReplayBuffer
 from asyncrl.runtime.transport import PolicyStore, Slot
+
+
+def as_update_batch(b: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """A replay sample as the tensors ``SAC.update`` reads (no copies)."""
+    return {
+        "obs": torch.from_numpy(b["obs"]),
+        "action": torch.from_numpy(b["action"]),
+        "reward": torch.from_numpy(b["reward"]),
+        "next_obs": torch.from_numpy(b["next_obs"]),
+        "terminated": torch.from_numpy(b["terminated"]).float(),
+    }
 
 
 class OptimizerFailed(RuntimeError):
@@ -59,9 +70,7 @@ class SACLearner:
         self.iterations = 0
         self.updates = 0
         self.learn_seconds = 0.0
-        self.episodes = 0
-        self.recent_returns: deque[float] = deque(maxlen=20)
-        self.recent_lengths: deque[int] = deque(maxlen=20)
+        self.episode_stats = EpisodeStats()
         self._replay_lock = threading.Lock()  # replay: inserts (loop) vs samples (optimizer)
         self._update_lock = threading.Lock()  # networks: updates vs checkpoints and publishing
         self._pending: list[torch.Tensor] = []  # stats of updates not yet reported
@@ -83,14 +92,7 @@ class SACLearner:
     # ---------------------------------------------------------------- one gradient step
     def _update_once(self) -> None:
         with self._replay_lock:
-            b = self.replay.sample(self.cfg.batch_size)
-        batch = {
-            "obs": torch.from_numpy(b["obs"]),
-            "action": torch.from_numpy(b["action"]),
-            "reward": torch.from_numpy(b["reward"]),
-            "next_obs": torch.from_numpy(b["next_obs"]),
-            "terminated": torch.from_numpy(b["terminated"]).float(),
-        }
+            batch = as_update_batch(self.replay.sample(self.cfg.batch_size))
         t0 = time.perf_counter()
         if self.learning_began is None:
             self.learning_began = (t0, self.env_steps)
@@ -172,11 +174,7 @@ class SACLearner:
                 self.limiter.record_samples(due)
         self.env_steps += n
         self.iterations += 1
-        for s in slots:
-            done = ~np.isnan(s.ep_returns)
-            self.recent_returns.extend(s.ep_returns[done].tolist())
-            self.recent_lengths.extend(s.ep_lengths[done].tolist())
-            self.episodes += int(done.sum())
+        self.episode_stats.record(slots)
         stats = self._drain_stats()
         stats.update(
             {
@@ -222,7 +220,11 @@ class SACLearner:
 
     @property
     def final_return(self) -> float:
-        return float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
+        return self.episode_stats.final_return
+
+    @property
+    def episodes(self) -> int:
+        return self.episode_stats.episodes
 
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
@@ -236,10 +238,8 @@ class SACLearner:
                     "iterations": self.iterations,
                     "updates": self.updates,
                     "learn_seconds": self.learn_seconds,
-                    "episodes": self.episodes,
-                    "recent_returns": list(self.recent_returns),
-                    "recent_lengths": list(self.recent_lengths),
                 },
+                "episodes": self.episode_stats.state_dict(),
             }
         if self.cfg.save_replay:
             with self._replay_lock:
@@ -254,13 +254,8 @@ class SACLearner:
             c["env_steps"],
             c["iterations"],
         )
-        self.updates, self.learn_seconds, self.episodes = (
-            c["updates"],
-            c["learn_seconds"],
-            c["episodes"],
-        )
-        self.recent_returns.extend(c["recent_returns"])
-        self.recent_lengths.extend(c["recent_lengths"])
+        self.updates, self.learn_seconds = c["updates"], c["learn_seconds"]
+        self.episode_stats.load_state_dict(state["episodes"])
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
             self.limiter.load_state_dict(state["limiter"])
