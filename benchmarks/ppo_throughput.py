@@ -12,6 +12,7 @@ Parts (issue 2, "done when" 3):
      both measured in the sync run.
   c  Humanoid-v5, 1 epoch (env-bound): async >= 85% of the rate at which one core steps the same
      envs with the same policy in a bare loop.
+  e  The backends side by side (inline, thread, process) in both modes, same settings as b.
   d  Sample Factory 2.1.1's MuJoCo settings (rollout 64, 2 workers x 8 envs, each sample in 2
      epochs, 64x64 tanh, normalised inputs): asyncrl async >= 1.5x Sample Factory.
 
@@ -261,21 +262,54 @@ def part_d(steps: int, repeats: int) -> dict:
     return res
 
 
+def part_e(steps: int, repeats: int) -> dict:
+    print("\n[e] HalfCheetah-v5, 1 actor x 8 envs x 256 steps, 4 epochs: backends side by side")
+    cfg = base_cfg(
+        env="HalfCheetah-v5",
+        actors=1,
+        envs_per_actor=8,
+        rollout=256,
+        epochs=4,
+        minibatch_size=64,
+        total_steps=steps,
+        norm_obs=True,
+    )
+    res = {}
+    for backend in ("inline", "thread", "process"):
+        for mode in ("sync", "async"):
+            r = ours(dataclasses.replace(cfg, backend=backend, mode=mode), repeats)
+            res[f"{backend}/{mode}"] = r
+            print(
+                f"  {backend:7s} {mode:5s}: {r['env_steps_per_second']:7.0f} env steps/s "
+                f"(lag {r['policy_lag_mean']:.2f})"
+            )
+    base = res["inline/sync"]["env_steps_per_second"]
+    for k, r in res.items():
+        r["vs_inline_sync"] = r["env_steps_per_second"] / base
+    print(
+        "  thread async / inline sync = "
+        f"{res['thread/async']['vs_inline_sync']:.2f}; process async / inline sync = "
+        f"{res['process/async']['vs_inline_sync']:.2f}"
+    )
+    return res
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--parts", default="a,b,c,d")
+    p.add_argument("--parts", default="a,b,c,d,e")
     p.add_argument("--quick", action="store_true", help="smaller budgets, 1 repeat")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--compile", action="store_true", help="torch.compile the learner step in (a)")
     args = p.parse_args()
     repeats = 1 if args.quick else args.repeats
     scale = 0.4 if args.quick else 1.0
-    budgets = {"a": 61_440, "b": 49_152, "c": 30_720, "d": 102_400}
+    budgets = {"a": 61_440, "b": 49_152, "c": 30_720, "d": 102_400, "e": 40_960}
     fns = {
         "a": lambda n: part_a(n, repeats, args.compile),
         "b": lambda n: part_b(n, repeats),
         "c": lambda n: part_c(n, repeats),
         "d": lambda n: part_d(n, repeats),
+        "e": lambda n: part_e(n, repeats),
     }
     results = {"torch": torch.__version__, "argv": sys.argv[1:]}
     for part in args.parts.split(","):

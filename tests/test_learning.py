@@ -31,9 +31,10 @@ def _cfg(tmp_path, **kw) -> TrainConfig:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["process", "thread"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_cartpole_is_solved_within_150k_steps(tmp_path, mode):
-    summary = train(_cfg(tmp_path, mode=mode, total_steps=150_000, seed=1))
+def test_cartpole_is_solved_within_150k_steps(tmp_path, mode, backend):
+    summary = train(_cfg(tmp_path, mode=mode, backend=backend, total_steps=150_000, seed=1))
     assert summary["env_steps"] <= 150_000 + 2 * 8 * 32
     assert summary["final_return"] >= 475, summary
     if mode == "sync":

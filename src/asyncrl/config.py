@@ -18,7 +18,7 @@ import yaml
 
 ALGOS = ("ppo", "sac")
 MODES = ("sync", "async")
-BACKENDS = ("inline", "process")
+BACKENDS = ("inline", "thread", "process")
 CORRECTIONS = ("none", "vtrace")
 LR_SCHEDULES = ("constant", "linear")
 ACTIVATIONS = ("tanh", "relu")
@@ -49,7 +49,9 @@ class TrainConfig:
         "async", "sync: actors wait while the learner trains; async: they go on", choices=MODES
     )
     backend: str = _f(
-        "process", "where actors run: inline (one process) or process", choices=BACKENDS
+        "process",
+        "where actors run: inline (one process, in turn), thread, or process",
+        choices=BACKENDS,
     )
     actors: int = _f(2, "N, the number of actors")
     envs_per_actor: int = _f(8, "K, the envs each actor steps as one batched env")

@@ -18,10 +18,12 @@ from asyncrl.runtime.trainer import train
 from conftest import alive, descendants, shm_segments
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_env_exception_in_actor_ends_the_run_naming_the_actor(small_cfg, mode):
+@pytest.mark.parametrize(
+    ("mode", "backend"), [("sync", "process"), ("async", "process"), ("async", "thread")]
+)
+def test_env_exception_in_actor_ends_the_run_naming_the_actor(small_cfg, mode, backend):
     cfg = dataclasses.replace(
-        small_cfg, env="fake_envs:CrashAfter-v0", total_steps=10**7, mode=mode
+        small_cfg, env="fake_envs:CrashAfter-v0", total_steps=10**7, mode=mode, backend=backend
     )
     t0 = time.monotonic()
     with pytest.raises(ActorError) as e:

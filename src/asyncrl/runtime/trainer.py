@@ -44,6 +44,10 @@ def make_backend(cfg: TrainConfig, spec, slots: SlotStore, store: PolicyStore):
         from asyncrl.runtime.backends.inline import InlineBackend
 
         return InlineBackend(cfg, spec, slots, store)
+    if cfg.backend == "thread":
+        from asyncrl.runtime.backends.thread import ThreadBackend
+
+        return ThreadBackend(cfg, spec, slots, store)
     from asyncrl.runtime.backends.process import ProcessBackend
 
     return ProcessBackend(cfg, spec, slots, store)
@@ -71,7 +75,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     import multiprocessing as mp
 
     shared = cfg.backend == "process"
-    slot_count = cfg.actors * (cfg.slots_per_actor if shared else 1)
+    slot_count = cfg.actors * (cfg.slots_per_actor if cfg.backend != "inline" else 1)
     layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
     slots = SlotStore(layout, slot_count, shared)
     store = None
