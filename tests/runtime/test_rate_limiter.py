@@ -216,7 +216,7 @@ def test_stress_producers_and_consumers_keep_the_window():
     for t in producers:
         t.join(15)
     deadline = time.monotonic() + 5  # let the learners drain what is due, then shut down
-    while lim.can_sample(1) and time.monotonic() < deadline:
+    while lim.can_sample(2) and time.monotonic() < deadline:
         time.sleep(0.01)
     lim.close()
     stop.set()
@@ -229,9 +229,10 @@ def test_stress_producers_and_consumers_keep_the_window():
     post = s["inserts"] - warmup
     assert post > 1000
     # the window bounds the final deviation: |samples - ratio * post| <= eb, and the drained
-    # learner sits within one sample of the lower edge
+    # learners sit within one sample batch (up to 2 steps) of the lower edge: a consumer that
+    # drew a batch of 2 stays blocked at -eb + 1
     assert abs(s["samples"] - ratio * post) <= eb
-    assert -eb <= s["error"] < -eb + 1
+    assert -eb <= s["error"] < -eb + 2
     assert s["achieved_ratio"] == pytest.approx(ratio, abs=eb / post + 1e-9)
 
 

@@ -23,7 +23,21 @@ from asyncrl.runtime.transport import PolicyStore, Slot
 ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
 
 
-class Learner:
+class EpisodeCounters:
+    """What both learners report of finished episodes (they keep ``episode_stats``)."""
+
+    episode_stats: EpisodeStats
+
+    @property
+    def final_return(self) -> float:
+        return self.episode_stats.final_return
+
+    @property
+    def episodes(self) -> int:
+        return self.episode_stats.episodes
+
+
+class Learner(EpisodeCounters):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec):
         self.cfg, self.spec = cfg, spec
         torch.manual_seed(cfg.seed)
@@ -84,14 +98,6 @@ class Learner:
             }
         )
         return stats
-
-    @property
-    def final_return(self) -> float:
-        return self.episode_stats.final_return
-
-    @property
-    def episodes(self) -> int:
-        return self.episode_stats.episodes
 
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:

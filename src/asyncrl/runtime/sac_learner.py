@@ -27,6 +27,7 @@ from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats
 from asyncrl.nets import FlatParams
+from asyncrl.runtime.learner import EpisodeCounters
 from asyncrl.runtime.rate_limiter import LimiterClosed, RateLimiter
 from asyncrl.runtime.replay import ReplayBuffer
 from asyncrl.runtime.transport import PolicyStore, Slot
@@ -47,7 +48,7 @@ class OptimizerFailed(RuntimeError):
     """The async optimizer thread raised; the message carries its error."""
 
 
-class SACLearner:
+class SACLearner(EpisodeCounters):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec):
         self.cfg, self.spec = cfg, spec
         torch.manual_seed(cfg.seed)
@@ -217,14 +218,6 @@ class SACLearner:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
-
-    @property
-    def final_return(self) -> float:
-        return self.episode_stats.final_return
-
-    @property
-    def episodes(self) -> int:
-        return self.episode_stats.episodes
 
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:

@@ -29,3 +29,25 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stop the actors and free every resource; safe to call twice and on error paths."""
+
+
+class SlotQueues:
+    """The slot protocol of backends whose actors run beside the learner (threads, processes).
+
+    Subclasses provide ``free`` (one queue of slot ids per actor), ``waiting`` (a semaphore of
+    ``max_batches_waiting`` in async mode, else None), ``per_actor``, ``slots``, ``cfg`` and
+    ``_get_full()``, a blocking get of the next filled slot id that raises ActorError when an
+    actor failed. Actor i owns slots ``i * per_actor ... (i + 1) * per_actor - 1``.
+    """
+
+    def next_batch(self) -> list[Slot]:
+        count = self.cfg.actors if self.cfg.mode == "sync" else 1
+        ids = [self._get_full() for _ in range(count)]
+        if self.waiting is not None:
+            self.waiting.release()  # the batch left the queue: one more may wait
+        return [self.slots.slots[i] for i in ids]
+
+    def release(self, slots: list[Slot]) -> None:
+        for slot in slots:
+            i = self.slots.slots.index(slot)
+            self.free[i // self.per_actor].put(i)

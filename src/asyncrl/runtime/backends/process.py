@@ -24,8 +24,8 @@ import torch
 
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.backends.base import ActorError
-from asyncrl.runtime.transport import PolicyStore, Slot, SlotStore
+from asyncrl.runtime.backends.base import ActorError, SlotQueues
+from asyncrl.runtime.transport import PolicyStore, SlotStore
 
 POLL = 0.2  # seconds between liveness checks while blocked
 
@@ -91,7 +91,7 @@ def _empty() -> Any:
     raise queue.Empty
 
 
-class ProcessBackend:
+class ProcessBackend(SlotQueues):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, slots: SlotStore, store: PolicyStore):
         self.cfg, self.spec, self.slots, self.store = cfg, spec, slots, store
         self.ctx = mp.get_context("spawn")
@@ -159,18 +159,6 @@ class ProcessBackend:
                 return self.full.get(timeout=POLL)
             except queue.Empty:
                 self._check_actors()
-
-    def next_batch(self) -> list[Slot]:
-        count = self.cfg.actors if self.cfg.mode == "sync" else 1
-        ids = [self._get_full() for _ in range(count)]
-        if self.waiting is not None:
-            self.waiting.release()
-        return [self.slots.slots[i] for i in ids]
-
-    def release(self, slots: list[Slot]) -> None:
-        for slot in slots:
-            i = self.slots.slots.index(slot)
-            self.free[i // self.per_actor].put(i)
 
     def close(self) -> None:
         self.stop.set()

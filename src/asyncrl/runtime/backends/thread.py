@@ -24,8 +24,8 @@ import traceback
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import Actor
-from asyncrl.runtime.backends.base import ActorError
-from asyncrl.runtime.transport import PolicyStore, Slot, SlotStore
+from asyncrl.runtime.backends.base import ActorError, SlotQueues
+from asyncrl.runtime.transport import PolicyStore, SlotStore
 
 POLL = 0.2
 
@@ -34,7 +34,7 @@ class _Stopped(Exception):
     pass
 
 
-class ThreadBackend:
+class ThreadBackend(SlotQueues):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, slots: SlotStore, store: PolicyStore):
         self.cfg, self.spec, self.slots, self.store = cfg, spec, slots, store
         self.per_actor = cfg.slots_per_actor
@@ -102,18 +102,6 @@ class ThreadBackend:
                         f"actor {actor_id} (env {self.cfg.env} x {self.cfg.envs_per_actor}) "
                         f"failed:\n{tb}"
                     ) from None
-
-    def next_batch(self) -> list[Slot]:
-        count = self.cfg.actors if self.cfg.mode == "sync" else 1
-        ids = [self._get_full() for _ in range(count)]
-        if self.waiting is not None:
-            self.waiting.release()
-        return [self.slots.slots[i] for i in ids]
-
-    def release(self, slots: list[Slot]) -> None:
-        for slot in slots:
-            i = self.slots.slots.index(slot)
-            self.free[i // self.per_actor].put(i)
 
     def close(self) -> None:
         self.stop.set()
