@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from asyncrl.envs import check_env, make_vector_env
-from asyncrl.nets import build_policy
+from asyncrl.nets import build_acting_policy
 from asyncrl.rundir import load_checkpoint, load_run_config
 
 
@@ -15,9 +15,13 @@ def evaluate(
     run_dir: str, episodes: int = 10, deterministic: bool = True, seed: int = 10_000, envs: int = 1
 ) -> dict[str, float]:
     cfg = load_run_config(run_dir)
-    spec = check_env(cfg.env)
-    policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
-    policy.load_state_dict(load_checkpoint(run_dir)["learner"]["policy"])
+    spec = check_env(cfg.env, cfg.algo)
+    policy = build_acting_policy(cfg, spec)
+    learner_state = load_checkpoint(run_dir)["learner"]
+    if cfg.algo == "sac":
+        policy.load_state_dict(learner_state["sac"]["actor"])
+    else:
+        policy.load_state_dict(learner_state["policy"])
     policy.eval()
     vec = make_vector_env(cfg.env, min(envs, episodes))
     obs, _ = vec.reset(seed=[seed + i for i in range(vec.num_envs)])

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from asyncrl.config import TrainConfig, resolve
+from asyncrl.evaluate import evaluate
 from asyncrl.runtime.trainer import train
 
 
@@ -84,6 +85,8 @@ def test_resume_with_saved_replay_continues_without_a_new_warm_up(tmp_path):
     assert second["env_steps"] == 300 and second["gradient_steps"] == 200
     summary = json.loads((tmp_path / "run/summary.json").read_text())
     assert summary["resumed"] is True
+    result = evaluate(str(tmp_path / "run"), episodes=2)
+    assert result["episodes"] == 2 and math.isfinite(result["mean_return"])
 
 
 @pytest.mark.slow
