@@ -6,8 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from asyncrl.config import TrainConfig
+
+# Tests share 2 cores with the actor processes they start: one torch thread in this process,
+# as the learner has in a run (threads_learner defaults to 1).
+torch.set_num_threads(1)
 
 
 def shm_segments(pid: int | None = None) -> set[str]:

@@ -115,3 +115,15 @@ def test_polyak_update_and_learning_on_a_fixed_batch():
     for _ in range(300):
         stats = sac.update(b)
     assert stats[0].item() < 0.1 * first
+
+
+def test_loading_a_live_state_dict_does_not_share_optimizer_state():
+    torch.manual_seed(0)
+    a = SAC(3, 2, [-1, -1], [1, 1], SACConfig())
+    a.update(_batch())
+    b = SAC(3, 2, [-1, -1], [1, 1], SACConfig())
+    b.load_state_dict(a.state_dict())
+    moments = [s["exp_avg"].clone() for s in b.q_opt.state.values()]
+    a.update(_batch(seed=1))
+    for m, s in zip(moments, b.q_opt.state.values(), strict=True):
+        assert torch.equal(m, s["exp_avg"])

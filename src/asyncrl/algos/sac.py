@@ -13,6 +13,7 @@ Cost is what matters here (the update is the bottleneck of SAC on a CPU), so:
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -194,6 +195,8 @@ class SAC:
         self.q_target.load_state_dict(state["q_target"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.q_opt.load_state_dict(state["q_opt"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        # Optimizer.load_state_dict keeps tensors that already match in dtype and device: copy,
+        # or loading a live state dict would make two SACs share their Adam moments.
+        self.q_opt.load_state_dict(copy.deepcopy(state["q_opt"]))
+        self.actor_opt.load_state_dict(copy.deepcopy(state["actor_opt"]))
+        self.alpha_opt.load_state_dict(copy.deepcopy(state["alpha_opt"]))
