@@ -35,6 +35,10 @@ SUMMARY_KEYS = (
 )
 
 
+def _str_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
 def _int_list(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -44,9 +48,12 @@ def _int_list(text: str) -> list[int]:
         ) from None
 
 
-def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+def _add_config_flags(parser: argparse.ArgumentParser, owned: tuple[str, ...] = ()) -> None:
+    """One flag per TrainConfig field, except those the command sets itself (``owned``)."""
     defaults = TrainConfig()
     for name, f in FIELDS.items():
+        if name in owned:
+            continue
         flag = "--" + name.replace("_", "-")
         default = getattr(defaults, name)
         kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
@@ -64,6 +71,10 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, **kw)
 
 
+COMPARE_OWNS = ("envs_per_actor", "mode", "total_steps", "max_seconds", "run_dir")
+TUNE_OWNS = ("actors", "envs_per_actor", "backend", "total_steps", "max_seconds", "run_dir")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="asyncrl",
@@ -74,6 +85,51 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", help="YAML file of settings (flags given here override it)")
     tr.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
     _add_config_flags(tr)
+    cmp = sub.add_parser(
+        "compare",
+        help="sync vs async over K: table of T and EPS, time to a target return, plots",
+        description="Train one run per K and mode, one after another, then write the table "
+        "(Markdown, CSV) and plots. Every other train flag sets all runs.",
+    )
+    cmp.add_argument(
+        "--ks", type=_int_list, default=[32, 48, 96], help="K values (default: 32,48,96)"
+    )
+    cmp.add_argument(
+        "--modes", type=_str_list, default=["sync", "async"], help="modes (default: sync,async)"
+    )
+    cmp.add_argument(
+        "--steps", type=int, default=150_000, help="env steps per run (default: 150000)"
+    )
+    cmp.add_argument(
+        "--minutes",
+        type=float,
+        default=0.0,
+        help="also stop each run after this (default: 0, none)",
+    )
+    cmp.add_argument("--target-return", type=float, default=None, help="report steps/time to it")
+    cmp.add_argument("--out", default="", help="study directory (default: runs/compare-<env>-...)")
+    cmp.add_argument("--reuse", action="store_true", help="keep finished runs of the same settings")
+    cmp.add_argument("--config", help="YAML file of settings for every run")
+    _add_config_flags(cmp, owned=COMPARE_OWNS)
+    tn = sub.add_parser(
+        "tune",
+        help="probe N, K and backend on this machine; recommend the fastest setting",
+        description="Short training probes over every backend x N x K, cut off by wall-clock "
+        "time; prints the measured T, EPS, env steps/s and lag, and a recommendation.",
+    )
+    tn.add_argument("--ns", type=_int_list, default=[1, 2, 4], help="actor counts (default: 1,2,4)")
+    tn.add_argument("--ks", type=_int_list, default=[8, 16, 32], help="K values (default: 8,16,32)")
+    tn.add_argument(
+        "--backends", type=_str_list, default=["process"], help="backends (default: process)"
+    )
+    tn.add_argument(
+        "--seconds", type=float, default=180.0, help="time budget of all probes (default: 180)"
+    )
+    tn.add_argument(
+        "--out", default="", help="where probes and tune.md go (default: runs/tune-...)"
+    )
+    tn.add_argument("--config", help="YAML file of settings for every probe")
+    _add_config_flags(tn, owned=TUNE_OWNS)
     ev = sub.add_parser("eval", help="mean and std of the return of a saved policy")
     ev.add_argument("run_dir", help="a run directory written by asyncrl train")
     ev.add_argument("--episodes", type=int, default=10, help="episodes to run (default: 10)")
@@ -100,6 +156,36 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _base_config(args: argparse.Namespace) -> TrainConfig:
+    base = TrainConfig()
+    if args.config:
+        base = from_dict(load_yaml(args.config), base)
+    return dataclasses.replace(base, **{k: v for k, v in vars(args).items() if k in FIELDS})
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from asyncrl.study.compare import compare
+
+    compare(
+        _base_config(args),
+        args.ks,
+        args.modes,
+        args.steps,
+        args.minutes,
+        args.target_return,
+        args.out,
+        args.reuse,
+    )
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from asyncrl.study.tune import tune
+
+    tune(_base_config(args), args.ns, args.ks, args.backends, args.seconds, args.out)
+    return 0
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -118,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _train(args)
+        if args.command == "compare":
+            return _compare(args)
+        if args.command == "tune":
+            return _tune(args)
         from asyncrl.evaluate import evaluate
 
         if args.episodes < 1:

@@ -44,6 +44,9 @@ class TrainConfig:
     env: str = _f("CartPole-v1", "Gymnasium env id (any registered id, e.g. HalfCheetah-v5)")
     seed: int = _f(1, "seed of envs, networks and sampling")
     total_steps: int = _f(150_000, "env steps to train for (summed over all envs)")
+    max_seconds: float = _f(
+        0.0, "also stop after this many seconds of wall-clock time (0: no limit)"
+    )
     # --- topology
     mode: str = _f(
         "async", "sync: actors wait while the learner trains; async: they go on", choices=MODES
@@ -209,7 +212,14 @@ def validate(cfg: TrainConfig) -> None:
     _need(0 <= cfg.gamma <= 1, f"gamma: must be in [0, 1], got {cfg.gamma}")
     _need(0 <= cfg.gae_lambda <= 1, f"gae_lambda: must be in [0, 1], got {cfg.gae_lambda}")
     _need(cfg.clip_coef > 0, f"clip_coef: must be > 0, got {cfg.clip_coef}")
-    for name in ("value_clip", "ent_coef", "vf_coef", "max_grad_norm", "checkpoint_every"):
+    for name in (
+        "value_clip",
+        "ent_coef",
+        "vf_coef",
+        "max_grad_norm",
+        "checkpoint_every",
+        "max_seconds",
+    ):
         _need(getattr(cfg, name) >= 0, f"{name}: must be >= 0, got {getattr(cfg, name)}")
     _need(cfg.vtrace_rho_bar > 0, f"vtrace_rho_bar: must be > 0, got {cfg.vtrace_rho_bar}")
     _need(cfg.vtrace_c_bar > 0, f"vtrace_c_bar: must be > 0, got {cfg.vtrace_c_bar}")

@@ -18,6 +18,11 @@ from gymnasium.vector import AutoresetMode
 
 from asyncrl.config import ConfigError
 
+# Env ids that an optional extra registers on import, the module that registers them and the
+# extra that installs it. PyBullet's own ``pybullet_envs`` no longer imports with Gymnasium; the
+# maintained port ``pybullet_envs_gymnasium`` registers the same locomotion envs.
+OPTIONAL_ENV_PACKAGES = (("BulletEnv-", "pybullet_envs_gymnasium", "pybullet"),)
+
 
 @dataclass(frozen=True)
 class EnvSpec:
@@ -47,6 +52,17 @@ def _resolve_id(env_id: str) -> str:
             raise ConfigError(f"env: cannot import module {module!r} to register envs: {e}") from e
     if env_id in gym.registry:
         return env_id
+    for marker, module, extra in OPTIONAL_ENV_PACKAGES:
+        if marker in env_id:
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                raise ConfigError(
+                    f"env: {env_id} comes from the package {module}, which is not installed; "
+                    f'install it with: pip install "asyncrl[{extra}]"'
+                ) from e
+            if env_id in gym.registry:
+                return env_id
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise ConfigError(f"env: {env_id!r} is not a registered Gymnasium env id{hint}")

@@ -115,7 +115,9 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
             )
 
         try:
-            while learner.env_steps < cfg.total_steps:
+            while learner.env_steps < cfg.total_steps and not (
+                cfg.max_seconds and meter.wall >= cfg.max_seconds
+            ):
                 t0 = time.perf_counter()
                 batch = backend.next_batch()
                 waited = time.perf_counter() - t0
@@ -125,6 +127,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                 row = {**stats, **meter.iteration(waited, stats)}
                 row["episodic_return"] = learner.final_return
                 row["iteration"] = learner.iterations
+                row["wall_seconds"] = earlier_seconds + meter.wall
                 log.write(learner.env_steps, row)
                 progress.update(
                     learner.env_steps,
@@ -142,7 +145,12 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
             learner.close()  # stop async optimizers first, so the counters saved are final
         checkpoint()
         summary = _summary(cfg, learner, meter, learner.env_steps - steps_at_start)
-        summary.update(interrupted=interrupted, resumed=resume, run_dir=str(run_dir))
+        summary.update(
+            interrupted=interrupted,
+            resumed=resume,
+            time_limited=learner.env_steps < cfg.total_steps and not interrupted,
+            run_dir=str(run_dir),
+        )
         save_summary(run_dir, summary)
         if interrupted:
             raise KeyboardInterrupt

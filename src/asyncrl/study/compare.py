@@ -1,0 +1,251 @@
+"""``asyncrl compare``: the sync-vs-async study over K, as one command.
+
+For every K and mode it trains one run (one after another, so runs never compete for cores),
+then tabulates T and EPS = K / T per mode and the EPS ratio async/sync, with the env steps and
+seconds each run needed to reach a target return, and draws the curves. The study's directory:
+
+    <out>/runs/<mode>-K<k>/   one ordinary run directory per configuration
+    <out>/compare.md          the table (also printed)
+    <out>/compare.csv         one row per run, every figure of the table and more
+    <out>/return_vs_wall.png, return_vs_steps.png, eps.png
+
+With ``reuse`` a run whose directory already holds a finished run of the same configuration is
+read instead of trained again, so a long study can be stopped and resumed.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from asyncrl.config import MODES, ConfigError, TrainConfig, resolve, validate
+from asyncrl.rundir import load_run_config
+from asyncrl.study.runs import Curve, read_curve, read_summary
+
+RUN_FIELDS = (
+    "k",
+    "mode",
+    "actors",
+    "T",
+    "eps",
+    "env_steps_per_second",
+    "policy_lag_mean",
+    "env_steps",
+    "wall_seconds",
+    "final_return",
+    "steps_to_target",
+    "seconds_to_target",
+    "run_dir",
+)
+
+
+@dataclass
+class StudyRun:
+    k: int
+    mode: str
+    run_dir: Path
+    summary: dict[str, Any]
+    curve: Curve
+    reused: bool = False
+
+    def row(self, target: float | None) -> dict[str, Any]:
+        reached = self.curve.first_reaching(target) if target is not None else None
+        s = self.summary
+        return {
+            "k": self.k,
+            "mode": self.mode,
+            "actors": s["actors"],
+            "T": s["T"],
+            "eps": s["eps"],
+            "env_steps_per_second": s["env_steps_per_second"],
+            "policy_lag_mean": s["policy_lag_mean"],
+            "env_steps": s["env_steps"],
+            "wall_seconds": s["wall_seconds"],
+            "final_return": s["final_return"],
+            "steps_to_target": reached[0] if reached else None,
+            "seconds_to_target": reached[1] if reached else None,
+            "run_dir": str(self.run_dir),
+        }
+
+
+def _parse_modes(modes: list[str]) -> list[str]:
+    if not modes or any(m not in MODES for m in modes):
+        raise ConfigError(f"modes: {','.join(modes)!r} must be a list of {', '.join(MODES)}")
+    return list(dict.fromkeys(modes))
+
+
+def plan(
+    base: TrainConfig, ks: list[int], modes: list[str], steps: int, minutes: float, out: Path
+) -> list[TrainConfig]:
+    """The configuration of every run, validated before anything is trained."""
+    modes = _parse_modes(modes)
+    if not ks or any(k < 1 for k in ks):
+        raise ConfigError(f"ks: must be a list of env counts >= 1, got {ks}")
+    if steps < 1:
+        raise ConfigError(f"steps: must be >= 1, got {steps}")
+    if minutes < 0:
+        raise ConfigError(f"minutes: must be >= 0 (0: no time limit), got {minutes}")
+    cfgs = []
+    for k in dict.fromkeys(ks):
+        for mode in modes:
+            cfg = dataclasses.replace(
+                base,
+                envs_per_actor=k,
+                mode=mode,
+                total_steps=steps,
+                max_seconds=60.0 * minutes,
+                run_dir=str(out / "runs" / f"{mode}-K{k}"),
+            )
+            try:
+                validate(cfg)
+            except ConfigError as e:
+                raise ConfigError(f"{mode} K={k}: {e}") from None
+            cfgs.append(resolve(cfg))
+    return cfgs
+
+
+def _finished_same_run(cfg: TrainConfig) -> dict[str, Any] | None:
+    """The summary of the run in cfg.run_dir if it is finished and has the same settings."""
+    run_dir = Path(cfg.run_dir)
+    summary = read_summary(run_dir)
+    if summary is None:
+        return None
+    saved = load_run_config(run_dir).to_dict()
+    wanted = cfg.to_dict()
+    same = all(saved.get(k) == v for k, v in wanted.items() if k not in ("run_dir", "progress"))
+    return summary if same else None
+
+
+def compare(
+    base: TrainConfig,
+    ks: list[int],
+    modes: list[str],
+    steps: int,
+    minutes: float = 0.0,
+    target_return: float | None = None,
+    out: Path | str = "",
+    reuse: bool = False,
+    echo=print,
+) -> list[StudyRun]:
+    """Train (or reuse) every configuration in turn; write the table, CSV and plots to out."""
+    from asyncrl.envs import check_env
+    from asyncrl.runtime.trainer import train
+
+    out = (
+        Path(out)
+        if out
+        else Path("runs")
+        / (f"compare-{base.env.replace(':', '-')}-{base.algo}-{time.strftime('%Y%m%d-%H%M%S')}")
+    )
+    cfgs = plan(base, ks, modes, steps, minutes, out)
+    check_env(base.env, base.algo)
+    if not reuse:
+        taken = [c.run_dir for c in cfgs if Path(c.run_dir).exists()]
+        if taken:
+            raise ConfigError(
+                f"out: {out} already holds run {taken[0]}; pass --reuse to keep finished runs "
+                f"of the same settings, or choose another --out"
+            )
+    runs = []
+    for i, cfg in enumerate(cfgs, 1):
+        label = f"[{i}/{len(cfgs)}] {cfg.mode} K={cfg.envs_per_actor}"
+        summary = _finished_same_run(cfg) if reuse else None
+        reused = summary is not None
+        if reused:
+            echo(f"{label}: reusing {cfg.run_dir}")
+        else:
+            if Path(cfg.run_dir).exists():  # unfinished or different: start it afresh
+                _clear_run_dir(Path(cfg.run_dir))
+            echo(f"{label}: training into {cfg.run_dir}")
+            summary = train(cfg)
+        runs.append(
+            StudyRun(
+                cfg.envs_per_actor,
+                cfg.mode,
+                Path(cfg.run_dir),
+                summary,
+                read_curve(cfg.run_dir),
+                reused,
+            )
+        )
+    write_outputs(runs, out, base, target_return)
+    echo(markdown_table(runs, target_return))
+    echo(f"table, CSV and plots in {out}")
+    return runs
+
+
+def _clear_run_dir(run_dir: Path) -> None:
+    for name in ("metrics.jsonl", "summary.json", "checkpoint.pt", "config.yaml"):
+        (run_dir / name).unlink(missing_ok=True)
+    tb = run_dir / "tb"
+    if tb.is_dir():
+        for f in tb.iterdir():
+            f.unlink()
+
+
+def _fmt(x: Any, spec: str) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return format(x, spec)
+
+
+def markdown_table(runs: list[StudyRun], target: float | None) -> str:
+    """K | sync (T, EPS) | async (T, EPS) | EPS ratio, plus time and steps to the target."""
+    by = {(r.k, r.mode): r for r in runs}
+    ks = list(dict.fromkeys(r.k for r in runs))
+    modes = list(dict.fromkeys(r.mode for r in runs))
+    head = ["K"] + [f"{m} (T s, EPS)" for m in modes]
+    if set(modes) == {"sync", "async"}:
+        head.append("EPS ratio async/sync")
+    if target is not None:
+        head += [f"{m}: steps / s to {target:g}" for m in modes]
+    head += [f"{m} final return" for m in modes]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for k in ks:
+        cells = [str(k)]
+        for m in modes:
+            r = by.get((k, m))
+            cells.append(
+                f"({_fmt(r.summary['T'], '.3g')}, {_fmt(r.summary['eps'], '.1f')})" if r else "-"
+            )
+        if set(modes) == {"sync", "async"}:
+            s, a = by.get((k, "sync")), by.get((k, "async"))
+            cells.append(_fmt(a.summary["eps"] / s.summary["eps"], ".2f") if s and a else "-")
+        if target is not None:
+            for m in modes:
+                row = by[(k, m)].row(target) if (k, m) in by else {}
+                if row.get("steps_to_target") is None:
+                    cells.append("not reached")
+                else:
+                    cells.append(
+                        f"{row['steps_to_target']:,} / {_fmt(row['seconds_to_target'], '.0f')}"
+                    )
+        for m in modes:
+            r = by.get((k, m))
+            cells.append(_fmt(r.summary["final_return"], ".1f") if r else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_outputs(runs: list[StudyRun], out: Path, base: TrainConfig, target: float | None) -> None:
+    from asyncrl.study.plots import plot_eps_bars, plot_returns
+
+    out.mkdir(parents=True, exist_ok=True)
+    title = f"{base.env}, {base.algo}, N = {base.actors}"
+    (out / "compare.md").write_text(
+        f"# {title}\n\n{markdown_table(runs, target)}\n\n"
+        "T: mean seconds between two training iterations; EPS = K / T.\n"
+    )
+    with (out / "compare.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=RUN_FIELDS)
+        writer.writeheader()
+        for r in runs:
+            writer.writerow(r.row(target))
+    plot_returns(runs, out / "return_vs_wall.png", "wall", title, target)
+    plot_returns(runs, out / "return_vs_steps.png", "steps", title, target)
+    plot_eps_bars(runs, out / "eps.png", title)

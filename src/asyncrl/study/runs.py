@@ -1,0 +1,59 @@
+"""Reading finished runs back: the summary and the learning curve a study tabulates and plots.
+
+A run directory written by ``asyncrl train`` holds ``summary.json`` and ``metrics.jsonl`` (one
+line per training iteration); a study needs nothing else, so any run can be studied, also one
+made by hand with ``asyncrl train``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from asyncrl.rundir import SUMMARY
+
+METRICS = "metrics.jsonl"
+
+
+@dataclass
+class Curve:
+    """Mean return of the last 20 episodes after each training iteration."""
+
+    env_steps: list[int]
+    wall_seconds: list[float]
+    returns: list[float]
+
+    def first_reaching(self, target: float) -> tuple[int, float] | None:
+        """Env steps and seconds at the first iteration whose mean return is >= target."""
+        for steps, wall, ret in zip(self.env_steps, self.wall_seconds, self.returns, strict=True):
+            if ret >= target:  # NaN (no finished episode yet) compares False
+                return steps, wall
+        return None
+
+
+def read_curve(run_dir: Path) -> Curve:
+    steps: list[int] = []
+    walls: list[float] = []
+    returns: list[float] = []
+    elapsed = 0.0
+    with (Path(run_dir) / METRICS).open() as f:
+        for line in f:
+            row = json.loads(line)
+            elapsed += row.get("T", 0.0)
+            steps.append(int(row["env_steps"]))
+            walls.append(float(row.get("wall_seconds", elapsed)))
+            ret = row.get("episodic_return")
+            returns.append(math.nan if ret is None else float(ret))
+    return Curve(steps, walls, returns)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The summary of a run that ended normally (not interrupted), else None."""
+    path = Path(run_dir) / SUMMARY
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    return None if summary.get("interrupted") else summary
