@@ -26,6 +26,12 @@ def default_run_dir(cfg: TrainConfig) -> Path:
     return Path("runs") / f"{cfg.env}-{cfg.algo}-{cfg.mode}-{stamp}"
 
 
+def default_study_dir(kind: str, cfg: TrainConfig) -> Path:
+    """Where ``asyncrl compare`` / ``tune`` put their runs and tables unless told."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{kind}-{cfg.env.replace(':', '-')}-{cfg.algo}-{stamp}"
+
+
 def _atomic_write(path: Path, write: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     write(tmp)

@@ -18,13 +18,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from asyncrl.config import MODES, ConfigError, TrainConfig, resolve, validate
-from asyncrl.rundir import load_run_config
+from asyncrl.rundir import default_study_dir, load_run_config
 from asyncrl.study.runs import Curve, read_curve, read_summary
 
 RUN_FIELDS = (
@@ -136,12 +135,7 @@ def compare(
     from asyncrl.envs import check_env
     from asyncrl.runtime.trainer import train
 
-    out = (
-        Path(out)
-        if out
-        else Path("runs")
-        / (f"compare-{base.env.replace(':', '-')}-{base.algo}-{time.strftime('%Y%m%d-%H%M%S')}")
-    )
+    out = Path(out) if out else default_study_dir("compare", base)
     cfgs = plan(base, ks, modes, steps, minutes, out)
     check_env(base.env, base.algo)
     if not reuse:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncrl.config import BACKENDS, ConfigError, TrainConfig, resolve, validate
+from asyncrl.rundir import default_study_dir
 
 MIN_PROBE_SECONDS = 8.0  # process start-up plus a few iterations
 NEAR_BEST = 0.95
@@ -107,12 +108,7 @@ def tune(
     from asyncrl.runtime.trainer import train
 
     base = resolve(base)
-    out = (
-        Path(out)
-        if out
-        else Path("runs")
-        / (f"tune-{base.env.replace(':', '-')}-{base.algo}-{time.strftime('%Y%m%d-%H%M%S')}")
-    )
+    out = Path(out) if out else default_study_dir("tune", base)
     cfgs = plan(base, ns, ks, backends, seconds, out)
     check_env(base.env, base.algo)
     start = time.perf_counter()
