@@ -284,7 +284,7 @@ def part_e(steps: int, repeats: int) -> dict:
                 f"(lag {r['policy_lag_mean']:.2f})"
             )
     base = res["inline/sync"]["env_steps_per_second"]
-    for k, r in res.items():
+    for r in res.values():
         r["vs_inline_sync"] = r["env_steps_per_second"] / base
     print(
         "  thread async / inline sync = "

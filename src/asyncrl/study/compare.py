@@ -197,7 +197,7 @@ def markdown_table(runs: list[StudyRun], target: float | None) -> str:
     if set(modes) == {"sync", "async"}:
         head.append("EPS ratio async/sync")
     if target is not None:
-        head += [f"{m}: steps / s to {target:g}" for m in modes]
+        head += [f"{m}: to reach {target:g}" for m in modes]
     head += [f"{m} final return" for m in modes]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for k in ks:
@@ -217,7 +217,8 @@ def markdown_table(runs: list[StudyRun], target: float | None) -> str:
                     cells.append("not reached")
                 else:
                     cells.append(
-                        f"{row['steps_to_target']:,} / {_fmt(row['seconds_to_target'], '.0f')}"
+                        f"{row['steps_to_target']:,} steps in "
+                        f"{_fmt(row['seconds_to_target'], '.0f')} s"
                     )
         for m in modes:
             r = by.get((k, m))
