@@ -64,6 +64,8 @@ def test_compare_writes_table_csv_and_plots_with_every_series(tmp_path, monkeypa
         assert r.summary["eps"] == pytest.approx(r.k / r.summary["T"])
     ratio_k4 = runs[1].summary["eps"] / runs[0].summary["eps"]
     assert "| 4 | " in table and f"{ratio_k4:.2f}" in table
+    sync4, async4 = (r.summary["env_steps_per_second"] for r in runs[:2])
+    assert f"{sync4:,.0f}, {async4:,.0f} ({async4 / sync4:.2f})" in table
     assert markdown_table(runs, 20.0) in lines  # also printed
     # the CSV: a row per run, consistent with the run's own summary and curve
     rows = list(csv.DictReader((out / "compare.csv").open()))

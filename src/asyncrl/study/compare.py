@@ -194,8 +194,11 @@ def markdown_table(runs: list[StudyRun], target: float | None) -> str:
     ks = list(dict.fromkeys(r.k for r in runs))
     modes = list(dict.fromkeys(r.mode for r in runs))
     head = ["K"] + [f"{m} (T s, EPS)" for m in modes]
-    if set(modes) == {"sync", "async"}:
-        head.append("EPS ratio async/sync")
+    both = set(modes) == {"sync", "async"}
+    if both:
+        # EPS counts one actor's envs per training iteration; a sync iteration trains on N
+        # actors' batches, so the env-step rate is the like-for-like throughput figure.
+        head += ["EPS ratio async/sync", "env steps/s sync, async (ratio)"]
     if target is not None:
         head += [f"{m}: to reach {target:g}" for m in modes]
     head += [f"{m} final return" for m in modes]
@@ -207,9 +210,14 @@ def markdown_table(runs: list[StudyRun], target: float | None) -> str:
             cells.append(
                 f"({_fmt(r.summary['T'], '.3g')}, {_fmt(r.summary['eps'], '.1f')})" if r else "-"
             )
-        if set(modes) == {"sync", "async"}:
+        if both:
             s, a = by.get((k, "sync")), by.get((k, "async"))
             cells.append(_fmt(a.summary["eps"] / s.summary["eps"], ".2f") if s and a else "-")
+            if s and a:
+                rs, ra = s.summary["env_steps_per_second"], a.summary["env_steps_per_second"]
+                cells.append(f"{rs:,.0f}, {ra:,.0f} ({ra / rs:.2f})")
+            else:
+                cells.append("-")
         if target is not None:
             for m in modes:
                 row = by[(k, m)].row(target) if (k, m) in by else {}
