@@ -21,6 +21,7 @@ MODES = ("sync", "async")
 BACKENDS = ("inline", "thread", "process")
 CORRECTIONS = ("none", "vtrace")
 LR_SCHEDULES = ("constant", "linear")
+SYNC_MODES = ("shared", "synced")
 ACTIVATIONS = ("tanh", "relu")
 
 
@@ -62,6 +63,19 @@ class TrainConfig:
     max_batches_waiting: int = _f(
         1, "async: filled batches that may wait for the learner before actors block (>= 1)"
     )
+    # --- Hogwild!
+    hogwild: int = _f(
+        0,
+        "M Hogwild! worker processes, each an actor and learner of K envs training one shared "
+        "network (0: off, the actor-learner pipeline; --mode and --backend do not apply)",
+    )
+    sync_mode: str = _f(
+        "shared",
+        "Hogwild!: shared (read the global network before every gradient step, add the change "
+        "after it, no lock) or synced (push and pull every --sync-every steps)",
+        choices=SYNC_MODES,
+    )
+    sync_every: int = _f(0, "Hogwild! synced: gradient steps between syncs with the global network")
     # --- PPO
     lr: float = _f(5e-4, "Adam learning rate")
     lr_schedule: str = _f("linear", "learning-rate schedule over total_steps", choices=LR_SCHEDULES)
@@ -201,8 +215,9 @@ def validate(cfg: TrainConfig) -> None:
         cfg.max_batches_waiting >= 1,
         f"max_batches_waiting: must be >= 1, got {cfg.max_batches_waiting}",
     )
+    _need(cfg.hogwild >= 0, f"hogwild: must be >= 1 workers (or 0: off), got {cfg.hogwild}")
     _need(
-        cfg.algo != "ppo" or cfg.minibatch_size <= cfg.ppo_batch,
+        cfg.algo != "ppo" or cfg.minibatch_size <= cfg.ppo_batch or cfg.hogwild > 0,
         f"minibatch_size: {cfg.minibatch_size} is larger than the training batch of "
         f"{cfg.ppo_batch} samples (envs_per_actor x rollout"
         + (" x actors" if cfg.mode == "sync" else "")
@@ -229,10 +244,36 @@ def validate(cfg: TrainConfig) -> None:
         and all(isinstance(h, int) and h >= 1 for h in cfg.hidden),
         f"hidden: must be a non-empty list of positive layer sizes, got {cfg.hidden!r}",
     )
-    if cfg.algo == "sac":
+    if cfg.hogwild:
+        _validate_hogwild(cfg)
+    elif cfg.algo == "sac":
         _validate_sac(cfg)
     _need(cfg.threads_learner >= 1, f"threads_learner: must be >= 1, got {cfg.threads_learner}")
     _need(cfg.threads_actor >= 1, f"threads_actor: must be >= 1, got {cfg.threads_actor}")
+
+
+def _validate_hogwild(cfg: TrainConfig) -> None:
+    """A Hogwild! worker runs the synchronous one-actor loop: check the settings it will run."""
+    from asyncrl.runtime.hogwild import worker_config
+
+    if cfg.sync_mode == "synced":
+        _need(
+            cfg.sync_every >= 1,
+            f"sync_every: --sync-mode synced needs --sync-every >= 1 gradient steps between "
+            f"syncs, got {cfg.sync_every}",
+        )
+    else:
+        _need(
+            cfg.sync_every == 0,
+            f"sync_every: only --sync-mode synced syncs every N steps; shared syncs around every "
+            f"step (got sync_every {cfg.sync_every} with sync_mode shared)",
+        )
+    _need(
+        not cfg.save_replay,
+        "save_replay: Hogwild! workers keep their own replay buffers, which checkpoints do not "
+        "store; leave --save-replay off",
+    )
+    validate(worker_config(cfg, 0))
 
 
 def _validate_sac(cfg: TrainConfig) -> None:

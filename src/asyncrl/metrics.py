@@ -73,6 +73,25 @@ class Throughput:
     def wall(self) -> float:
         return time.perf_counter() - self.start
 
+    def summary(self, new_steps: int, actors: int) -> dict[str, float]:
+        """The run's throughput figures for summary.json (``new_steps``: env steps this run)."""
+        wall = self.wall
+        lag_mean, lag_max = self.lag_summary()
+        steady = self.steady_rate
+        return {
+            "wall_seconds": wall,
+            "T": self.mean_T,
+            "eps": self.K / self.mean_T,
+            "env_steps_per_second": steady if math.isfinite(steady) else new_steps / wall,
+            "env_steps_per_second_overall": new_steps / wall,  # start-up included
+            "policy_lag_mean": lag_mean,
+            "policy_lag_max": lag_max,
+            # per actor, averaged: seconds spent stepping envs and choosing actions
+            "rollout_seconds": self.rollout_seconds / actors,
+            "learner_wait_seconds": self.learner_wait,
+            "actor_wait_seconds": self.actor_wait / actors,
+        }
+
     def lag_summary(self) -> tuple[float, float]:
         total = sum(n for *_, n in self.lags)
         if not total:
@@ -92,9 +111,13 @@ class EpisodeStats:
     def record(self, slots) -> None:
         for s in slots:
             done = ~np.isnan(s.ep_returns)
-            self.returns.extend(s.ep_returns[done].tolist())
-            self.lengths.extend(s.ep_lengths[done].tolist())
-            self.episodes += int(done.sum())
+            self.add(s.ep_returns[done].tolist(), s.ep_lengths[done].tolist())
+
+    def add(self, returns: list[float], lengths: list[int]) -> None:
+        """Episodes that finished elsewhere (a Hogwild! worker reports them)."""
+        self.returns.extend(returns)
+        self.lengths.extend(lengths)
+        self.episodes += len(returns)
 
     @property
     def final_return(self) -> float:

@@ -153,6 +153,11 @@ def build_acting_policy(cfg, spec: EnvSpec) -> nn.Module:
     return build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
 
 
+def floating_state(module: nn.Module) -> list[torch.Tensor]:
+    """Every floating-point parameter and buffer of ``module``, in state-dict order."""
+    return [t for t in module.state_dict(keep_vars=True).values() if t.is_floating_point()]
+
+
 class FlatParams:
     """All floating-point state of a module (parameters and buffers) as one flat vector.
 
@@ -161,10 +166,16 @@ class FlatParams:
     """
 
     def __init__(self, module: nn.Module):
-        self.tensors = [
-            t for t in module.state_dict(keep_vars=True).values() if t.is_floating_point()
-        ]
+        self.tensors = floating_state(module)
         self.numel = sum(t.numel() for t in self.tensors)
+
+    @classmethod
+    def of(cls, tensors: list[torch.Tensor]) -> FlatParams:
+        """A flat view over given tensors (state of several modules, as Hogwild! shares it)."""
+        flat = cls.__new__(cls)
+        flat.tensors = list(tensors)
+        flat.numel = sum(t.numel() for t in flat.tensors)
+        return flat
 
     @torch.no_grad()
     def write_to(self, out: np.ndarray) -> None:

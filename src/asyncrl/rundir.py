@@ -23,7 +23,8 @@ SUMMARY = "summary.json"
 
 def default_run_dir(cfg: TrainConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{cfg.env}-{cfg.algo}-{cfg.mode}-{stamp}"
+    mode = f"hogwild{cfg.hogwild}-{cfg.sync_mode}" if cfg.hogwild else cfg.mode
+    return Path("runs") / f"{cfg.env}-{cfg.algo}-{mode}-{stamp}"
 
 
 def default_study_dir(kind: str, cfg: TrainConfig) -> Path:
@@ -47,6 +48,14 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"run_dir: {run_dir} holds no {CHECKPOINT} to resume or evaluate from")
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def restore_learner(run_dir: Path, learner: Any) -> float:
+    """Load the checkpointed learner state into ``learner``; returns the wall-clock seconds the
+    run had taken before, so a resumed run's clock continues."""
+    state = load_checkpoint(run_dir)
+    learner.load_state_dict(state["learner"])
+    return state.get("wall_seconds", 0.0)
 
 
 def save_summary(run_dir: Path, summary: dict[str, Any]) -> None:

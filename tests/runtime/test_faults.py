@@ -71,20 +71,26 @@ def _wait_for_training(proc: subprocess.Popen, run: Path, timeout: float = 90) -
     raise AssertionError("training did not start")
 
 
+HOGWILD = ("--hogwild", "2")
+
+
 @pytest.mark.parametrize(
-    ("sig", "mode", "algo"),
+    ("sig", "mode", "algo", "topology"),
     [
-        (signal.SIGINT, "async", "ppo"),
-        (signal.SIGTERM, "sync", "ppo"),
+        (signal.SIGINT, "async", "ppo", ()),
+        (signal.SIGTERM, "sync", "ppo", ()),
         # async SAC: the loop blocks on the rate limiter and the optimizer thread on the replay
-        (signal.SIGINT, "async", "sac"),
-        (signal.SIGTERM, "sync", "sac"),
+        (signal.SIGINT, "async", "sac", ()),
+        (signal.SIGTERM, "sync", "sac", ()),
+        # Hogwild!: workers, global parameters and counters in shared memory
+        (signal.SIGINT, "sync", "ppo", HOGWILD),
+        (signal.SIGTERM, "sync", "sac", (*HOGWILD, "--sync-mode", "synced", "--sync-every", "4")),
     ],
 )
-def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode, algo):
+def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode, algo, topology):
     env_id = "CartPole-v1" if algo == "ppo" else "Pendulum-v1"
     extra = [] if algo == "ppo" else ["--learning-starts", "64", "--hidden", "32,32"]
-    proc = _start_cli(tmp_path, "--mode", mode, "--algo", algo, *extra, env_id=env_id)
+    proc = _start_cli(tmp_path, "--mode", mode, "--algo", algo, *extra, *topology, env_id=env_id)
     run = tmp_path / "run"
     _wait_for_training(proc, run)
     children = descendants(proc.pid)

@@ -48,6 +48,8 @@ class PPO:
         self.params = params
         self.optimizer = torch.optim.Adam(params, lr=lr, eps=1e-5, **_fast_adam())
         self._step = torch.compile(self._minibatch_step) if compile else self._minibatch_step
+        # Called around every gradient step; Hogwild! workers sync parameters there.
+        self.before_step = self.after_step = _nothing
 
     # ---------------------------------------------------------------- targets
     @torch.no_grad()
@@ -147,12 +149,18 @@ class PPO:
             perm = torch.randperm(n, generator=generator)
             shuffled = [batch[k][perm] for k in keys]
             for start in range(0, n - mb + 1, mb):  # a ragged tail minibatch would be noisier
+                self.before_step()
                 stats.append(self._step(clip, *(x[start : start + mb] for x in shuffled)))
+                self.after_step()
         mean = torch.stack(stats).mean(0).tolist()  # the one host sync of the update
         out = dict(zip(STATS, mean, strict=True))
         ret, val = batch["returns"], batch["values"]
         out["loss/explained_variance"] = float(1 - (ret - val).var() / (ret.var() + 1e-8))
         return out
+
+
+def _nothing() -> None:
+    pass
 
 
 def _fast_adam() -> dict[str, bool]:

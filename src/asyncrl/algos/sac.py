@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from asyncrl.nets import floating_state
+
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
@@ -175,6 +177,15 @@ class SAC:
         return torch.stack(
             [q_loss.detach(), actor_loss.detach(), alpha, -logp.detach().mean(), q.detach().mean()]
         )
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Every float an update changes: actor, critics, target critics and log-temperature."""
+        return [
+            *floating_state(self.actor),
+            *floating_state(self.q),
+            *floating_state(self.q_target),
+            self.log_alpha,
+        ]
 
     STATS = ("loss/q", "loss/actor", "charts/alpha", "charts/entropy", "charts/q_mean")
 

@@ -55,6 +55,15 @@ class Learner(EpisodeCounters):
     def publish(self, store: PolicyStore) -> None:
         store.publish(self.version, self.flat.write_to)
 
+    def shared_tensors(self) -> list[torch.Tensor]:
+        """Everything an update changes (weights and observation statistics): what Hogwild!
+        workers share."""
+        return self.flat.tensors
+
+    def set_step_hooks(self, before, after) -> None:
+        """Call ``before()`` and ``after()`` around every gradient step."""
+        self.algo.before_step, self.algo.after_step = before, after
+
     def _remaining(self, schedule: str) -> float:
         if schedule == "constant":
             return 1.0

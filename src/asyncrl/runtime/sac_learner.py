@@ -44,6 +44,10 @@ def as_update_batch(b: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     }
 
 
+def _nothing() -> None:
+    pass
+
+
 class OptimizerFailed(RuntimeError):
     """The async optimizer thread raised; the message carries its error."""
 
@@ -80,6 +84,7 @@ class SACLearner(EpisodeCounters):
         self._error: BaseException | None = None
         # when learning began (first gradient step), for rates that leave out the warm-up
         self.learning_began: tuple[float, int] | None = None
+        self._before_step = self._after_step = _nothing  # Hogwild! workers sync here
 
     def _new_limiter(self) -> RateLimiter:
         cfg = self.cfg
@@ -98,7 +103,9 @@ class SACLearner(EpisodeCounters):
         if self.learning_began is None:
             self.learning_began = (t0, self.env_steps)
         with self._update_lock:
+            self._before_step()
             stats = self.sac.update(batch)
+            self._after_step()
             self.version += 1
             self.updates += 1
             self._pending.append(stats)
@@ -117,6 +124,15 @@ class SACLearner(EpisodeCounters):
         except BaseException as e:  # surfaced by the training loop
             self._error = e
             self.limiter.close()
+
+    def shared_tensors(self) -> list[torch.Tensor]:
+        """Everything an update changes (actor, critics, target critics, temperature): what
+        Hogwild! workers share."""
+        return self.sac.state_tensors()
+
+    def set_step_hooks(self, before, after) -> None:
+        """Call ``before()`` and ``after()`` around every gradient step."""
+        self._before_step, self._after_step = before, after
 
     # ---------------------------------------------------------------- the loop's calls
     def publish(self, store: PolicyStore) -> None:

@@ -9,7 +9,6 @@ also owns the run directory, the periodic and final checkpoints and the summary.
 
 from __future__ import annotations
 
-import math
 import signal
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from asyncrl.envs import check_env
 from asyncrl.metrics import MetricsLog, ProgressDisplay, Throughput
 from asyncrl.rundir import (
     default_run_dir,
-    load_checkpoint,
+    restore_learner,
     save_checkpoint,
     save_config,
     save_summary,
@@ -71,6 +70,10 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(run_dir, cfg)
     torch.set_num_threads(cfg.threads_learner)
+    if cfg.hogwild:
+        from asyncrl.runtime.hogwild import train_hogwild
+
+        return train_hogwild(cfg, spec, run_dir, resume)
 
     import multiprocessing as mp
 
@@ -90,11 +93,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
         store = PolicyStore(
             learner.flat.numel, shared, mp.get_context("spawn").Lock() if shared else None
         )
-        earlier_seconds = 0.0
-        if resume:
-            state = load_checkpoint(run_dir)
-            learner.load_state_dict(state["learner"])
-            earlier_seconds = state.get("wall_seconds", 0.0)
+        earlier_seconds = restore_learner(run_dir, learner) if resume else 0.0
         steps_at_start = learner.env_steps
         learner.publish(store)
         log = MetricsLog(run_dir, cfg.tensorboard)
@@ -171,8 +170,6 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
 
 
 def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: int) -> dict:
-    lag_mean, lag_max = meter.lag_summary()
-    wall = meter.wall
     return {
         "env": cfg.env,
         "algo": cfg.algo,
@@ -184,22 +181,10 @@ def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: i
         "env_steps": learner.env_steps,
         "iterations": learner.iterations,
         "episodes": learner.episodes,
-        "wall_seconds": wall,
         "final_return": learner.final_return,
-        "T": meter.mean_T,
-        "eps": cfg.envs_per_actor / meter.mean_T,
-        "env_steps_per_second": (
-            meter.steady_rate if math.isfinite(meter.steady_rate) else new_steps / wall
-        ),
-        "env_steps_per_second_overall": new_steps / wall,  # start-up included
-        "policy_lag_mean": lag_mean,
-        "policy_lag_max": lag_max,
-        # per actor, averaged: seconds spent stepping envs and choosing actions
-        "rollout_seconds": meter.rollout_seconds / cfg.actors,
+        **meter.summary(new_steps, cfg.actors),
         "learn_seconds": learner.learn_seconds,
-        "learner_wait_seconds": meter.learner_wait,
-        "actor_wait_seconds": meter.actor_wait / cfg.actors,
-        **_off_policy_summary(learner, wall),
+        **_off_policy_summary(learner, meter.wall),
     }
 
 

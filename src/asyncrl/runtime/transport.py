@@ -222,3 +222,40 @@ class PolicyStore:
         if self._segments is not None:
             self._segments.close()
             self._segments = None
+
+
+class SharedArray:
+    """One numpy array in a named shared-memory segment, for state every process writes in place
+    (Hogwild!'s global parameters and counters). Picklable handle: a child re-attaches by name;
+    the creator owns the segment and unlinks it in :meth:`close`."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: str):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.names = _segment_names("array", 1)
+        nbytes = max(int(np.prod(self.shape)) * self.dtype.itemsize, 1)
+        self._segments: _Segments | None = _Segments(self.names, nbytes, create=True)
+        self._bind()
+        self.array.fill(0)
+
+    def _bind(self) -> None:
+        buf = self._segments.shms[0].buf  # type: ignore[union-attr]
+        count = int(np.prod(self.shape))
+        self.array = np.frombuffer(buf, dtype=self.dtype, count=count).reshape(self.shape)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"shape": self.shape, "dtype": self.dtype.str, "names": self.names}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.shape, self.dtype, self.names = (
+            state["shape"],
+            np.dtype(state["dtype"]),
+            state["names"],
+        )
+        self._segments = _Segments(self.names, 0, create=False)
+        self._bind()
+
+    def close(self) -> None:
+        self.array = None  # type: ignore[assignment]
+        if self._segments is not None:
+            self._segments.close()
+            self._segments = None

@@ -91,77 +91,49 @@ def _empty() -> Any:
     raise queue.Empty
 
 
-class ProcessBackend(SlotQueues):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, slots: SlotStore, store: PolicyStore):
-        self.cfg, self.spec, self.slots, self.store = cfg, spec, slots, store
-        self.ctx = mp.get_context("spawn")
-        self.per_actor = cfg.slots_per_actor
+class ChildProcesses:
+    """Processes this one owns: spawned, watched, and always joined.
+
+    Each child reports a failure as ``(index, traceback)`` on :attr:`errors`; :meth:`check`
+    turns that, or a child that died without a word, into an ActorError naming the child and
+    its envs. :meth:`close` joins, then terminates, then kills: nothing is left running.
+    """
+
+    def __init__(self, ctx: Any, role: str, cfg: TrainConfig):
+        self.ctx, self.role, self.cfg = ctx, role, cfg
+        self.errors = ctx.Queue()
         self.procs: list[Any] = []
-        self.free = [self.ctx.Queue() for _ in range(cfg.actors)]
-        self.full = self.ctx.Queue()
-        self.errors = self.ctx.Queue()
-        self.stop = self.ctx.Event()
-        self.waiting = self.ctx.Semaphore(cfg.max_batches_waiting) if cfg.mode == "async" else None
 
-    def start(self) -> None:
-        for i in range(self.cfg.actors):
-            for j in range(self.per_actor):
-                self.free[i].put(i * self.per_actor + j)
-        for i in range(self.cfg.actors):
-            p = self.ctx.Process(
-                target=actor_main,
-                name=f"asyncrl-actor-{i}",
-                args=(
-                    i,
-                    self.cfg,
-                    self.spec,
-                    self.slots,
-                    self.store,
-                    self.free[i],
-                    self.full,
-                    self.errors,
-                    self.stop,
-                    self.waiting,
-                    os.getpid(),
-                ),
-                daemon=True,
-            )
-            p.start()
-            self.procs.append(p)
+    def start(self, target: Any, args: tuple, index: int) -> None:
+        p = self.ctx.Process(
+            target=target, name=f"asyncrl-{self.role}-{index}", args=args, daemon=True
+        )
+        p.start()
+        self.procs.append(p)
 
-    def _check_actors(self) -> None:
+    def _label(self, index: int) -> str:
+        return f"{self.role} {index} (env {self.cfg.env} x {self.cfg.envs_per_actor})"
+
+    def check(self) -> None:
+        """Raise ActorError if a child failed or died."""
         try:
-            actor_id, tb = self.errors.get_nowait()
+            index, tb = self.errors.get_nowait()
         except queue.Empty:
             pass
         else:
-            raise ActorError(
-                f"actor {actor_id} (env {self.cfg.env} x {self.cfg.envs_per_actor}) failed:\n{tb}"
-            )
+            raise ActorError(f"{self._label(index)} failed:\n{tb}")
         for i, p in enumerate(self.procs):
-            if not p.is_alive():
+            if not p.is_alive() and p.exitcode != 0:
                 time.sleep(POLL)  # its traceback may still be in flight
                 try:
-                    actor_id, tb = self.errors.get_nowait()
+                    index, tb = self.errors.get_nowait()
                 except queue.Empty:
                     raise ActorError(
-                        f"actor {i} (env {self.cfg.env} x {self.cfg.envs_per_actor}) exited "
-                        f"with code {p.exitcode} and no traceback"
+                        f"{self._label(i)} exited with code {p.exitcode} and no traceback"
                     ) from None
-                raise ActorError(
-                    f"actor {actor_id} (env {self.cfg.env} x {self.cfg.envs_per_actor}) "
-                    f"failed:\n{tb}"
-                )
+                raise ActorError(f"{self._label(index)} failed:\n{tb}")
 
-    def _get_full(self) -> int:
-        while True:
-            try:
-                return self.full.get(timeout=POLL)
-            except queue.Empty:
-                self._check_actors()
-
-    def close(self) -> None:
-        self.stop.set()
+    def close(self, queues: tuple = ()) -> None:
         for p in self.procs:
             p.join(timeout=5)
         for p in self.procs:
@@ -172,6 +144,49 @@ class ProcessBackend(SlotQueues):
                 p.kill()
                 p.join()
         self.procs = []
-        for q in (*self.free, self.full, self.errors):
+        for q in (*queues, self.errors):
             q.cancel_join_thread()
             q.close()
+
+
+class ProcessBackend(SlotQueues):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, slots: SlotStore, store: PolicyStore):
+        self.cfg, self.spec, self.slots, self.store = cfg, spec, slots, store
+        self.ctx = mp.get_context("spawn")
+        self.per_actor = cfg.slots_per_actor
+        self.children = ChildProcesses(self.ctx, "actor", cfg)
+        self.free = [self.ctx.Queue() for _ in range(cfg.actors)]
+        self.full = self.ctx.Queue()
+        self.stop = self.ctx.Event()
+        self.waiting = self.ctx.Semaphore(cfg.max_batches_waiting) if cfg.mode == "async" else None
+
+    def start(self) -> None:
+        for i in range(self.cfg.actors):
+            for j in range(self.per_actor):
+                self.free[i].put(i * self.per_actor + j)
+        for i in range(self.cfg.actors):
+            args = (
+                i,
+                self.cfg,
+                self.spec,
+                self.slots,
+                self.store,
+                self.free[i],
+                self.full,
+                self.children.errors,
+                self.stop,
+                self.waiting,
+                os.getpid(),
+            )
+            self.children.start(actor_main, args, i)
+
+    def _get_full(self) -> int:
+        while True:
+            try:
+                return self.full.get(timeout=POLL)
+            except queue.Empty:
+                self.children.check()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.children.close((*self.free, self.full))

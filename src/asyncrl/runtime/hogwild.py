@@ -1,0 +1,348 @@
+"""Hogwild!: M worker processes, each with its own envs, experience and optimizer, all training
+one global network that lives in shared memory (Recht et al. 2011; A3C's way of spending cores).
+
+A worker is an actor and a learner in one process: it collects one rollout of its K envs (PPO)
+or one batched env step (SAC, into its own replay buffer), then trains on it with the same
+``Learner`` / ``SACLearner`` the actor-learner pipeline uses. What makes it Hogwild! is
+:class:`HogwildSync`, called around every gradient step:
+
+* ``shared``: before every step the worker reads the global parameters; after it, it adds its
+  change (local minus what it read) to them, without a lock. Concurrent steps may interleave
+  element by element; Hogwild!'s claim is that sparse-enough interference does not hurt.
+* ``synced``: the worker trains its local copy alone and every ``sync_every`` steps adds its
+  accumulated change to the global parameters and reads them back, so between syncs an
+  on-policy algorithm's samples come from exactly the parameters it updates.
+
+Every float the learner updates takes part: network weights, SAC's target critics and
+temperature, PPO's observation statistics (their change is summed like any other; an
+approximation of merging the workers' statistics). Optimizer state stays per worker.
+
+The parent process owns the shared memory and the workers, logs what they report (per-worker
+and total env steps, return over the episodes of all workers), checkpoints the global network
+and stops everyone on the step budget, the time limit, Ctrl+C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from asyncrl.config import TrainConfig
+from asyncrl.envs import EnvSpec
+from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
+from asyncrl.nets import FlatParams
+from asyncrl.rundir import restore_learner, save_checkpoint, save_summary
+from asyncrl.runtime.backends.process import POLL, ChildProcesses
+from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore
+
+# columns of the shared counters, one row per worker (each worker writes only its own row)
+STEPS, UPDATES, ITERATIONS = 0, 1, 2
+
+
+class HogwildSync:
+    """Keeps one worker's local tensors and the global flat vector in step.
+
+    ``snapshot`` is what the worker last read from (or wrote to) the global vector, so
+    ``local - snapshot`` is exactly this worker's own change since: adding it to the global
+    vector never counts another worker's change twice.
+    """
+
+    def __init__(
+        self, tensors: list[torch.Tensor], global_params: np.ndarray, mode: str, every: int
+    ):
+        self.flat = FlatParams.of(tensors)
+        if self.flat.numel != global_params.size:
+            raise ValueError(f"{self.flat.numel} local floats vs {global_params.size} global")
+        self.global_ = global_params
+        self.snapshot = np.empty_like(global_params)
+        self.delta = np.empty_like(global_params)
+        self.shared = mode == "shared"
+        self.every = 1 if self.shared else every
+        self.updates = 0
+        self.syncs = 0
+
+    def pull(self) -> None:
+        """Local tensors <- the global vector (as it is now, possibly mid-write by another)."""
+        np.copyto(self.snapshot, self.global_)
+        self.flat.read_from(self.snapshot)
+
+    def push(self) -> None:
+        """Global vector += this worker's change since the last pull or push. No lock."""
+        self.flat.write_to(self.delta)
+        self.delta -= self.snapshot
+        self.global_ += self.delta
+        self.snapshot += self.delta
+
+    def before_update(self) -> None:
+        if self.shared:
+            self.pull()
+
+    def after_update(self) -> None:
+        self.updates += 1
+        if self.shared:
+            self.push()
+        elif self.updates % self.every == 0:
+            self.sync()
+
+    def sync(self) -> None:
+        self.push()
+        self.pull()
+        self.syncs += 1
+
+    def after_iteration(self) -> None:
+        """Changes made outside gradient steps (PPO's observation statistics) go out now."""
+        if self.shared:
+            self.push()
+
+
+def worker_config(cfg: TrainConfig, worker: int) -> TrainConfig:
+    """A worker runs the synchronous single-actor loop on its own envs, with its own seeds. Its
+    schedules (learning rate, clip) run over its share of the total step budget."""
+    return dataclasses.replace(
+        cfg,
+        hogwild=0,
+        actors=1,
+        mode="sync",
+        backend="inline",
+        seed=cfg.seed + worker,
+        total_steps=max(1, math.ceil(cfg.total_steps / cfg.hogwild)),
+        progress=False,
+        tensorboard=False,
+    )
+
+
+def _stopping(stop: Any, parent: int) -> bool:
+    return stop.is_set() or os.getppid() != parent
+
+
+def worker_main(
+    worker: int,
+    cfg: TrainConfig,
+    spec: EnvSpec,
+    params: SharedArray,
+    counters: SharedArray,
+    steps_before: int,
+    reports: Any,
+    errors: Any,
+    stop: Any,
+    parent: int,
+) -> None:
+    """Entry point of a worker process: collect, train with Hogwild! sync, report; repeat until
+    all workers together have taken ``cfg.total_steps`` env steps or the parent says stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how the run ends
+    torch.set_num_threads(cfg.threads_learner)
+    from asyncrl.runtime.actor import Actor
+    from asyncrl.runtime.trainer import make_learner
+
+    actor = slots = learner = sync = row = None
+    try:
+        wcfg = worker_config(cfg, worker)
+        learner = make_learner(wcfg, spec)
+        learner.env_steps = steps_before // cfg.hogwild  # a resumed run's schedules go on
+        sync = HogwildSync(learner.shared_tensors(), params.array, cfg.sync_mode, cfg.sync_every)
+        sync.pull()
+        learner.set_step_hooks(sync.before_update, sync.after_update)
+        store = PolicyStore(learner.flat.numel, shared=False)
+        actor = Actor(worker, wcfg, spec, store)
+        layout = SlotLayout.for_rollout(spec, wcfg.rollout, wcfg.envs_per_actor, cfg.algo == "sac")
+        slots = SlotStore(layout, 1, shared=False)
+        slot = slots.slots[0]
+        row = counters.array[worker]
+        while steps_before + int(counters.array[:, STEPS].sum()) < cfg.total_steps:
+            if _stopping(stop, parent):
+                break
+            learner.publish(store)
+            actor.collect(slot)
+            stats = learner.train([slot])
+            sync.after_iteration()
+            row[STEPS] += int(stats["samples"])
+            row[UPDATES] = sync.updates
+            row[ITERATIONS] += 1
+            done = ~np.isnan(slot.ep_returns)
+            stats["worker"] = worker
+            stats["worker_syncs"] = sync.syncs
+            ended = (slot.ep_returns[done].tolist(), slot.ep_lengths[done].tolist())
+            reports.put((worker, stats, ended))
+        sync.push()  # nothing this worker learned is left out of the global network
+        reports.put((worker, None, None))
+    except BaseException:
+        errors.put((worker, traceback.format_exc()))
+    finally:
+        if actor is not None:
+            actor.close()
+        if slots is not None:
+            slots.close()
+        # views of the segments go first, or they cannot close: the learner holds the sync's
+        # hooks in a reference cycle, so collect it now rather than at interpreter exit
+        learner = sync = row = None
+        gc.collect()
+        params.close()
+        counters.close()
+
+
+def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) -> dict[str, Any]:
+    """The parent's side of a Hogwild! run; ``trainer.train`` has validated ``cfg`` and made
+    the run directory. Returns the summary (also written to summary.json)."""
+    from asyncrl.runtime.trainer import Interrupted, _on_sigterm, make_learner
+
+    M = cfg.hogwild
+    ctx = mp.get_context("spawn")
+    # The global network starts as the first worker would have: seeded like a single learner.
+    holder = make_learner(worker_config(cfg, 0), spec)
+    earlier_seconds = restore_learner(run_dir, holder) if resume else 0.0
+    steps_before = holder.env_steps
+    flat = FlatParams.of(holder.shared_tensors())
+    params = SharedArray((flat.numel,), "float32")
+    counters = SharedArray((M, 3), "int64")
+    children = ChildProcesses(ctx, "hogwild worker", cfg)
+    reports = ctx.Queue()
+    stop = ctx.Event()
+    episodes = holder.episode_stats
+    log = progress = None
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    interrupted = False
+    try:
+        flat.write_to(params.array)
+        log = MetricsLog(run_dir, cfg.tensorboard)
+        progress = ProgressDisplay(cfg.total_steps, cfg.progress, steps_before)
+        meter = Throughput(cfg.envs_per_actor)
+        for w in range(M):
+            args = (w, cfg, spec, params, counters, steps_before, reports, children.errors, stop)
+            children.start(worker_main, (*args, os.getpid()), w)
+        last_ckpt = time.perf_counter()
+
+        def total_steps() -> int:
+            return steps_before + int(counters.array[:, STEPS].sum())
+
+        def checkpoint() -> None:
+            nonlocal last_ckpt
+            last_ckpt = time.perf_counter()
+            flat.read_from(params.array.copy())
+            holder.env_steps = total_steps()
+            holder.iterations = int(counters.array[:, ITERATIONS].sum())
+            state = {
+                "learner": holder.state_dict(),
+                "config": cfg.to_dict(),
+                "wall_seconds": earlier_seconds + meter.wall,
+                "hogwild": counters.array.tolist(),
+            }
+            save_checkpoint(run_dir, state)
+
+        finished = 0
+        learn_seconds = 0.0
+        first: tuple[float, int] | None = None  # (time, gradient steps) when learning began
+        t_wait = time.perf_counter()
+
+        def receive(deadline: float = math.inf) -> None:
+            """Handle reports until every worker has said it is done (or the deadline)."""
+            nonlocal finished, learn_seconds, first, t_wait
+            while finished < M and time.perf_counter() < deadline:
+                children.check()
+                try:
+                    worker, stats, ended = reports.get(timeout=POLL)
+                except queue.Empty:
+                    continue
+                if stats is None:
+                    finished += 1
+                    continue
+                waited = time.perf_counter() - t_wait
+                episodes.add(*ended)
+                learn_seconds += stats["learn_seconds"]
+                steps = total_steps()
+                updates = int(counters.array[:, UPDATES].sum())
+                row = {**stats, **meter.iteration(waited, stats)}
+                if first is None and updates > 0:  # rates from the first gradient step on
+                    first = (meter.last, updates)
+                row["episodic_return"] = episodes.final_return
+                row[f"worker_env_steps/{worker}"] = int(counters.array[worker, STEPS])
+                row["gradient_steps"] = updates
+                row["wall_seconds"] = earlier_seconds + meter.wall
+                log.write(steps, row)
+                sps, lag = row["env_steps_per_second"], row["policy_lag_mean"]
+                progress.update(steps, episodes.final_return, row["eps"], sps, lag)
+                if cfg.max_seconds and meter.wall >= cfg.max_seconds:
+                    stop.set()
+                if cfg.checkpoint_every and time.perf_counter() - last_ckpt > cfg.checkpoint_every:
+                    checkpoint()
+                t_wait = time.perf_counter()
+
+        try:
+            receive()
+        except KeyboardInterrupt:
+            interrupted = True
+            stop.set()
+            receive(deadline=time.perf_counter() + 10)  # let workers push and say goodbye
+        stop.set()
+        children.close((reports,))
+        checkpoint()
+        steady = math.nan
+        if first is not None and meter.last > first[0]:
+            steady = (int(counters.array[:, UPDATES].sum()) - first[1]) / (meter.last - first[0])
+        summary = _summary(cfg, meter, counters.array, total_steps() - steps_before, episodes)
+        summary.update(
+            learn_seconds=learn_seconds / M,
+            gradient_steps_per_second_steady=steady,
+            env_steps=total_steps(),
+            interrupted=interrupted,
+            resumed=resume,
+            time_limited=total_steps() < cfg.total_steps and not interrupted,
+            run_dir=str(run_dir),
+        )
+        save_summary(run_dir, summary)
+        if interrupted:
+            raise Interrupted("interrupted")
+        return summary
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        stop.set()
+        if progress is not None:
+            progress.close()
+        children.close((reports,))
+        if log is not None:
+            log.close()
+        params.close()
+        counters.close()
+
+
+def _summary(
+    cfg: TrainConfig,
+    meter: Throughput,
+    counters: np.ndarray,
+    new_steps: int,
+    episodes: EpisodeStats,
+) -> dict[str, Any]:
+    updates = counters[:, UPDATES].tolist()
+    return {
+        "env": cfg.env,
+        "algo": cfg.algo,
+        "mode": "hogwild",
+        "backend": "process",
+        "hogwild": cfg.hogwild,
+        "sync_mode": cfg.sync_mode,
+        "sync_every": cfg.sync_every,
+        "actors": cfg.hogwild,
+        "envs_per_actor": cfg.envs_per_actor,
+        "rollout": cfg.rollout,
+        "iterations": int(counters[:, ITERATIONS].sum()),
+        "episodes": episodes.episodes,
+        # mean of the last 20 episodes of all workers: a return against *total* frames
+        "final_return": episodes.final_return,
+        # lag is in each worker's own versions: it trains on what its copy just collected
+        **meter.summary(new_steps, cfg.hogwild),
+        "worker_env_steps": counters[:, STEPS].tolist(),
+        "gradient_steps": int(sum(updates)),
+        "worker_gradient_steps": updates,
+        "gradient_steps_per_second": sum(updates) / meter.wall,  # start-up included
+    }

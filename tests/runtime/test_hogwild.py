@@ -1,0 +1,266 @@
+"""Hogwild!: the parameter sync's exact bookkeeping, workers training one global network, learning
+with M = 2 in both sync modes, and clear errors for impossible settings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from asyncrl.cli import main
+from asyncrl.config import ConfigError, TrainConfig, validate
+from asyncrl.envs import check_env
+from asyncrl.nets import FlatParams
+from asyncrl.runtime.backends.base import ActorError
+from asyncrl.runtime.hogwild import HogwildSync, worker_config
+from asyncrl.runtime.trainer import make_learner, train
+
+
+def _module(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+
+
+def _flat(m: nn.Module) -> np.ndarray:
+    f = FlatParams(m)
+    out = np.empty(f.numel, np.float32)
+    f.write_to(out)
+    return out
+
+
+def _change(m: nn.Module, by: float) -> np.ndarray:
+    """Add ``by`` times a fixed pattern to every parameter; returns the change as a flat vector."""
+    before = _flat(m)
+    with torch.no_grad():
+        for i, p in enumerate(m.parameters()):
+            p.add_(by * (i + 1))
+    return _flat(m) - before
+
+
+def test_shared_workers_changes_all_reach_the_global_vector_exactly():
+    """Two workers read, both step, both add their change: nothing is lost or counted twice."""
+    init = _flat(_module(0))
+    global_ = init.copy()
+    a, b = _module(1), _module(2)  # local copies start elsewhere: the pull overwrites them
+    sa = HogwildSync(list(a.parameters()), global_, "shared", 0)
+    sb = HogwildSync(list(b.parameters()), global_, "shared", 0)
+    sa.before_update()
+    sb.before_update()
+    assert np.array_equal(_flat(a), init) and np.array_equal(_flat(b), init)
+    da = _change(a, 0.5)
+    sa.after_update()
+    db = _change(b, -0.25)  # b stepped from the old parameters, as a concurrent worker would
+    sb.after_update()
+    np.testing.assert_allclose(global_, init + da + db, rtol=0, atol=1e-6)
+    # the next step reads both changes
+    sa.before_update()
+    np.testing.assert_allclose(_flat(a), init + da + db, rtol=0, atol=1e-6)
+    # a push with no change since is a no-op
+    sa.push()
+    np.testing.assert_allclose(global_, init + da + db, rtol=0, atol=1e-6)
+
+
+def test_synced_worker_trains_alone_between_syncs_and_agrees_with_global_after_one():
+    init = _flat(_module(0))
+    global_ = init.copy()
+    a, b = _module(1), _module(2)
+    sa = HogwildSync(list(a.parameters()), global_, "synced", 3)
+    sb = HogwildSync(list(b.parameters()), global_, "synced", 3)
+    sa.pull()
+    sb.pull()
+    db = _change(b, 1.0)
+    for sync in (sb, sb, sb):  # b's third step syncs
+        sync.before_update()
+        sync.after_update()
+    assert sb.syncs == 1
+    np.testing.assert_allclose(global_, init + db, atol=1e-6)
+    total_a = np.zeros_like(init)
+    for step in range(1, 4):
+        sa.before_update()
+        np.testing.assert_allclose(_flat(a), init + total_a, atol=1e-6)  # b unseen yet
+        total_a += _change(a, 0.1)
+        sa.after_update()
+        if step < 3:
+            np.testing.assert_allclose(global_, init + db, atol=1e-6)  # nothing pushed yet
+    assert sa.syncs == 1
+    # right after a sync the worker holds exactly the global parameters, both changes in them
+    assert np.array_equal(_flat(a), global_)
+    np.testing.assert_allclose(global_, init + db + total_a, atol=1e-5)
+
+
+def test_sac_shares_every_float_an_update_changes():
+    cfg = TrainConfig(algo="sac", env="Pendulum-v1", hidden=[16, 16])
+    spec = check_env(cfg.env, cfg.algo)
+    from asyncrl.config import resolve
+
+    learner = make_learner(resolve(cfg), spec)
+    shared = {id(t) for t in learner.shared_tensors()}
+    sac = learner.sac
+    for module in (sac.actor, sac.q, sac.q_target):
+        assert all(id(p) in shared for p in module.parameters())
+    assert id(sac.log_alpha) in shared
+
+
+def _cfg(tmp_path, **kw) -> TrainConfig:
+    base = dict(progress=False, tensorboard=False, run_dir=str(tmp_path / "run"))
+    return TrainConfig(**{**base, **kw})
+
+
+def test_two_workers_train_one_global_network_concurrently(tmp_path):
+    cfg = _cfg(
+        tmp_path,
+        hogwild=2,
+        total_steps=4_096,
+        envs_per_actor=4,
+        rollout=32,
+        epochs=2,
+        minibatch_size=64,
+    )
+    summary = train(cfg)
+    # both workers collected and stepped, and the totals are their sums
+    assert all(n > 0 for n in summary["worker_env_steps"])
+    assert sum(summary["worker_env_steps"]) == summary["env_steps"] >= 4_096
+    assert all(n > 0 for n in summary["worker_gradient_steps"])
+    assert summary["gradient_steps"] == sum(summary["worker_gradient_steps"])
+    # 2 epochs x 2 minibatches per iteration of each worker
+    assert summary["gradient_steps"] == 4 * summary["iterations"]
+    # the global network moved away from where it started
+    spec = check_env(cfg.env, cfg.algo)
+    from asyncrl.config import resolve
+
+    start = make_learner(worker_config(resolve(cfg), 0), spec).policy.state_dict()
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    end = state["learner"]["policy"]
+    assert any(not torch.equal(start[k], end[k]) for k in start if "obs_norm" not in k)
+    # metrics: per-worker and total frames on every line
+    import json
+
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert {r["worker"] for r in rows} == {0, 1}
+    assert all(f"worker_env_steps/{r['worker']}" in r for r in rows)
+    assert [r["env_steps"] for r in rows] == sorted(r["env_steps"] for r in rows)
+
+
+def test_hogwild_worker_crash_names_the_worker_and_env(tmp_path):
+    cfg = _cfg(
+        tmp_path,
+        hogwild=2,
+        env="fake_envs:CrashAfter-v0",
+        total_steps=10**7,
+        envs_per_actor=4,
+        rollout=16,
+        minibatch_size=32,
+        epochs=1,
+    )
+    with pytest.raises(ActorError) as e:
+        train(cfg)
+    msg = str(e.value)
+    assert msg.startswith("hogwild worker ") and "(env fake_envs:CrashAfter-v0 x 4) failed" in msg
+    assert "Traceback" in msg and "boom: simulated env failure" in msg
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        (dict(hogwild=-1), "hogwild: must be >= 1 workers"),
+        (dict(hogwild=2, sync_mode="synced"), "sync_every: --sync-mode synced needs"),
+        (dict(hogwild=2, sync_every=4), "sync_every: only --sync-mode synced"),
+        (dict(hogwild=2, sync_mode="lockstep"), "sync_mode: 'lockstep' is not one of shared"),
+        (dict(hogwild=2, algo="sac", env="Pendulum-v1", save_replay=True), "save_replay"),
+        (dict(hogwild=2, minibatch_size=1024), "minibatch_size: 1024 is larger"),
+    ],
+)
+def test_impossible_hogwild_settings_fail_before_anything_starts(tmp_path, kw, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(_cfg(tmp_path, **kw))
+    with pytest.raises(ConfigError, match=match):
+        train(_cfg(tmp_path, **kw))
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_reports_a_bad_hogwild_setting_in_one_line(capsys):
+    assert main(["train", "--hogwild", "2", "--sync-mode", "synced"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("asyncrl: error: sync_every:") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sync_mode", "every"), [("shared", 0), ("synced", 10)])
+def test_hogwild_ppo_solves_cartpole_within_150k_total_steps(tmp_path, sync_mode, every):
+    summary = train(
+        _cfg(
+            tmp_path, hogwild=2, sync_mode=sync_mode, sync_every=every, total_steps=150_000, seed=1
+        )
+    )
+    assert summary["env_steps"] <= 150_000 + 2 * 8 * 32
+    assert summary["final_return"] >= 475, summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sync_mode", "every"), [("shared", 0), ("synced", 8)])
+def test_hogwild_sac_reaches_minus_250_on_pendulum_within_20k_total_steps(
+    tmp_path, sync_mode, every
+):
+    cfg = _cfg(
+        tmp_path,
+        algo="sac",
+        env="Pendulum-v1",
+        hogwild=2,
+        sync_mode=sync_mode,
+        sync_every=every,
+        envs_per_actor=4,
+        hidden=[64, 64],
+        total_steps=20_000,
+        seed=1,
+        checkpoint_every=0,
+    )
+    summary = train(cfg)
+    assert summary["env_steps"] <= 20_000 + 2 * 4
+    assert summary["final_return"] >= -250, summary
+    # each worker holds the replay ratio on its own data: total updates ~ ratio x total steps
+    warm_up = 2 * cfg.learning_starts
+    assert summary["gradient_steps"] == pytest.approx(summary["env_steps"] - warm_up, abs=16)
+
+
+def test_worker_config_is_the_single_actor_sync_loop_with_its_own_seed():
+    cfg = TrainConfig(hogwild=3, total_steps=10_000, seed=5)
+    w = worker_config(cfg, 2)
+    assert (w.hogwild, w.actors, w.mode, w.backend, w.seed) == (0, 1, "sync", "inline", 7)
+    assert w.total_steps == 3_334  # its share: the schedules end when the run does
+    assert (
+        dataclasses.replace(
+            w,
+            seed=5,
+            total_steps=10_000,
+            hogwild=3,
+            actors=cfg.actors,
+            mode=cfg.mode,
+            backend=cfg.backend,
+            progress=True,
+            tensorboard=True,
+        )
+        == cfg
+    )
+
+
+def test_resume_continues_the_global_network_and_the_total_step_count(tmp_path):
+    cfg = _cfg(
+        tmp_path,
+        hogwild=2,
+        total_steps=1_024,
+        envs_per_actor=4,
+        rollout=32,
+        epochs=1,
+        minibatch_size=64,
+    )
+    first = train(cfg)
+    saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["learner"]
+    assert saved["counters"]["env_steps"] == first["env_steps"] >= 1_024
+    second = train(dataclasses.replace(cfg, total_steps=2_048), resume=True)
+    assert second["resumed"] and second["env_steps"] >= 2_048
+    # the second run's own steps are counted on top of the first's, per worker
+    assert second["env_steps"] == first["env_steps"] + sum(second["worker_env_steps"])
+    assert second["episodes"] > first["episodes"]
