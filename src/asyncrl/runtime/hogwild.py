@@ -48,7 +48,7 @@ from asyncrl.runtime.backends.process import POLL, ChildProcesses
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)
-STEPS, UPDATES, ITERATIONS = 0, 1, 2
+STEPS, UPDATES, ITERATIONS, READY = 0, 1, 2, 3
 
 
 class HogwildSync:
@@ -160,6 +160,11 @@ def worker_main(
         slots = SlotStore(layout, 1, shared=False)
         slot = slots.slots[0]
         row = counters.array[worker]
+        row[READY] = 1  # start together: a worker spawned later would find the budget spent
+        while not counters.array[:, READY].all():
+            if _stopping(stop, parent):
+                break
+            time.sleep(0.01)
         while steps_before + int(counters.array[:, STEPS].sum()) < cfg.total_steps:
             if _stopping(stop, parent):
                 break
@@ -205,7 +210,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
     steps_before = holder.env_steps
     flat = FlatParams.of(holder.shared_tensors())
     params = SharedArray((flat.numel,), "float32")
-    counters = SharedArray((M, 3), "int64")
+    counters = SharedArray((M, 4), "int64")
     children = ChildProcesses(ctx, "hogwild worker", cfg)
     reports = ctx.Queue()
     stop = ctx.Event()
