@@ -101,11 +101,6 @@ class HogwildSync:
         self.pull()
         self.syncs += 1
 
-    def after_iteration(self) -> None:
-        """Changes made outside gradient steps (PPO's observation statistics) go out now."""
-        if self.shared:
-            self.push()
-
 
 def worker_config(cfg: TrainConfig, worker: int) -> TrainConfig:
     """A worker runs the synchronous single-actor loop on its own envs, with its own seeds. Its
@@ -153,6 +148,9 @@ def worker_main(
         learner.env_steps = steps_before // cfg.hogwild  # a resumed run's schedules go on
         sync = HogwildSync(learner.shared_tensors(), params.array, cfg.sync_mode, cfg.sync_every)
         sync.pull()
+        # Shared mode pushes after every step; only a change made outside the steps needs its
+        # own push (synced mode carries it to the next sync). Per env step for SAC, so only then.
+        outside_steps = sync.shared and cfg.algo == "ppo" and cfg.norm_obs
         learner.set_step_hooks(sync.before_update, sync.after_update)
         store = PolicyStore(learner.flat.numel, shared=False)
         actor = Actor(worker, wcfg, spec, store)
@@ -171,7 +169,8 @@ def worker_main(
             learner.publish(store)
             actor.collect(slot)
             stats = learner.train([slot])
-            sync.after_iteration()
+            if outside_steps:  # PPO's observation statistics move after the update
+                sync.push()
             row[STEPS] += int(stats["samples"])
             row[UPDATES] = sync.updates
             row[ITERATIONS] += 1
