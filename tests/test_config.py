@@ -26,6 +26,7 @@ BAD = [
     (["--env", "no_such_module:X-v0"], "cannot import module 'no_such_module'"),
     (["--max-batches-waiting", "0"], "max_batches_waiting: must be >= 1"),
     (["--gamma", "1.5"], "gamma: must be in [0, 1]"),
+    (["--log-every", "-1"], "log_every: must be >= 0"),
     (["--hidden", "64,0"], "hidden: must be a non-empty list of positive layer sizes"),
     (["--algo", "sac"], "algo: sac needs a continuous (Box) action space; CartPole-v1 has 2"),
     (["--algo", "sac", "--env", "Pendulum-v1", "--replay-ratio", "0"], "replay_ratio: must be > 0"),

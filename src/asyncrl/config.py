@@ -118,6 +118,11 @@ class TrainConfig:
     # --- run directory, logging, checkpoints
     run_dir: str = _f("", "run directory (default: runs/<env>-<mode>-<time>)")
     checkpoint_every: float = _f(60.0, "seconds between periodic checkpoints (0: only at exit)")
+    log_every: int = _f(
+        0,
+        "training iterations folded into one metrics row (metrics.jsonl, TensorBoard); "
+        "0: every iteration for PPO, every 1,000 env steps for SAC",
+    )
     progress: bool = _f(True, "show a live progress bar")
     tensorboard: bool = _f(True, "write TensorBoard scalars to the run directory")
     threads_learner: int = _f(1, "torch threads of the learner")
@@ -189,6 +194,10 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
         changes["rollout"] = fill["rollout"]
     if cfg.hidden == [] and "hidden" in fill:
         changes["hidden"] = fill["hidden"]
+    if cfg.log_every == 0:
+        # A SAC iteration is one batched env step: a row each would be a line per env step.
+        per_iteration = cfg.actors * cfg.envs_per_actor * (cfg.rollout or fill["rollout"])
+        changes["log_every"] = -(-1_000 // per_iteration) if cfg.algo == "sac" else 1
     if cfg.algo == "sac" and cfg.ratio_tolerance == 0:
         # twice the narrowest window that can make progress (see RateLimiter)
         changes["ratio_tolerance"] = 2.0 * max(
@@ -234,6 +243,7 @@ def validate(cfg: TrainConfig) -> None:
         "max_grad_norm",
         "checkpoint_every",
         "max_seconds",
+        "log_every",
     ):
         _need(getattr(cfg, name) >= 0, f"{name}: must be >= 0, got {getattr(cfg, name)}")
     _need(cfg.vtrace_rho_bar > 0, f"vtrace_rho_bar: must be > 0, got {cfg.vtrace_rho_bar}")

@@ -99,6 +99,60 @@ class Throughput:
         return sum(m * n for m, _, n in self.lags) / total, max(mx for _, mx, _ in self.lags)
 
 
+class RowWindow:
+    """The iterations since the last metrics row, folded into one row.
+
+    Figures of an iteration (losses, waits, lags) are averaged over the iterations that report
+    them; running totals and states (counters, the achieved replay ratio, the return of the last
+    20 episodes) are taken from the newest; rates are recomputed over the whole window.
+    """
+
+    LATEST = frozenset(
+        {
+            "iteration",
+            "wall_seconds",
+            "episodic_return",
+            "gradient_steps",
+            "replay_ratio_achieved",
+            "insert_blocked_seconds",
+            "sample_blocked_seconds",
+            "replay_size",
+            "lr",
+        }
+    )
+
+    def __init__(self, envs_per_actor: int):
+        self.K = envs_per_actor
+        self.rows: list[dict[str, Any]] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+
+    def fold(self) -> dict[str, Any]:
+        rows, self.rows = self.rows, []
+        out: dict[str, Any] = {}
+        for key in dict.fromkeys(k for r in rows for k in r):
+            values = [r[key] for r in rows if key in r]
+            if key in self.LATEST:
+                out[key] = values[-1]
+            elif key == "policy_lag_max":
+                out[key] = max(values)
+            else:
+                out[key] = sum(values) / len(values)
+        seconds = sum(r["T"] for r in rows)
+        samples = sum(r["samples"] for r in rows)
+        out["eps"] = self.K / out["T"]
+        out["env_steps_per_second"] = samples / seconds
+        if "learner_samples_per_second" in out:
+            out["learner_samples_per_second"] = samples / sum(r["learn_seconds"] for r in rows)
+        out["samples"] = samples
+        out["row_iterations"] = len(rows)
+        return out
+
+
 class EpisodeStats:
     """Finished episodes as the learner receives them: count, and the last 20 returns and
     lengths (``final_return`` is their mean, the figure the summary and tests use)."""
@@ -137,7 +191,8 @@ class EpisodeStats:
 
 
 class MetricsLog:
-    """metrics.jsonl (one line per iteration) and TensorBoard scalars in the run directory."""
+    """metrics.jsonl (one line per row of ``log_every`` iterations, see RowWindow) and
+    TensorBoard scalars in the run directory."""
 
     def __init__(self, run_dir: Path, tensorboard: bool):
         self.file = (run_dir / "metrics.jsonl").open("a")
@@ -173,8 +228,12 @@ def _tb_name(key: str) -> str:
 class ProgressDisplay:
     """A live bar: env steps, mean return, EPS and policy lag. Silent when disabled."""
 
+    REFRESH = 0.2  # seconds between updates: a SAC iteration can be one env step
+
     def __init__(self, total: int, enabled: bool, done: int = 0):
         self.enabled = enabled
+        self.total = total
+        self.last = -math.inf
         if not enabled:
             return
         self.progress = Progress(
@@ -195,7 +254,11 @@ class ProgressDisplay:
         self.progress.start()
 
     def update(self, steps: int, ret: float, eps: float, sps: float, lag: float) -> None:
-        if self.enabled:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self.last >= self.REFRESH or steps >= self.total:
+            self.last = now
             self.progress.update(
                 self.task,
                 completed=steps,

@@ -18,7 +18,7 @@ import torch
 
 from asyncrl.config import TrainConfig, resolve, validate
 from asyncrl.envs import check_env
-from asyncrl.metrics import MetricsLog, ProgressDisplay, Throughput
+from asyncrl.metrics import MetricsLog, ProgressDisplay, RowWindow, Throughput
 from asyncrl.rundir import (
     default_run_dir,
     restore_learner,
@@ -99,9 +99,17 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
         log = MetricsLog(run_dir, cfg.tensorboard)
         progress = ProgressDisplay(cfg.total_steps, cfg.progress, learner.env_steps)
         meter = Throughput(cfg.envs_per_actor)
+        window = RowWindow(cfg.envs_per_actor)
         backend = make_backend(cfg, spec, slots, store)
         backend.start()
         last_ckpt = time.perf_counter()
+
+        def write_row() -> None:
+            row = window.fold()
+            row["episodic_return"] = learner.final_return
+            row["iteration"] = learner.iterations
+            row["wall_seconds"] = earlier_seconds + meter.wall
+            log.write(learner.env_steps, row)
 
         def checkpoint() -> None:
             save_checkpoint(
@@ -124,10 +132,6 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                 learner.publish(store)
                 backend.release(batch)
                 row = {**stats, **meter.iteration(waited, stats)}
-                row["episodic_return"] = learner.final_return
-                row["iteration"] = learner.iterations
-                row["wall_seconds"] = earlier_seconds + meter.wall
-                log.write(learner.env_steps, row)
                 progress.update(
                     learner.env_steps,
                     learner.final_return,
@@ -135,11 +139,16 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                     row["env_steps_per_second"],
                     row["policy_lag_mean"],
                 )
+                window.add(row)
+                if learner.iterations % cfg.log_every == 0:
+                    write_row()
                 if cfg.checkpoint_every and time.perf_counter() - last_ckpt > cfg.checkpoint_every:
                     checkpoint()
                     last_ckpt = time.perf_counter()
         except KeyboardInterrupt:
             interrupted = True
+        if len(window):
+            write_row()
         if hasattr(learner, "close"):
             learner.close()  # stop async optimizers first, so the counters saved are final
         checkpoint()

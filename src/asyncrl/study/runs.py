@@ -1,8 +1,8 @@
 """Reading finished runs back: the summary and the learning curve a study tabulates and plots.
 
 A run directory written by ``asyncrl train`` holds ``summary.json`` and ``metrics.jsonl`` (one
-line per training iteration); a study needs nothing else, so any run can be studied, also one
-made by hand with ``asyncrl train``.
+line per ``log_every`` training iterations); a study needs nothing else, so any run can be
+studied, also one made by hand with ``asyncrl train``.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ METRICS = "metrics.jsonl"
 
 @dataclass
 class Curve:
-    """Mean return of the last 20 episodes after each training iteration."""
+    """Mean return of the last 20 episodes at each metrics row."""
 
     env_steps: list[int]
     wall_seconds: list[float]
     returns: list[float]
 
     def first_reaching(self, target: float) -> tuple[int, float] | None:
-        """Env steps and seconds at the first iteration whose mean return is >= target."""
+        """Env steps and seconds at the first row whose mean return is >= target."""
         for steps, wall, ret in zip(self.env_steps, self.wall_seconds, self.returns, strict=True):
             if ret >= target:  # NaN (no finished episode yet) compares False
                 return steps, wall
