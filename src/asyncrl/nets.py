@@ -185,6 +185,20 @@ class FlatParams:
             out[i : i + n] = t.detach().reshape(-1).to(torch.float32).numpy()
             i += n
 
+    def view_into(self, flat: np.ndarray) -> bool:
+        """Make every tensor a view of ``flat`` (float32 state only): whatever is written there
+        is the module's state at once, with no copy. False, and nothing changed, if some tensor
+        is not float32."""
+        if any(t.dtype != torch.float32 for t in self.tensors):
+            return False
+        src = torch.from_numpy(flat)
+        i = 0
+        for t in self.tensors:
+            n = t.numel()
+            t.data = src[i : i + n].view(t.shape)
+            i += n
+        return True
+
     @torch.no_grad()
     def read_from(self, flat: np.ndarray) -> None:
         src = torch.from_numpy(flat)

@@ -126,3 +126,14 @@ def test_loading_a_live_state_dict_does_not_share_optimizer_state():
     a.update(_batch(seed=1))
     for m, s in zip(moments, b.q_opt.state.values(), strict=True):
         assert torch.equal(m, s["exp_avg"])
+
+
+def test_acting_draws_the_same_action_as_the_training_forward():
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(3, 2, (8,), torch.tensor([-1.0, 0.0]), torch.tensor([1.0, 4.0]))
+    obs = torch.randn(5, 3)
+    for deterministic in (False, True):
+        a, none = actor.act(obs, deterministic, torch.Generator().manual_seed(7))
+        b, logp = actor(obs, deterministic, torch.Generator().manual_seed(7))
+        assert none is None and logp.shape == (5,)
+        torch.testing.assert_close(a, b.detach())

@@ -5,8 +5,11 @@ from __future__ import annotations
 import multiprocessing as mp
 
 import numpy as np
+import torch
+from torch import nn
 
 from asyncrl.envs import EnvSpec
+from asyncrl.nets import FlatParams
 from asyncrl.runtime.transport import PolicyStore, SlotLayout, SlotStore
 from conftest import shm_segments
 
@@ -49,6 +52,36 @@ def test_reader_skips_copy_when_version_unchanged():
     assert store.read_if_newer(-1, calls.append) == 0
     assert store.read_if_newer(0, calls.append) == 0
     assert len(calls) == 1
+    store.close()
+
+
+def test_attached_reader_acts_with_the_published_vector_itself():
+    torch.manual_seed(0)
+    learner, reader = nn.Linear(3, 2), nn.Linear(3, 2)
+    reader.requires_grad_(False)
+    source, sink = FlatParams(learner), FlatParams(reader)
+    store = PolicyStore(source.numel, shared=False)
+    assert store.attach(sink)
+    store.publish(0, source.write_to)
+    calls = []
+    assert store.read_if_newer(-1, calls.append) == 0
+    assert not calls  # no copy: the reader's tensors are views of the vector
+    assert torch.equal(reader.weight, learner.weight) and torch.equal(reader.bias, learner.bias)
+    with torch.no_grad():
+        learner.weight.add_(1.0)
+    store.publish(1, source.write_to)
+    assert store.read_if_newer(0, calls.append) == 1 and not calls
+    assert torch.equal(reader.weight, learner.weight)
+    store.close()
+
+
+def test_a_reader_that_cannot_be_viewed_keeps_copying():
+    reader = nn.Linear(3, 2).double()
+    store = PolicyStore(FlatParams(reader).numel, shared=False)
+    assert not store.attach(FlatParams(reader))
+    store.publish(0, lambda a: a.fill(1.5))
+    assert store.read_if_newer(-1, FlatParams(reader).read_from) == 0
+    assert (reader.weight == 1.5).all()
     store.close()
 
 

@@ -73,7 +73,8 @@ class SquashedGaussianActor(nn.Module):
         obs: torch.Tensor,
         deterministic: bool = False,
         generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with_logp: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         x = self.trunk(obs.flatten(1))
         mu = self.mu(x)
         log_std = torch.clamp(self.log_std(x), LOG_STD_MIN, LOG_STD_MAX)
@@ -85,6 +86,8 @@ class SquashedGaussianActor(nn.Module):
             eps = torch.randn(mu.shape, generator=generator)
             u = mu + eps * log_std.exp()
             log_n = -0.5 * eps.square() - log_std
+        if not with_logp:
+            return torch.tanh(u) * self.scale + self.bias, None
         # log N(u; mu, std) - log|d a / d u|, with d a / d u = scale * (1 - tanh(u)^2), and
         # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), numerically stable
         log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
@@ -93,7 +96,8 @@ class SquashedGaussianActor(nn.Module):
 
     @torch.no_grad()
     def act(self, obs, deterministic: bool = False, generator=None):
-        return self.forward(obs, deterministic, generator)
+        """(action, None): actors and evaluation only need the action, not its log-prob."""
+        return self.forward(obs, deterministic, generator, with_logp=False)
 
 
 class QEnsemble(nn.Module):

@@ -24,7 +24,18 @@ from asyncrl.runtime.transport import PolicyStore, Slot
 
 
 class Actor:
-    def __init__(self, actor_id: int, cfg: TrainConfig, spec: EnvSpec, store: PolicyStore):
+    """``in_place``: act with the published parameters themselves, not a copy per version; the
+    backend says so only where no version is published while the actor acts (see
+    PolicyStore.attach)."""
+
+    def __init__(
+        self,
+        actor_id: int,
+        cfg: TrainConfig,
+        spec: EnvSpec,
+        store: PolicyStore,
+        in_place: bool = False,
+    ):
         self.actor_id, self.cfg, self.spec, self.store = actor_id, cfg, spec, store
         self.K = cfg.envs_per_actor
         self.envs = make_vector_env(cfg.env, self.K)
@@ -32,6 +43,8 @@ class Actor:
         self.policy = build_acting_policy(cfg, spec)
         self.policy.requires_grad_(False)
         self.flat = FlatParams(self.policy)
+        if in_place:
+            store.attach(self.flat)
         self.version = -1
         first_seed = actor_seed(cfg.seed, actor_id, self.K)
         self.generator = torch.Generator().manual_seed(first_seed)
@@ -97,3 +110,5 @@ class Actor:
 
     def close(self) -> None:
         self.envs.close()
+        # an in-place policy views the store's shared segment: drop it, or that cannot close
+        self.policy = self.flat = None

@@ -153,7 +153,7 @@ def worker_main(
         outside_steps = sync.shared and cfg.algo == "ppo" and cfg.norm_obs
         learner.set_step_hooks(sync.before_update, sync.after_update)
         store = PolicyStore(learner.flat.numel, shared=False)
-        actor = Actor(worker, wcfg, spec, store)
+        actor = Actor(worker, wcfg, spec, store, in_place=True)  # one process
         layout = SlotLayout.for_rollout(spec, wcfg.rollout, wcfg.envs_per_actor, cfg.algo == "sac")
         slots = SlotStore(layout, 1, shared=False)
         slot = slots.slots[0]

@@ -25,7 +25,9 @@ class InlineBackend:
         self.waiting: deque[int] = deque()
 
     def start(self) -> None:
-        self.actors = [Actor(i, self.cfg, self.spec, self.store) for i in range(self.cfg.actors)]
+        self.actors = [
+            Actor(i, self.cfg, self.spec, self.store, in_place=True) for i in range(self.cfg.actors)
+        ]
 
     def _collect(self, i: int) -> None:
         self.actors[i].collect(self.slots[i])

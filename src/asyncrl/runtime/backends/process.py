@@ -65,7 +65,7 @@ def actor_main(
 
     actor = None
     try:
-        actor = Actor(actor_id, cfg, spec, store)
+        actor = Actor(actor_id, cfg, spec, store, in_place=cfg.mode == "sync")
         while True:
             t0 = time.perf_counter()
             slot_id = _wait(lambda t: free.get(timeout=t), stop, parent)

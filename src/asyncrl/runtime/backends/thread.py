@@ -64,7 +64,11 @@ class ThreadBackend(SlotQueues):
         actors: list[Actor] = []
         try:
             for actor_id in range(self.cfg.actors):
-                actors.append(Actor(actor_id, self.cfg, self.spec, self.store))
+                actors.append(
+                    Actor(
+                        actor_id, self.cfg, self.spec, self.store, in_place=self.cfg.mode == "sync"
+                    )
+                )
             while True:
                 for actor_id, actor in enumerate(actors):
                     t0 = time.perf_counter()
