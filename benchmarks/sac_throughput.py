@@ -4,9 +4,10 @@
 
 Issue 3, "done when" 2. HalfCheetah-v5, 256x256 networks, batch 256, replay ratio 1, 1 env:
   1. the time of one bare SAC gradient update on stored data (median of 200, one core);
-  2. asyncrl sync and async SAC env steps/s, and Stable-Baselines3 SAC's with the same settings
-     (its own venv, see benchmarks/baselines/setup.sh). Targets: sync >= 1.2x SB3; the sync
-     loop's time per step above (bare update + bare env step) <= 10%;
+  2. asyncrl sync (inline, thread, process backends) and async SAC env steps/s, and
+     Stable-Baselines3 SAC's with the same settings (its own venv, see
+     benchmarks/baselines/setup.sh), in --rounds interleaved rounds; medians. Targets: sync >=
+     1.2x SB3; the sync loop's time per step above (bare update + bare env step) <= 10%;
   3. Humanoid-v5, async at replay ratio 0.25 (16 envs): env steps/s against the ideal overlap
      rate 1 / max(env step time, update time x ratio) -- with the ratio in gradient steps per env
      step, one env step costs the learner ratio x one update -- both measured in this run.
@@ -98,11 +99,17 @@ def ours(cfg: TrainConfig) -> dict:
     return {k: s[k] for k in keys}
 
 
-def part_halfcheetah(steps: int) -> dict:
-    print("[1-2] HalfCheetah-v5: SAC 256x256, batch 256, replay ratio 1, 1 actor x 1 env")
-    upd = bare_update_seconds("HalfCheetah-v5")
-    env_t = bare_env_step_seconds("HalfCheetah-v5", 1, 2_000)
-    print(f"  bare update {upd * 1e3:.2f} ms; bare env step with the actor {env_t * 1e3:.2f} ms")
+MODES = (("sync", "inline"), ("sync", "thread"), ("sync", "process"), ("async", "process"))
+
+
+def part_halfcheetah(steps: int, rounds: int) -> dict:
+    """``rounds`` rounds, each running every configuration once, one after the other, so that
+    the machine's drift (it is shared) hits all of them alike; medians over rounds, and each
+    ratio to SB3 is taken within a round before its median."""
+    print(
+        "[1-2] HalfCheetah-v5: SAC 256x256, batch 256, replay ratio 1, 1 actor x 1 env "
+        f"({rounds} rounds of {steps} learning steps)"
+    )
     warm = 1_000
     cfg = TrainConfig(
         algo="sac",
@@ -119,31 +126,60 @@ def part_halfcheetah(steps: int) -> dict:
         tensorboard=False,
         checkpoint_every=0,
     )
-    res: dict = {"bare_update_seconds": upd, "bare_env_step_seconds": env_t}
-    for mode, backend in (("sync", "inline"), ("sync", "process"), ("async", "process")):
-        r = ours(dataclasses.replace(cfg, mode=mode, backend=backend))
-        res[f"{mode}/{backend}"] = r
-        per_step = 1 / r["env_steps_per_second_learning"]
-        overhead = per_step / (upd + env_t) - 1
-        r["loop_overhead_vs_bare"] = overhead
+    per_round: list[dict] = []
+    for r in range(rounds):
+        res: dict = {
+            "bare_update_seconds": bare_update_seconds("HalfCheetah-v5"),
+            "bare_env_step_seconds": bare_env_step_seconds("HalfCheetah-v5", 1, 2_000),
+        }
+        for mode, backend in MODES:
+            res[f"{mode}/{backend}"] = ours(dataclasses.replace(cfg, mode=mode, backend=backend))
+        sb3 = baseline("sb3", "sb3_sac.py", ["--steps", str(steps)], 1)
+        res["sb3"] = sb3["env_steps_per_second"] if sb3 else None
+        bare = res["bare_update_seconds"] + res["bare_env_step_seconds"]
+        line = [f"bare update {res['bare_update_seconds'] * 1e3:.2f} ms"]
+        for mode, backend in MODES:
+            x = res[f"{mode}/{backend}"]
+            x["loop_overhead_vs_bare"] = 1 / x["env_steps_per_second_learning"] / bare - 1
+            if res["sb3"]:
+                x["ratio_sb3"] = x["env_steps_per_second_learning"] / res["sb3"]
+            line.append(f"{mode}/{backend} {x['env_steps_per_second_learning']:.1f}")
+        line.append(f"SB3 {res['sb3']:.1f}" if res["sb3"] else "SB3 -")
+        print(f"  round {r + 1}: " + ", ".join(line) + " env steps/s")
+        per_round.append(res)
+
+    def med(f) -> float:
+        xs = [f(r) for r in per_round]
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else float("nan")
+
+    upd = med(lambda r: r["bare_update_seconds"])
+    env_t = med(lambda r: r["bare_env_step_seconds"])
+    sb = med(lambda r: r["sb3"])
+    print(f"  medians over {rounds} rounds:")
+    print(f"  bare update {upd * 1e3:.2f} ms; bare env step with the actor {env_t * 1e3:.2f} ms")
+    out: dict = {"rounds": per_round, "bare_update_seconds": upd, "bare_env_step_seconds": env_t}
+    for mode, backend in MODES:
+        k = f"{mode}/{backend}"
+        rate = med(lambda r, k=k: r[k]["env_steps_per_second_learning"])
+        over = med(lambda r, k=k: r[k]["loop_overhead_vs_bare"])
+        ratio = med(lambda r, k=k: r[k].get("ratio_sb3"))
+        achieved = med(lambda r, k=k: r[k]["replay_ratio_achieved"])
+        out[k] = {"env_steps_per_second": rate, "loop_overhead": over, "ratio_sb3": ratio}
         print(
-            f"  asyncrl {mode:5s} ({backend:7s}): {r['env_steps_per_second_learning']:6.1f} "
-            f"env steps/s, {per_step * 1e3:.2f} ms/step = bare update + env step "
-            f"{overhead:+.1%}, achieved ratio {r['replay_ratio_achieved']:.3f}"
+            f"  asyncrl {mode:5s} ({backend:7s}): {rate:6.1f} env steps/s = {ratio:.2f}x SB3, "
+            f"{1e3 / rate:.2f} ms/step = bare update + env step {over:+.1%}, "
+            f"achieved ratio {achieved:.3f}"
         )
-    sb3 = baseline("sb3", "sb3_sac.py", ["--steps", str(steps)], 1)
-    res["sb3"] = sb3
-    if sb3:
-        sb = sb3["env_steps_per_second"]
-        print(f"  SB3 SAC            : {sb:6.1f} env steps/s")
-        for k in ("sync/inline", "sync/process", "async/process"):
-            res[k]["ratio_sb3"] = res[k]["env_steps_per_second_learning"] / sb
-        print(
-            f"  sync/SB3 = {res['sync/process']['ratio_sb3']:.2f} (process), "
-            f"{res['sync/inline']['ratio_sb3']:.2f} (inline); target >= 1.2. "
-            f"async/SB3 = {res['async/process']['ratio_sb3']:.2f}"
-        )
-    return res
+    out["sb3"] = sb
+    print(f"  SB3 SAC            : {sb:6.1f} env steps/s")
+    print(
+        "  targets: sync >= 1.2x SB3 -> "
+        + ", ".join(f"{b} {out[f'sync/{b}']['ratio_sb3']:.2f}x" for _, b in MODES[:3])
+        + "; loop overhead <= 10% -> "
+        + ", ".join(f"{b} {out[f'sync/{b}']['loop_overhead']:+.1%}" for _, b in MODES[:3])
+    )
+    return out
 
 
 def part_humanoid(steps: int) -> dict:
@@ -184,10 +220,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller budgets, noisier")
     p.add_argument("--parts", default="halfcheetah,humanoid")
+    p.add_argument("--rounds", type=int, default=3, help="HalfCheetah rounds (medians)")
     args = p.parse_args()
     out: dict = {"torch": torch.__version__, "argv": sys.argv[1:]}
     if "halfcheetah" in args.parts:
-        out["halfcheetah"] = part_halfcheetah(600 if args.quick else 2_000)
+        rounds = 1 if args.quick else args.rounds
+        out["halfcheetah"] = part_halfcheetah(600 if args.quick else 2_000, rounds)
     if "humanoid" in args.parts:
         out["humanoid"] = part_humanoid(2_000 if args.quick else 8_000)
     RESULTS.mkdir(exist_ok=True)
