@@ -5,7 +5,8 @@ one gradient step (critic, actor, temperature, Polyak). Tensors in, statistics o
 no processes, no logging, no host synchronisation inside an update.
 
 Cost is what matters here (the update is the bottleneck of SAC on a CPU), so:
-* both Q networks run as one ensemble: weights stacked [2, in, out], one batched matmul a layer;
+* both Q networks run as one ensemble: weights stacked [2, in, out], one batched matmul a layer,
+  computed feature-major (see QEnsemble.forward);
 * the actor loss reads Q with *detached* critic weights, so its backward pass never computes
   gradients for the critic;
 * Adam steps are fused kernels; the Polyak update is one ``_foreach`` call; the temperature's
@@ -120,19 +121,24 @@ class QEnsemble(nn.Module):
         self, obs: torch.Tensor, action: torch.Tensor, frozen: bool = False
     ) -> torch.Tensor:
         """Q values [n, B]. ``frozen``: with detached weights, so that gradients reach the
-        inputs (the action) but never the critic."""
-        x = torch.cat([obs.flatten(1), action], -1)
-        x = x.unsqueeze(0).expand(self.weights[0].shape[0], -1, -1)
+        inputs (the action) but never the critic.
+
+        Computed feature-major, activations [n, h, B] = W^T x^T, which suits the one-unit
+        output layer and the small input layer: whole updates ran ~2% faster than with
+        [n, B, h] activations (A/B on HalfCheetah sizes, same values; the critic's passes alone,
+        in a hot loop, 15-30%). The weights are stored [n, in, out] all the same.
+        """
+        x = torch.cat([obs.flatten(1), action], -1).T
+        x = x.unsqueeze(0).expand(self.weights[0].shape[0], -1, -1)  # [n, in, B]
         layers = list(zip(self.weights, self.biases, strict=True))
         if frozen:
             layers = [(w.detach(), b.detach()) for w, b in layers]
-        *hidden, (w_out, b_out) = layers
-        for w, b in hidden:
-            x = torch.relu(torch.baddbmm(b, x, w))
-        # The output layer has one unit: as [B, h] @ [h, 1] a batched matmul with N = 1 runs at a
-        # few GFLOP/s on CPU (forward and both backward products, ~0.6 ms of an update); the
-        # same product laid out as [1, h] @ [h, B] runs ~8x faster.
-        return torch.baddbmm(b_out, w_out.mT, x.mT).squeeze(1)
+        last = len(layers) - 1
+        for i, (w, b) in enumerate(layers):
+            x = torch.baddbmm(b.mT, w.mT, x)
+            if i < last:
+                x = torch.relu(x)
+        return x.squeeze(1)
 
 
 class SAC:
