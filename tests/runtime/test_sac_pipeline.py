@@ -96,3 +96,22 @@ def test_pendulum_reaches_minus_250_within_20k_steps(tmp_path, mode):
     assert s["env_steps"] <= 20_000 + 4
     assert s["final_return"] >= -250, s
     assert s["replay_ratio_achieved"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_sync_learner_publishes_only_a_new_version(tmp_path):
+    from asyncrl.envs import check_env
+    from asyncrl.runtime.sac_learner import SACLearner
+    from asyncrl.runtime.transport import PolicyStore
+
+    cfg = resolve(_cfg(tmp_path, mode="sync", backend="inline"))
+    learner = SACLearner(cfg, check_env(cfg.env, "sac"))
+    store = PolicyStore(learner.flat.numel, shared=False)
+    writes = []
+    learner.flat.write_to = writes.append  # count the copies into the store
+    learner.publish(store)
+    learner.publish(store)  # no update in between (warm-up, or a ratio below 1)
+    assert len(writes) == 1 and store.version == 0
+    learner.version += 1
+    learner.publish(store)
+    assert len(writes) == 2 and store.version == 1
+    store.close()

@@ -139,7 +139,8 @@ class SACLearner(EpisodeCounters):
         """Sync: publish now. Async: the optimizer thread publishes after every update; the
         first call hands it the store and starts it."""
         if not self.async_:
-            store.publish(self.version, self.flat.write_to)
+            if store.version != self.version:  # no update since (warm-up, ratio < 1): no copy
+                store.publish(self.version, self.flat.write_to)
             return
         if self._thread is None:
             self._store = store
