@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
 from asyncrl.envs import EnvSpec
 from asyncrl.nets import FlatParams
-from asyncrl.runtime.transport import PolicyStore, SlotLayout, SlotStore
+from asyncrl.runtime.transport import IdChannel, PolicyStore, SlotLayout, SlotStore
 from conftest import shm_segments
 
 SPEC = EnvSpec("x", (3,), True, (), 2)
@@ -43,6 +45,30 @@ def test_child_process_writes_are_seen_and_segments_are_unlinked():
     slots.close()
     store.close()
     assert not names & shm_segments()
+
+
+def _put_ids(channel: IdChannel, first: int) -> None:
+    for i in range(first, first + 100):
+        channel.put(i)
+
+
+def test_id_channel_carries_ids_from_several_processes_and_times_out_when_empty():
+    ctx = mp.get_context("spawn")
+    channel = IdChannel(ctx)
+    with pytest.raises(queue.Empty):
+        channel.get(0.05)
+    writers = [ctx.Process(target=_put_ids, args=(channel, k * 1000)) for k in range(2)]
+    for p in writers:
+        p.start()
+    got = [channel.get(10) for _ in range(200)]
+    for p in writers:
+        p.join(30)
+        assert p.exitcode == 0
+    assert sorted(got) == [*range(100), *range(1000, 1100)]
+    for k in (0, 1000):  # each writer's ids arrive in its order
+        mine = [i for i in got if k <= i < k + 100]
+        assert mine == sorted(mine)
+    channel.close()
 
 
 def test_reader_skips_copy_when_version_unchanged():

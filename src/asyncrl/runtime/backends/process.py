@@ -25,7 +25,7 @@ import torch
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import ActorError, SlotQueues
-from asyncrl.runtime.transport import PolicyStore, SlotStore
+from asyncrl.runtime.transport import IdChannel, PolicyStore, SlotStore
 
 POLL = 0.2  # seconds between liveness checks while blocked
 
@@ -68,7 +68,7 @@ def actor_main(
         actor = Actor(actor_id, cfg, spec, store, in_place=cfg.mode == "sync")
         while True:
             t0 = time.perf_counter()
-            slot_id = _wait(lambda t: free.get(timeout=t), stop, parent)
+            slot_id = _wait(free.get, stop, parent)
             slot = slots.slots[slot_id]
             actor.collect(slot, waited=time.perf_counter() - t0)
             if waiting is not None:
@@ -155,8 +155,8 @@ class ProcessBackend(SlotQueues):
         self.ctx = mp.get_context("spawn")
         self.per_actor = cfg.slots_per_actor
         self.children = ChildProcesses(self.ctx, "actor", cfg)
-        self.free = [self.ctx.Queue() for _ in range(cfg.actors)]
-        self.full = self.ctx.Queue()
+        self.free = [IdChannel(self.ctx) for _ in range(cfg.actors)]
+        self.full = IdChannel(self.ctx)
         self.stop = self.ctx.Event()
         self.waiting = self.ctx.Semaphore(cfg.max_batches_waiting) if cfg.mode == "async" else None
 
@@ -183,10 +183,12 @@ class ProcessBackend(SlotQueues):
     def _get_full(self) -> int:
         while True:
             try:
-                return self.full.get(timeout=POLL)
+                return self.full.get(POLL)
             except queue.Empty:
                 self.children.check()
 
     def close(self) -> None:
         self.stop.set()
-        self.children.close((*self.free, self.full))
+        self.children.close()
+        for channel in (*self.free, self.full):
+            channel.close()
