@@ -43,8 +43,7 @@ class Actor:
         self.policy = build_acting_policy(cfg, spec)
         self.policy.requires_grad_(False)
         self.flat = FlatParams(self.policy)
-        if in_place:
-            store.attach(self.flat)
+        self.in_place = in_place and store.attach(self.flat)
         self.version = -1
         first_seed = actor_seed(cfg.seed, actor_id, self.K)
         self.generator = torch.Generator().manual_seed(first_seed)
@@ -56,7 +55,10 @@ class Actor:
             self.low, self.high = spec.action_low, spec.action_high
 
     def load_newest_policy(self) -> None:
-        self.version = self.store.read_if_newer(self.version, self.flat.read_from)
+        if self.in_place:  # the policy's tensors are the published vector
+            self.version = self.store.version
+        else:
+            self.version = self.store.read_if_newer(self.version, self.flat.read_from)
 
     @torch.no_grad()
     def collect(self, slot: Slot, waited: float = 0.0) -> None:

@@ -208,7 +208,6 @@ class PolicyStore:
             buf = bytearray(size)
         self._bind(buf)
         self._version[0] = -1
-        self._attached = False
 
     def _bind(self, buf: Any) -> None:
         self._version = np.frombuffer(buf, dtype=np.int64, count=1, offset=0)
@@ -224,7 +223,6 @@ class PolicyStore:
         self.shared = True
         self._segments = _Segments(self.names, 0, create=False)
         self._bind(self._segments.shms[0].buf)
-        self._attached = False
 
     @property
     def version(self) -> int:
@@ -237,20 +235,18 @@ class PolicyStore:
             self._version[0] = version
 
     def attach(self, flat: Any) -> bool:
-        """Make ``flat`` (a FlatParams) a view of the published vector, so that a new version
-        costs its reader nothing. Only for a reader that never acts while a version is being
-        published (one process; or sync mode, where actors wait while the learner trains and
-        publishes). False if it cannot be viewed (not float32): the reader copies then."""
-        self._attached = bool(flat.view_into(self._params))
-        return self._attached
+        """Make ``flat`` (a FlatParams) a view of the published vector: the reader then holds
+        every new version as soon as it is published and need not call :meth:`read_if_newer`.
+        Only for a reader that never acts while a version is being published (one process; or
+        sync mode, where actors wait while the learner trains and publishes). False if it
+        cannot be viewed (not float32): the reader copies then."""
+        return flat.view_into(self._params)
 
     def read_if_newer(self, have: int, read: Any) -> int:
         """Call ``read(array)`` if a version newer than ``have`` is published; return the version
         now held by the reader."""
         if int(self._version[0]) == have:
             return have
-        if self._attached:  # the reader's tensors are the published vector
-            return int(self._version[0])
         with self._lock or nullcontext():
             version = int(self._version[0])
             read(self._params)
