@@ -64,10 +64,7 @@ class SquashedGaussianActor(nn.Module):
         )
         self.register_buffer("scale", (high_t - low_t) / 2)
         self.register_buffer("bias", (high_t + low_t) / 2)
-        # the parts of log pi(a|s) that do not depend on s: Gaussian normaliser, affine rescaling
-        self._logp_const = 0.5 * math.log(2 * math.pi) * act_dim + float(
-            torch.log(self.scale).sum()
-        )
+        self._log_norm = 0.5 * math.log(2 * math.pi) * act_dim  # Gaussian normaliser
 
     def forward(
         self,
@@ -92,7 +89,9 @@ class SquashedGaussianActor(nn.Module):
         # log N(u; mu, std) - log|d a / d u|, with d a / d u = scale * (1 - tanh(u)^2), and
         # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), numerically stable
         log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
-        logp = (log_n - log_det).sum(-1) - self._logp_const
+        # minus the parts that do not depend on s: the normaliser and the affine rescaling's
+        # log|scale| (read from the buffer, which a loaded state dict may change)
+        logp = (log_n - log_det).sum(-1) - (self._log_norm + torch.log(self.scale).sum())
         return torch.tanh(u) * self.scale + self.bias, logp
 
     @torch.no_grad()
