@@ -102,6 +102,25 @@ def ours(cfg: TrainConfig) -> dict:
 MODES = (("sync", "inline"), ("sync", "thread"), ("sync", "process"), ("async", "process"))
 
 
+def halfcheetah_sac(**kw) -> TrainConfig:
+    """The issue's HalfCheetah setting (SB3's SAC defaults): 256x256, batch 256, replay ratio 1,
+    one actor with one env; no TensorBoard, progress bar or periodic checkpoint."""
+    base = dict(
+        algo="sac",
+        env="HalfCheetah-v5",
+        actors=1,
+        envs_per_actor=1,
+        hidden=[256, 256],
+        batch_size=256,
+        replay_ratio=1.0,
+        gamma=0.99,
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+    )
+    return TrainConfig(**{**base, **kw})
+
+
 def part_halfcheetah(steps: int, rounds: int) -> dict:
     """``rounds`` rounds, each running every configuration once, one after the other, so that
     the machine's drift (it is shared) hits all of them alike; medians over rounds, and each
@@ -111,21 +130,7 @@ def part_halfcheetah(steps: int, rounds: int) -> dict:
         f"({rounds} rounds of {steps} learning steps)"
     )
     warm = 1_000
-    cfg = TrainConfig(
-        algo="sac",
-        env="HalfCheetah-v5",
-        actors=1,
-        envs_per_actor=1,
-        hidden=[256, 256],
-        batch_size=256,
-        replay_ratio=1.0,
-        learning_starts=warm,
-        total_steps=warm + steps,
-        gamma=0.99,
-        progress=False,
-        tensorboard=False,
-        checkpoint_every=0,
-    )
+    cfg = halfcheetah_sac(learning_starts=warm, total_steps=warm + steps)
     per_round: list[dict] = []
     for r in range(rounds):
         res: dict = {
