@@ -40,7 +40,12 @@ class Actor:
         self.K = cfg.envs_per_actor
         self.envs = make_vector_env(cfg.env, self.K)
         self.off_policy = cfg.algo == "sac"
-        self.policy = build_acting_policy(cfg, spec)
+        # Its initial weights are overwritten by the first published version: drawing them
+        # must not advance the global random stream, which the learner's updates use when the
+        # actor lives in the learner's process (inline, thread), or a run would depend on the
+        # backend.
+        with torch.random.fork_rng(devices=[]):
+            self.policy = build_acting_policy(cfg, spec)
         self.policy.requires_grad_(False)
         self.flat = FlatParams(self.policy)
         self.in_place = in_place and store.attach(self.flat)
