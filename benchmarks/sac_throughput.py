@@ -7,7 +7,8 @@ Issue 3, "done when" 2. HalfCheetah-v5, 256x256 networks, batch 256, replay rati
   2. asyncrl sync (inline, thread, process backends) and async SAC env steps/s, and
      Stable-Baselines3 SAC's with the same settings (its own venv, see
      benchmarks/baselines/setup.sh), in --rounds interleaved rounds; medians. Targets: sync >=
-     1.2x SB3; the sync loop's time per step above (bare update + bare env step) <= 10%;
+     1.2x SB3; the sync loop's time per step above the bare update <= 10% (also printed: above
+     bare update + bare env step, the floor of a loop that does not overlap them: inline);
   3. Humanoid-v5, async at replay ratio 0.25 (16 envs): env steps/s against the ideal overlap
      rate 1 / max(env step time, update time x ratio) -- with the ratio in gradient steps per env
      step, one env step costs the learner ratio x one update -- both measured in this run.
@@ -145,7 +146,9 @@ def part_halfcheetah(steps: int, rounds: int) -> dict:
         line = [f"bare update {res['bare_update_seconds'] * 1e3:.2f} ms"]
         for mode, backend in MODES:
             x = res[f"{mode}/{backend}"]
-            x["loop_overhead_vs_bare"] = 1 / x["env_steps_per_second_learning"] / bare - 1
+            step = 1 / x["env_steps_per_second_learning"]
+            x["loop_overhead_vs_update"] = step / res["bare_update_seconds"] - 1
+            x["loop_overhead_vs_bare"] = step / bare - 1
             if res["sb3"]:
                 x["ratio_sb3"] = x["env_steps_per_second_learning"] / res["sb3"]
             line.append(f"{mode}/{backend} {x['env_steps_per_second_learning']:.1f}")
@@ -167,14 +170,20 @@ def part_halfcheetah(steps: int, rounds: int) -> dict:
     for mode, backend in MODES:
         k = f"{mode}/{backend}"
         rate = med(lambda r, k=k: r[k]["env_steps_per_second_learning"])
-        over = med(lambda r, k=k: r[k]["loop_overhead_vs_bare"])
+        over = med(lambda r, k=k: r[k]["loop_overhead_vs_update"])
+        over_both = med(lambda r, k=k: r[k]["loop_overhead_vs_bare"])
         ratio = med(lambda r, k=k: r[k].get("ratio_sb3"))
         achieved = med(lambda r, k=k: r[k]["replay_ratio_achieved"])
-        out[k] = {"env_steps_per_second": rate, "loop_overhead": over, "ratio_sb3": ratio}
+        out[k] = {
+            "env_steps_per_second": rate,
+            "loop_overhead": over,
+            "loop_overhead_vs_update_and_env_step": over_both,
+            "ratio_sb3": ratio,
+        }
         print(
             f"  asyncrl {mode:5s} ({backend:7s}): {rate:6.1f} env steps/s = {ratio:.2f}x SB3, "
-            f"{1e3 / rate:.2f} ms/step = bare update + env step {over:+.1%}, "
-            f"achieved ratio {achieved:.3f}"
+            f"{1e3 / rate:.2f} ms/step = bare update {over:+.1%} "
+            f"(bare update + env step {over_both:+.1%}), achieved ratio {achieved:.3f}"
         )
     out["sb3"] = sb
     print(f"  SB3 SAC            : {sb:6.1f} env steps/s")

@@ -146,9 +146,10 @@ def test_sync_schedule_is_exact(ratio):
     updates = 0
     for _ in range(400):
         n = rng.choice([1, 3, 8, 16])
+        announced = lim.due_samples(after_inserts=n)  # what a learner working ahead reads
         lim.record_inserts(n)
         due = lim.due_samples()
-        assert due >= 0
+        assert due >= 0 and due == announced
         if due:
             lim.record_samples(due)
         updates += due
@@ -160,6 +161,7 @@ def test_sync_schedule_is_exact(ratio):
 
 def test_due_samples_zero_during_warmup():
     lim = RateLimiter(4.0, 10, 40.0, max_insert_batch=10)
+    assert lim.due_samples(after_inserts=10) == 0 and lim.due_samples(after_inserts=11) == 4
     lim.record_inserts(10)
     assert lim.due_samples() == 0  # inserts == min_size: nothing after the warm-up yet
     lim.record_inserts(1)

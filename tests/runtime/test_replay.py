@@ -105,6 +105,33 @@ def test_sample_is_reproducible_from_seed():
     np.testing.assert_array_equal(a.sample(32)["reward"], b.sample(32)["reward"])
 
 
+@pytest.mark.parametrize("cap", [50, 23])  # 23: the upcoming batches wrap and overwrite
+def test_indices_drawn_before_an_insert_are_those_sample_draws_after_it(cap):
+    """What lets a sync learner start an update before the step's transitions arrive: same
+    draws, and it knows exactly which drawn slots the coming insert writes."""
+    ahead = ReplayBuffer(cap, (3,), np.float32, (2,), seed=7)
+    after = ReplayBuffer(cap, (3,), np.float32, (2,), seed=7)
+    inserted, hits = 0, 0
+    for b in [5, 9, 4, 8, 7, 9, 3, 6]:
+        if inserted:  # nothing to draw from before the first insert
+            idx = ahead.draw_indices(4, upcoming=b)
+            # the slots the insert writes: new items, or the oldest ones they replace
+            written = (ahead.position + np.arange(b)) % cap
+            hit = ahead.hits_upcoming(idx, b)
+            assert hit == bool(np.isin(idx, written).any())
+            hits += hit
+        batch = make_batch(inserted, b)
+        ahead.add_batch(**batch)
+        after.add_batch(**batch)
+        inserted += b
+        if inserted > b:
+            expected = after.sample(4)
+            got = ahead.take(idx)
+            for f in FIELDS:
+                np.testing.assert_array_equal(got[f], expected[f])
+    assert 0 < hits < 7  # both cases happened
+
+
 def test_dtypes_kept():
     buf = ReplayBuffer(16, (4, 4), np.uint8, (), action_dtype=np.int64)
     batch = make_batch(250, 10, obs_shape=(4, 4), obs_dtype=np.uint8, act_dim=1)

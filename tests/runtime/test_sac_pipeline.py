@@ -48,6 +48,60 @@ def test_sync_update_count_is_ratio_times_steps_exactly(tmp_path, ratio):
     assert s["policy_lag_max"] == 0
 
 
+def test_sync_trains_identically_on_every_backend_while_working_ahead(tmp_path, monkeypatch):
+    """Sync mode is one computation whatever the backend: on thread and process the learner
+    begins each step's updates while the actor steps (work_ahead), and still ends with the very
+    parameters and counters of the inline backend, which does not overlap anything."""
+    import torch
+
+    from asyncrl.rundir import load_checkpoint
+    from asyncrl.runtime.sac_learner import SACLearner
+
+    seen = {"ahead": 0, "deferred": 0}
+    work_ahead = SACLearner.work_ahead
+
+    def counting(self):
+        before = self.updates
+        work_ahead(self)
+        seen["ahead"] += self.updates - before
+        seen["deferred"] += self._drawn is not None  # an update waits for the step's data
+        # a checkpoint taken now counts every update the networks have had
+        assert self.state_dict()["limiter"]["samples"] == self.updates
+
+    monkeypatch.setattr(SACLearner, "work_ahead", counting)
+    cfg = _cfg(
+        tmp_path,
+        mode="sync",
+        hidden=[32, 32],
+        learning_starts=60,
+        total_steps=1_000,  # 250 steps of each env: every env ends an episode (200 steps)
+        batch_size=32,
+        replay_ratio=1.5,
+    )
+    runs = {}
+    for backend in ("inline", "thread", "process"):
+        seen.update(ahead=0, deferred=0)
+        run_dir = tmp_path / backend
+        s = train(dataclasses.replace(cfg, backend=backend, run_dir=str(run_dir)))
+        runs[backend] = (s, load_checkpoint(run_dir)["learner"], dict(seen))
+    ref_summary, ref_state, ref_seen = runs["inline"]
+    assert ref_seen["ahead"] == 0  # inline: the actor steps inside next_batch, nothing overlaps
+    assert ref_summary["gradient_steps"] == math.floor(1.5 * (1_000 - 60))
+    for backend in ("thread", "process"):
+        s, state, counts = runs[backend]
+        # both happened: updates begun before their step's data arrived, and updates that had
+        # to wait for it (a small buffer: a batch of 32 often draws one of the 4 new slots)
+        assert counts["ahead"] > 0 and counts["deferred"] > 0, counts
+        assert s["gradient_steps"] == ref_summary["gradient_steps"]
+        assert s["policy_lag_max"] == 0
+        assert state["limiter"]["samples"] == s["gradient_steps"]
+        for part in ("actor", "q", "q_target"):
+            for name, ref in ref_state["sac"][part].items():
+                assert torch.equal(state["sac"][part][name], ref), (backend, part, name)
+        assert s["final_return"] == ref_summary["final_return"]
+    assert math.isfinite(ref_summary["final_return"])
+
+
 def test_async_holds_the_ratio_within_tolerance(tmp_path):
     cfg = _cfg(
         tmp_path,

@@ -55,6 +55,9 @@ class Learner(EpisodeCounters):
     def publish(self, store: PolicyStore) -> None:
         store.publish(self.version, self.flat.write_to)
 
+    def work_ahead(self) -> None:
+        """Nothing: an on-policy update needs the batch it waits for."""
+
     def shared_tensors(self) -> list[torch.Tensor]:
         """Everything an update changes (weights and observation statistics): what Hogwild!
         workers share."""

@@ -243,15 +243,16 @@ class RateLimiter:
             self._samples += n
             self._can_insert_cv.notify_all()
 
-    def due_samples(self) -> int:
-        """Gradient steps due now: ``floor(spi * (inserts - min_size_to_sample)) - samples``.
+    def due_samples(self, after_inserts: int = 0) -> int:
+        """Gradient steps due now: ``floor(spi * (inserts - min_size_to_sample)) - samples``;
+        with ``after_inserts``, those that will be due once that many more are recorded.
 
         Zero during warm-up, never negative. Fractions carry over (exactly), so a sync loop that
         does ``due_samples()`` steps after every insert ends with exactly
         ``floor(spi * post-warm-up inserts)`` gradient steps in total.
         """
         with self._lock:
-            post = self._inserts - self.min_size_to_sample
+            post = self._inserts + int(after_inserts) - self.min_size_to_sample
             if post <= 0:
                 return 0
             return max(0, (self._spi * post) // self._den - self._samples)

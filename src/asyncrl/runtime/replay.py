@@ -143,12 +143,28 @@ class ReplayBuffer:
         With replacement because that is what the SAC analysis assumes, and it keeps sampling
         O(batch_size) regardless of how full the buffer is. Returns fresh arrays (copies).
         """
+        return self.take(self.draw_indices(batch_size))
+
+    def draw_indices(self, batch_size: int, upcoming: int = 0) -> np.ndarray:
+        """The slots ``sample`` would read, drawn as if ``upcoming`` more transitions had been
+        inserted already: ``sample(b)`` after ``add_batch`` of n equals ``take`` of
+        ``draw_indices(b, upcoming=n)`` drawn before it, once the batch is in (same draws of the
+        same generator). A learner can so start on a batch before the newest transitions arrive,
+        if none of them was drawn (``hits_upcoming``)."""
         if int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        size = len(self)
+        size = min(self._total + int(upcoming), self.capacity)
         if size == 0:
             raise ValueError("cannot sample from an empty ReplayBuffer: add_batch first")
-        idx = self._rng.integers(0, size, size=int(batch_size))
+        return self._rng.integers(0, size, size=int(batch_size))
+
+    def hits_upcoming(self, idx: np.ndarray, upcoming: int) -> bool:
+        """Whether any of ``idx`` is among the next ``upcoming`` slots written (new data there,
+        or, once full, the oldest transitions about to be overwritten)."""
+        return bool((((idx - self._pos) % self.capacity) < upcoming).any())
+
+    def take(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """The transitions in slots ``idx`` (fresh arrays)."""
         return {f: getattr(self, f).take(idx, axis=0) for f in FIELDS}
 
     # ------------------------------------------------------------------ checkpointing

@@ -5,7 +5,13 @@ ratio (gradient steps per env step), whatever N and K are:
 
 * sync mode: after every batched env step of N x K transitions (one slot per actor, rollout 1)
   the learner performs exactly the gradient steps now due (``RateLimiter.due_samples``), then
-  publishes; actors wait meanwhile, as in sync PPO;
+  publishes; actors wait meanwhile, as in sync PPO. Where actors run beside the learner
+  (thread, process), the learner starts those gradient steps while the actors step (``work_ahead``):
+  it draws each update's replay indices as they will be drawn once the step's transitions are in,
+  and runs the update at once if none of them is among the slots that step writes -- the same
+  update on the same data, bit for bit, as after the insert; the first that would read a new slot
+  waits for it. Actors still act with the newest parameters (lag 0); only their env stepping
+  overlaps the learner's work;
 * async mode: an optimizer thread samples and updates continuously and publishes a version
   after every update; the training loop only inserts. The limiter blocks whichever side is
   ahead by more than ``ratio_tolerance`` gradient steps: a blocked insert holds the actor's slot,
@@ -70,6 +76,12 @@ class SACLearner(EpisodeCounters):
         )
         self.limiter = self._new_limiter()
         self.async_ = cfg.mode == "async" and cfg.backend != "inline"
+        # sync with actors beside the learner: begin the next step's updates while they step
+        self.ahead_enabled = not self.async_ and cfg.backend != "inline"
+        self._step_inserts = cfg.actors * cfg.envs_per_actor * cfg.rollout  # per sync batch
+        self._ahead = 0  # updates done for the batch that has not arrived yet
+        self._ahead_seconds = 0.0
+        self._drawn: np.ndarray | None = None  # indices drawn for the next update, not yet run
         self.version = 0
         self.env_steps = 0
         self.iterations = 0
@@ -96,9 +108,12 @@ class SACLearner(EpisodeCounters):
         )
 
     # ---------------------------------------------------------------- one gradient step
-    def _update_once(self) -> None:
+    def _update_once(self, idx: np.ndarray | None = None) -> None:
+        """One gradient step on a fresh sample, or on the slots ``idx`` if given."""
         with self._replay_lock:
-            batch = as_update_batch(self.replay.sample(self.cfg.batch_size))
+            if idx is None:
+                idx = self.replay.draw_indices(self.cfg.batch_size)
+            batch = as_update_batch(self.replay.take(idx))
         t0 = time.perf_counter()
         if self.learning_began is None:
             self.learning_began = (t0, self.env_steps)
@@ -135,6 +150,23 @@ class SACLearner(EpisodeCounters):
         self._before_step, self._after_step = before, after
 
     # ---------------------------------------------------------------- the loop's calls
+    def work_ahead(self) -> None:
+        """Sync mode, actors stepping: do the updates the coming batch will make due, as far
+        as they read none of its slots (see the module doc). Called by the loop while it would
+        otherwise wait for the batch; ``train`` does the rest."""
+        if not self.ahead_enabled or self._drawn is not None:
+            return
+        n = self._step_inserts
+        t0 = time.perf_counter()
+        while self.limiter.due_samples(after_inserts=n) > self._ahead:
+            idx = self.replay.draw_indices(self.cfg.batch_size, upcoming=n)
+            if self.replay.hits_upcoming(idx, n):
+                self._drawn = idx  # the first update after the insert reads these
+                break
+            self._update_once(idx)
+            self._ahead += 1
+        self._ahead_seconds += time.perf_counter() - t0
+
     def publish(self, store: PolicyStore) -> None:
         """Sync: publish now. Async: the optimizer thread publishes after every update; the
         first call hands it the store and starts it."""
@@ -173,9 +205,13 @@ class SACLearner(EpisodeCounters):
 
     def train(self, slots: list[Slot]) -> dict[str, float]:
         t0 = time.perf_counter()
-        lag = self.version - np.concatenate([s.versions.reshape(-1) for s in slots])
+        ahead, self._ahead = self._ahead, 0
+        # updates done ahead did not see this batch: its lag counts from before them
+        lag = self.version - ahead - np.concatenate([s.versions.reshape(-1) for s in slots])
         tr = self._transitions(slots)
         n = len(tr["reward"])
+        if (ahead or self._drawn is not None) and n != self._step_inserts:
+            raise RuntimeError(f"sync batch of {n} transitions, expected {self._step_inserts}")
         if self.async_:
             while not self.limiter.await_can_insert(n, timeout=0.5):
                 self._raise_if_failed()
@@ -185,18 +221,23 @@ class SACLearner(EpisodeCounters):
         else:
             self.replay.add_batch(**tr)
             self.limiter.record_inserts(n)
+            if ahead:
+                self.limiter.record_samples(ahead)
             due = self.limiter.due_samples()
             for _ in range(due):
-                self._update_once()
+                idx, self._drawn = self._drawn, None
+                self._update_once(idx)
             if due:
                 self.limiter.record_samples(due)
+            if self._drawn is not None:
+                raise RuntimeError("indices drawn for an update that is not due")
         self.env_steps += n
         self.iterations += 1
         self.episode_stats.record(slots)
         stats = self._drain_stats()
         stats.update(
             {
-                "learn_seconds": time.perf_counter() - t0 if not self.async_ else 0.0,
+                "learn_seconds": self._learn_seconds_of_step(t0),
                 "samples": float(n),
                 "policy_lag_mean": float(lag.mean()),
                 "policy_lag_max": float(lag.max()),
@@ -210,6 +251,14 @@ class SACLearner(EpisodeCounters):
             }
         )
         return stats
+
+    def _learn_seconds_of_step(self, t0: float) -> float:
+        """The loop's time in this step's learning, updates done ahead included (async: 0, the
+        optimizer thread learns)."""
+        if self.async_:
+            return 0.0
+        ahead, self._ahead_seconds = self._ahead_seconds, 0.0
+        return time.perf_counter() - t0 + ahead
 
     def _drain_stats(self) -> dict[str, float]:
         with self._update_lock:
@@ -239,9 +288,13 @@ class SACLearner(EpisodeCounters):
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
         with self._update_lock:
+            limiter = self.limiter.state_dict()
+            # updates done ahead are in the networks already: count them, or a resumed run
+            # would do them again
+            limiter["samples"] += self._ahead
             state = {
                 "sac": self.sac.state_dict(),
-                "limiter": self.limiter.state_dict(),
+                "limiter": limiter,
                 "counters": {
                     "version": self.version,
                     "env_steps": self.env_steps,

@@ -1,6 +1,7 @@
 """The training loop: the same lines for every mode and backend.
 
-    publish version 0 -> start actors -> repeat: next batch -> train -> publish -> release
+    publish version 0 -> start actors -> repeat: [work ahead] next batch -> train -> publish
+    -> release
 
 Sync vs async is decided by how many slots a batch holds and how many each actor owns
 (config.batch_size / slots_per_actor); the backend decides where actors run. The loop itself
@@ -125,6 +126,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
             while learner.env_steps < cfg.total_steps and not (
                 cfg.max_seconds and meter.wall >= cfg.max_seconds
             ):
+                learner.work_ahead()  # what it can do before the batch arrives
                 t0 = time.perf_counter()
                 batch = backend.next_batch()
                 waited = time.perf_counter() - t0
