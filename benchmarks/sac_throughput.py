@@ -3,7 +3,10 @@
     python benchmarks/sac_throughput.py [--quick]
 
 Issue 3, "done when" 2. HalfCheetah-v5, 256x256 networks, batch 256, replay ratio 1, 1 env:
-  1. the time of one bare SAC gradient update on stored data (median of 200, one core);
+  1. the time of one bare SAC gradient update on stored data (median of 200, one core),
+     measured right before and after every configuration: the machine is shared and its speed
+     drifts within minutes, so each configuration's overhead is taken against the mean of the
+     two bare measurements around it;
   2. asyncrl sync (inline, thread, process backends) and async SAC env steps/s, and
      Stable-Baselines3 SAC's with the same settings (its own venv, see
      benchmarks/baselines/setup.sh), in --rounds interleaved rounds; medians. Targets: sync >=
@@ -134,21 +137,26 @@ def part_halfcheetah(steps: int, rounds: int) -> dict:
     cfg = halfcheetah_sac(learning_starts=warm, total_steps=warm + steps)
     per_round: list[dict] = []
     for r in range(rounds):
-        res: dict = {
-            "bare_update_seconds": bare_update_seconds("HalfCheetah-v5"),
-            "bare_env_step_seconds": bare_env_step_seconds("HalfCheetah-v5", 1, 2_000),
-        }
+        res: dict = {"bare_env_step_seconds": bare_env_step_seconds("HalfCheetah-v5", 1, 2_000)}
+        bares = [bare_update_seconds("HalfCheetah-v5")]
         for mode, backend in MODES:
-            res[f"{mode}/{backend}"] = ours(dataclasses.replace(cfg, mode=mode, backend=backend))
+            x = ours(dataclasses.replace(cfg, mode=mode, backend=backend))
+            bares.append(bare_update_seconds("HalfCheetah-v5"))
+            x["bare_update_seconds_around"] = (bares[-2] + bares[-1]) / 2
+            res[f"{mode}/{backend}"] = x
+        res["bare_update_seconds"] = statistics.median(bares)
         sb3 = baseline("sb3", "sb3_sac.py", ["--steps", str(steps)], 1)
         res["sb3"] = sb3["env_steps_per_second"] if sb3 else None
-        bare = res["bare_update_seconds"] + res["bare_env_step_seconds"]
-        line = [f"bare update {res['bare_update_seconds'] * 1e3:.2f} ms"]
+        line = [
+            f"bare update {min(bares) * 1e3:.2f}..{max(bares) * 1e3:.2f} ms "
+            f"(median {res['bare_update_seconds'] * 1e3:.2f})"
+        ]
         for mode, backend in MODES:
             x = res[f"{mode}/{backend}"]
             step = 1 / x["env_steps_per_second_learning"]
-            x["loop_overhead_vs_update"] = step / res["bare_update_seconds"] - 1
-            x["loop_overhead_vs_bare"] = step / bare - 1
+            upd = x["bare_update_seconds_around"]
+            x["loop_overhead_vs_update"] = step / upd - 1
+            x["loop_overhead_vs_bare"] = step / (upd + res["bare_env_step_seconds"]) - 1
             if res["sb3"]:
                 x["ratio_sb3"] = x["env_steps_per_second_learning"] / res["sb3"]
             line.append(f"{mode}/{backend} {x['env_steps_per_second_learning']:.1f}")
@@ -182,7 +190,7 @@ def part_halfcheetah(steps: int, rounds: int) -> dict:
         }
         print(
             f"  asyncrl {mode:5s} ({backend:7s}): {rate:6.1f} env steps/s = {ratio:.2f}x SB3, "
-            f"{1e3 / rate:.2f} ms/step = bare update {over:+.1%} "
+            f"{1e3 / rate:.2f} ms/step = bare update around it {over:+.1%} "
             f"(bare update + env step {over_both:+.1%}), achieved ratio {achieved:.3f}"
         )
     out["sb3"] = sb

@@ -168,6 +168,7 @@ class FlatParams:
     def __init__(self, module: nn.Module):
         self.tensors = floating_state(module)
         self.numel = sum(t.numel() for t in self.tensors)
+        self._vector: np.ndarray | None = None  # the one vector every tensor views, if any
 
     @classmethod
     def of(cls, tensors: list[torch.Tensor]) -> FlatParams:
@@ -175,10 +176,21 @@ class FlatParams:
         flat = cls.__new__(cls)
         flat.tensors = list(tensors)
         flat.numel = sum(t.numel() for t in flat.tensors)
+        flat._vector = None
         return flat
+
+    def make_contiguous(self) -> bool:
+        """Move the state into one float32 vector of its own (values kept), so that
+        ``write_to`` is a single copy; False, and nothing changed, if not all float32."""
+        vector = np.empty(self.numel, np.float32)
+        self.write_to(vector)
+        return self.view_into(vector)
 
     @torch.no_grad()
     def write_to(self, out: np.ndarray) -> None:
+        if self._vector is not None:
+            np.copyto(out, self._vector)
+            return
         i = 0
         for t in self.tensors:
             n = t.numel()
@@ -197,6 +209,7 @@ class FlatParams:
             n = t.numel()
             t.data = src[i : i + n].view(t.shape)
             i += n
+        self._vector = flat
         return True
 
     @torch.no_grad()

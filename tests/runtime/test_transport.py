@@ -117,3 +117,31 @@ def test_layout_fields_are_aligned_and_disjoint():
     assert all(off % 64 == 0 for off, _ in spans)
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))
     assert spans[-1][1] <= total
+
+
+def test_contiguous_learner_state_trains_and_publishes_as_one_copy():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    opt = torch.optim.Adam(net.parameters(), lr=0.1)
+    twin = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    twin.load_state_dict(net.state_dict())
+    twin_opt = torch.optim.Adam(twin.parameters(), lr=0.1)
+    flat = FlatParams(net)
+    assert flat.make_contiguous()
+    vector = flat._vector
+    base = torch.from_numpy(vector).untyped_storage().data_ptr()
+    # values kept, every tensor a view of the one vector
+    for a, b in zip(net.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(a, b) and a.untyped_storage().data_ptr() == base
+    before = vector.copy()
+    x = torch.randn(5, 3)
+    for model, optimizer in ((net, opt), (twin, twin_opt)):  # the optimizer still steps it
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(x).square().sum().backward()
+            optimizer.step()
+    out, expected = np.empty(flat.numel, np.float32), np.empty(flat.numel, np.float32)
+    flat.write_to(out)
+    FlatParams(twin).write_to(expected)
+    np.testing.assert_array_equal(out, expected)
+    assert not np.array_equal(out, before)  # the steps changed the vector itself

@@ -71,6 +71,7 @@ class SACLearner(EpisodeCounters):
         )
         self.policy = self.sac.actor  # what actors act with
         self.flat = FlatParams(self.sac.actor)
+        self.flat.make_contiguous()  # publishing a version is then one copy
         self.replay = ReplayBuffer(
             cfg.buffer_size, spec.obs_shape, np.float32, (spec.n_actions,), seed=cfg.seed
         )
@@ -265,7 +266,7 @@ class SACLearner(EpisodeCounters):
             pending, self._pending = self._pending, []
         if not pending:
             return {}
-        mean = torch.stack(pending).mean(0).tolist()
+        mean = (pending[0] if len(pending) == 1 else torch.stack(pending).mean(0)).tolist()
         return dict(zip(SAC.STATS, mean, strict=True))
 
     def _raise_if_failed(self) -> None:
