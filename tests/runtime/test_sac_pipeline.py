@@ -72,6 +72,8 @@ def test_sync_trains_identically_on_every_backend_while_working_ahead(tmp_path, 
     cfg = _cfg(
         tmp_path,
         mode="sync",
+        actors=2,  # whichever actor finishes first, a batch holds them in actor order
+        envs_per_actor=2,
         hidden=[32, 32],
         learning_starts=60,
         total_steps=1_000,  # 250 steps of each env: every env ends an episode (200 steps)

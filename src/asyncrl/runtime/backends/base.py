@@ -42,7 +42,8 @@ class SlotQueues:
 
     def next_batch(self) -> list[Slot]:
         count = self.cfg.actors if self.cfg.mode == "sync" else 1
-        ids = [self._get_full() for _ in range(count)]
+        # in actor order, not arrival order: a sync run then trains the same on every backend
+        ids = sorted(self._get_full() for _ in range(count))
         if self.waiting is not None:
             self.waiting.release()  # the batch left the queue: one more may wait
         return [self.slots.slots[i] for i in ids]
