@@ -30,6 +30,11 @@ def _cfg(tmp_path, **kw) -> TrainConfig:
     return TrainConfig(progress=False, tensorboard=False, run_dir=str(tmp_path / "run"), **kw)
 
 
+def _small_cartpole(tmp_path, **kw) -> TrainConfig:
+    """2 actors x 4 envs x 32 steps: a few short iterations, for checks of exact equality."""
+    return _cfg(tmp_path, actors=2, envs_per_actor=4, rollout=32, minibatch_size=64, **kw)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["process", "thread"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -53,16 +58,7 @@ def test_async_vtrace_solves_cartpole(tmp_path):
 def test_inline_runs_are_bit_for_bit_repeatable(tmp_path, mode):
     runs = []
     for i in range(2):
-        cfg = _cfg(
-            tmp_path / str(i),
-            backend="inline",
-            mode=mode,
-            total_steps=6_000,
-            actors=2,
-            envs_per_actor=4,
-            rollout=32,
-            minibatch_size=64,
-        )
+        cfg = _small_cartpole(tmp_path / str(i), backend="inline", mode=mode, total_steps=6_000)
         summary = train(cfg)
         metrics = [json.loads(line) for line in (tmp_path / str(i) / "run/metrics.jsonl").open()]
         state = torch.load(tmp_path / str(i) / "run/checkpoint.pt", weights_only=False)
@@ -83,6 +79,20 @@ def test_inline_runs_are_bit_for_bit_repeatable(tmp_path, mode):
         assert s0["policy_lag_max"] == 1
     else:
         assert s0["policy_lag_max"] == 0
+
+
+def test_sync_ppo_trains_identically_on_every_backend(tmp_path):
+    """Sync mode is one computation: where the actors live changes no parameter."""
+    policies, returns = {}, {}
+    for backend in ("inline", "thread", "process"):
+        cfg = _small_cartpole(tmp_path / backend, backend=backend, mode="sync", total_steps=4_096)
+        returns[backend] = train(cfg)["final_return"]
+        state = torch.load(tmp_path / backend / "run/checkpoint.pt", weights_only=False)
+        policies[backend] = state["learner"]["policy"]
+    assert returns["inline"] == returns["thread"] == returns["process"]
+    for backend in ("thread", "process"):
+        for key, ref in policies["inline"].items():
+            assert torch.equal(policies[backend][key], ref), (backend, key)
 
 
 def test_resume_continues_counters_and_eval_reports_mean_and_std(tmp_path, capsys):
