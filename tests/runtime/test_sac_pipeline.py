@@ -49,9 +49,10 @@ def test_sync_update_count_is_ratio_times_steps_exactly(tmp_path, ratio):
 
 
 def test_sync_trains_identically_on_every_backend_while_working_ahead(tmp_path, monkeypatch):
-    """Sync mode is one computation whatever the backend: on thread and process the learner
-    begins each step's updates while the actor steps (work_ahead), and still ends with the very
-    parameters and counters of the inline backend, which does not overlap anything."""
+    """Sync mode is one computation: the learner begins each step's updates before the step's
+    data arrives (work_ahead; on thread and process while the actors step), and every backend
+    still ends with the very parameters and counters of the plain order -- insert, then update
+    -- which the reference run keeps by not working ahead at all."""
     import torch
 
     from asyncrl.rundir import load_checkpoint
@@ -68,7 +69,6 @@ def test_sync_trains_identically_on_every_backend_while_working_ahead(tmp_path, 
         # a checkpoint taken now counts every update the networks have had
         assert self.state_dict()["limiter"]["samples"] == self.updates
 
-    monkeypatch.setattr(SACLearner, "work_ahead", counting)
     cfg = _cfg(
         tmp_path,
         mode="sync",
@@ -80,20 +80,23 @@ def test_sync_trains_identically_on_every_backend_while_working_ahead(tmp_path, 
         batch_size=32,
         replay_ratio=1.5,
     )
-    runs = {}
-    for backend in ("inline", "thread", "process"):
+
+    def run(name: str, backend: str):
         seen.update(ahead=0, deferred=0)
-        run_dir = tmp_path / backend
+        run_dir = tmp_path / name
         s = train(dataclasses.replace(cfg, backend=backend, run_dir=str(run_dir)))
-        runs[backend] = (s, load_checkpoint(run_dir)["learner"], dict(seen))
-    ref_summary, ref_state, ref_seen = runs["inline"]
-    assert ref_seen["ahead"] == 0  # inline: the actor steps inside next_batch, nothing overlaps
+        return s, load_checkpoint(run_dir)["learner"], dict(seen)
+
+    monkeypatch.setattr(SACLearner, "work_ahead", lambda self: None)
+    ref_summary, ref_state, _ = run("plain", "inline")
     assert ref_summary["gradient_steps"] == math.floor(1.5 * (1_000 - 60))
-    for backend in ("thread", "process"):
-        s, state, counts = runs[backend]
+    assert math.isfinite(ref_summary["final_return"])
+    monkeypatch.setattr(SACLearner, "work_ahead", counting)
+    for backend in ("inline", "thread", "process"):
+        s, state, counts = run(backend, backend)
         # both happened: updates begun before their step's data arrived, and updates that had
         # to wait for it (a small buffer: a batch of 32 often draws one of the 4 new slots)
-        assert counts["ahead"] > 0 and counts["deferred"] > 0, counts
+        assert counts["ahead"] > 0 and counts["deferred"] > 0, (backend, counts)
         assert s["gradient_steps"] == ref_summary["gradient_steps"]
         assert s["policy_lag_max"] == 0
         assert state["limiter"]["samples"] == s["gradient_steps"]
@@ -101,7 +104,6 @@ def test_sync_trains_identically_on_every_backend_while_working_ahead(tmp_path, 
             for name, ref in ref_state["sac"][part].items():
                 assert torch.equal(state["sac"][part][name], ref), (backend, part, name)
         assert s["final_return"] == ref_summary["final_return"]
-    assert math.isfinite(ref_summary["final_return"])
 
 
 def test_async_holds_the_ratio_within_tolerance(tmp_path):

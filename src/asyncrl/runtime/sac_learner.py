@@ -5,13 +5,13 @@ ratio (gradient steps per env step), whatever N and K are:
 
 * sync mode: after every batched env step of N x K transitions (one slot per actor, rollout 1)
   the learner performs exactly the gradient steps now due (``RateLimiter.due_samples``), then
-  publishes; actors wait meanwhile, as in sync PPO. Where actors run beside the learner
-  (thread, process), the learner starts those gradient steps while the actors step (``work_ahead``):
-  it draws each update's replay indices as they will be drawn once the step's transitions are in,
-  and runs the update at once if none of them is among the slots that step writes -- the same
-  update on the same data, bit for bit, as after the insert; the first that would read a new slot
-  waits for it. Actors still act with the newest parameters (lag 0); only their env stepping
-  overlaps the learner's work;
+  publishes; actors wait meanwhile, as in sync PPO. The learner starts those gradient steps
+  before the batch arrives (``work_ahead``): it draws each update's replay indices as they will
+  be drawn once the step's transitions are in, and runs the update at once if none of them is
+  among the slots that step writes -- the same update on the same data, bit for bit, as after
+  the insert; the first that would read a new slot waits for it. Where actors run beside the
+  learner (thread, process) their env stepping so overlaps its updates; inline only the order
+  changes. Actors still act with the newest parameters (lag 0);
 * async mode: an optimizer thread samples and updates continuously and publishes a version
   after every update; the training loop only inserts. The limiter blocks whichever side is
   ahead by more than ``ratio_tolerance`` gradient steps: a blocked insert holds the actor's slot,
@@ -77,8 +77,6 @@ class SACLearner(EpisodeCounters):
         )
         self.limiter = self._new_limiter()
         self.async_ = cfg.mode == "async" and cfg.backend != "inline"
-        # sync with actors beside the learner: begin the next step's updates while they step
-        self.ahead_enabled = not self.async_ and cfg.backend != "inline"
         self._step_inserts = cfg.actors * cfg.envs_per_actor * cfg.rollout  # per sync batch
         self._ahead = 0  # updates done for the batch that has not arrived yet
         self._ahead_seconds = 0.0
@@ -155,7 +153,7 @@ class SACLearner(EpisodeCounters):
         """Sync mode, actors stepping: do the updates the coming batch will make due, as far
         as they read none of its slots (see the module doc). Called by the loop while it would
         otherwise wait for the batch; ``train`` does the rest."""
-        if not self.ahead_enabled or self._drawn is not None:
+        if self.cfg.mode != "sync" or self._drawn is not None:
             return
         n = self._step_inserts
         t0 = time.perf_counter()
