@@ -23,6 +23,7 @@ CORRECTIONS = ("none", "vtrace")
 LR_SCHEDULES = ("constant", "linear")
 SYNC_MODES = ("shared", "synced")
 ACTIVATIONS = ("tanh", "relu")
+ON_ENV_ERROR = ("raise", "restart")
 
 
 class ConfigError(ValueError):
@@ -62,6 +63,23 @@ class TrainConfig:
     rollout: int = _f(0, "T, env steps per env in one rollout (0: auto, PPO 32, SAC 1)")
     max_batches_waiting: int = _f(
         1, "async: filled batches that may wait for the learner before actors block (>= 1)"
+    )
+    # --- faults
+    actor_restarts: int = _f(
+        -1,
+        "dead, crashed or hung actors (or Hogwild! workers) replaced per run before the run "
+        "ends with an error (-1: auto, 3 x actors; 0: the first fault ends the run)",
+    )
+    on_env_error: str = _f(
+        "raise",
+        "an env whose step or reset raises: raise (end the run naming actor and env) or "
+        "restart (recreate that env in place, end its episode as a truncation, count it)",
+        choices=ON_ENV_ERROR,
+    )
+    env_step_timeout: float = _f(
+        60.0,
+        "seconds one batched env step may take before its actor counts as hung and is "
+        "replaced (0: off)",
     )
     # --- Hogwild!
     hogwild: int = _f(
@@ -194,6 +212,8 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
         changes["rollout"] = fill["rollout"]
     if cfg.hidden == [] and "hidden" in fill:
         changes["hidden"] = fill["hidden"]
+    if cfg.actor_restarts == -1:
+        changes["actor_restarts"] = 3 * (cfg.hogwild or cfg.actors)
     if cfg.log_every == 0:
         # A SAC iteration is one batched env step: a row each would be a line per env step.
         per_iteration = cfg.actors * cfg.envs_per_actor * (cfg.rollout or fill["rollout"])
@@ -244,6 +264,8 @@ def validate(cfg: TrainConfig) -> None:
         "checkpoint_every",
         "max_seconds",
         "log_every",
+        "actor_restarts",
+        "env_step_timeout",
     ):
         _need(getattr(cfg, name) >= 0, f"{name}: must be >= 0, got {getattr(cfg, name)}")
     _need(cfg.vtrace_rho_bar > 0, f"vtrace_rho_bar: must be > 0, got {cfg.vtrace_rho_bar}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -109,16 +111,117 @@ def check_env(env_id: str, algo: str = "ppo") -> EnvSpec:
     return spec
 
 
-def make_vector_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
-    """K envs stepped in this process (the actor is already the unit of parallelism)."""
-    return gym.make_vec(
-        _resolve_id(env_id),
-        num_envs=num_envs,
-        vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-    )
+class EnvError(RuntimeError):
+    """An env's ``step`` or ``reset`` raised; the message names the env index in its actor."""
 
 
-def actor_seed(seed: int, actor_id: int, envs_per_actor: int) -> int:
-    """First env seed of an actor; its K envs take consecutive seeds, so no two envs share one."""
-    return seed * 1_000_003 + actor_id * envs_per_actor
+class GuardedEnv(gym.Wrapper):
+    """One of an actor's K envs, with what ``--on-env-error`` says to do when it raises.
+
+    ``raise``: the error propagates as an EnvError naming the env index (the actor reports it
+    and the run ends: an env that raises is usually a bug the user must see). ``restart``: the
+    env is closed and made anew, with a seed no env of the run has had; the step that raised
+    returns the last observation with reward 0 as a *truncation*, so the episode ends there and
+    is bootstrapped from that observation, and the vector env's autoreset then starts the new
+    env. Each kind of error is printed once per actor; every restart is counted
+    (:attr:`restarts`).
+    """
+
+    def __init__(self, make: Any, index: int, restart: bool, seeds: Any, label: str, seen: set):
+        super().__init__(make())
+        self.make, self.index, self.restart = make, index, restart
+        self.seeds, self.label, self.seen = seeds, label, seen
+        self.restarts = 0
+        self.last_obs: Any = None
+        self.next_seed: int | None = None
+
+    def _recreate(self, what: str, err: Exception) -> None:
+        if not self.restart:
+            raise EnvError(
+                f"env {self.index} raised in {what}: {type(err).__name__}: {err}"
+            ) from err
+        kind = (what, type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+        if kind not in self.seen:
+            self.seen.add(kind)
+            print(
+                f"asyncrl: {self.label} env {self.index} raised in {what}: "
+                f"{type(err).__name__}: {err}; env recreated (--on-env-error restart; "
+                "further errors of this kind are counted, not printed)",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.restarts += 1
+        try:
+            self.env.close()
+        except Exception:  # a broken env may not close cleanly; it is dropped either way
+            pass
+        self.env = self.make()
+        self.next_seed = self.seeds(self.index, self.restarts)
+
+    def step(self, action: Any) -> Any:
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        except Exception as e:
+            self._recreate("step", e)
+            return self.last_obs, 0.0, False, True, {}
+        self.last_obs = obs
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        for attempt in range(3):
+            if self.next_seed is not None:
+                seed, self.next_seed = self.next_seed, None
+            try:
+                obs, info = self.env.reset(seed=seed, options=options)
+            except Exception as e:
+                if attempt == 2:
+                    raise EnvError(f"env {self.index} raised in reset 3 times in a row") from e
+                self._recreate("reset", e)
+                continue
+            self.last_obs = obs
+            return obs, info
+        raise AssertionError("unreachable")
+
+
+def make_vector_env(
+    env_id: str,
+    num_envs: int,
+    on_error: str = "raise",
+    seeds: Any = None,
+    label: str = "actor",
+) -> gym.vector.VectorEnv:
+    """K envs stepped in this process (the actor is already the unit of parallelism), each a
+    :class:`GuardedEnv`; ``seeds(index, restart)`` gives a recreated env's seed."""
+    env_id = _resolve_id(env_id)
+    seen: set = set()
+    seeds = seeds or (lambda index, restart: None)
+    fns = [
+        (
+            lambda i=i: GuardedEnv(
+                lambda: gym.make(env_id), i, on_error == "restart", seeds, label, seen
+            )
+        )
+        for i in range(num_envs)
+    ]
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def env_restarts(envs: gym.vector.VectorEnv) -> int:
+    """Envs recreated so far by ``--on-env-error restart`` in a vector env of GuardedEnvs."""
+    return sum(getattr(e, "restarts", 0) for e in getattr(envs, "envs", ()))
+
+
+def actor_seed(
+    seed: int, actor_id: int, envs_per_actor: int, actors: int = 1, generation: int = 0
+) -> int:
+    """First env seed of an actor; its K envs take consecutive seeds, so no two envs share one.
+    A replacement actor (generation g > 0) takes the seeds after every earlier generation's, so
+    a restart never replays an env's episodes."""
+    return seed * 1_000_003 + (generation * actors + actor_id) * envs_per_actor
+
+
+def restart_seed(seed: int, actor_id: int, generation: int, index: int, restart: int) -> int:
+    """Seed of env ``index`` of an actor when ``--on-env-error restart`` recreates it for the
+    ``restart``-th time: drawn from its own stream, apart from the consecutive actor seeds."""
+    entropy = [seed, 1, actor_id, generation, index, restart]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])

@@ -42,7 +42,7 @@ def test_truncation_records_value_of_final_observation():
     np.testing.assert_array_equal(slot.ep_returns[4], [5.0, 5.0])
     assert np.isnan(slot.ep_returns[3]).all()
     assert (slot.versions == 7).all()
-    np.testing.assert_array_equal(slot.meta[[0, 3]], [0, 24])
+    assert (slot.actor[0], slot.env_steps[0], slot.env_restarts[0]) == (0, 24, 0)
 
 
 def test_termination_has_no_bootstrap_value():

@@ -30,7 +30,7 @@ def _child_writes(slots: SlotStore, store: PolicyStore) -> None:
 def test_child_process_writes_are_seen_and_segments_are_unlinked():
     ctx = mp.get_context("spawn")
     slots = SlotStore(SlotLayout.for_rollout(SPEC, 4, 2), 2, shared=True)
-    store = PolicyStore(10, shared=True, lock=ctx.Lock())
+    store = PolicyStore(10, shared=True)
     names = set(slots.names) | set(store.names)
     assert names <= shm_segments()
     p = ctx.Process(target=_child_writes, args=(slots, store))
@@ -86,7 +86,7 @@ def test_attached_reader_acts_with_the_published_vector_itself():
     learner, reader, copier = nn.Linear(3, 2), nn.Linear(3, 2), nn.Linear(3, 2)
     reader.requires_grad_(False)
     source, sink = FlatParams(learner), FlatParams(reader)
-    store = PolicyStore(source.numel, shared=False)
+    store = PolicyStore(source.numel, shared=False, buffers=1)
     assert store.attach(sink)
     store.publish(0, source.write_to)
     # no read: the reader's tensors are views of the vector
@@ -103,7 +103,7 @@ def test_attached_reader_acts_with_the_published_vector_itself():
 
 def test_a_reader_that_cannot_be_viewed_keeps_copying():
     reader = nn.Linear(3, 2).double()
-    store = PolicyStore(FlatParams(reader).numel, shared=False)
+    store = PolicyStore(FlatParams(reader).numel, shared=False, buffers=1)
     assert not store.attach(FlatParams(reader))
     store.publish(0, lambda a: a.fill(1.5))
     assert store.read_if_newer(-1, FlatParams(reader).read_from) == 0

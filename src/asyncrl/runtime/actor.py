@@ -18,15 +18,46 @@ import numpy as np
 import torch
 
 from asyncrl.config import TrainConfig
-from asyncrl.envs import EnvSpec, actor_seed, make_vector_env
+from asyncrl.envs import EnvSpec, actor_seed, env_restarts, make_vector_env, restart_seed
 from asyncrl.nets import FlatParams, build_acting_policy
 from asyncrl.runtime.transport import PolicyStore, Slot
+
+
+class ActorStatus:
+    """What each actor is doing and since when: one row ``[phase, since]`` per actor, written by
+    the actor (``since`` is ``time.monotonic()``, the same clock in every process), read by its
+    supervisor. Backed by any float64 array of shape (actors, 2): shared memory for processes."""
+
+    WAITING, POLICY, ACTING, STEPPING, DONE = range(5)
+    NAMES = ("waiting for a slot", "reading the policy", "acting", "stepping its envs", "done")
+
+    def __init__(self, rows: np.ndarray):
+        self.rows = rows
+
+    @staticmethod
+    def set(row: np.ndarray | None, phase: int) -> None:
+        if row is not None:
+            row[1] = time.monotonic()
+            row[0] = phase
+
+    def hung(self, actor: int, timeout: float) -> float | None:
+        """Seconds ``actor`` has been stepping its envs, if more than ``timeout`` (0: never)."""
+        phase, since = self.rows[actor]
+        if timeout and int(phase) == self.STEPPING:
+            busy = time.monotonic() - since
+            if busy > timeout:
+                return busy
+        return None
+
+    def phase(self, actor: int) -> int:
+        return int(self.rows[actor][0])
 
 
 class Actor:
     """``in_place``: act with the published parameters themselves, not a copy per version; the
     backend says so only where no version is published while the actor acts (see
-    PolicyStore.attach)."""
+    PolicyStore.attach). ``generation``: how many actors held this id before (restarts); it
+    moves the env seeds on. ``status``: a row the actor keeps its phase in (see ActorStatus)."""
 
     def __init__(
         self,
@@ -35,10 +66,20 @@ class Actor:
         spec: EnvSpec,
         store: PolicyStore,
         in_place: bool = False,
+        generation: int = 0,
+        status: np.ndarray | None = None,
     ):
         self.actor_id, self.cfg, self.spec, self.store = actor_id, cfg, spec, store
         self.K = cfg.envs_per_actor
-        self.envs = make_vector_env(cfg.env, self.K)
+        self.status = status
+        self.envs = make_vector_env(
+            cfg.env,
+            self.K,
+            cfg.on_env_error,
+            lambda index, restart: restart_seed(cfg.seed, actor_id, generation, index, restart),
+            f"actor {actor_id}",
+        )
+        self.env_restarts = 0
         self.off_policy = cfg.algo == "sac"
         # Its initial weights are overwritten by the first published version: drawing them
         # must not advance the global random stream, which the learner's updates use when the
@@ -50,7 +91,7 @@ class Actor:
         self.flat = FlatParams(self.policy)
         self.in_place = in_place and store.attach(self.flat)
         self.version = -1
-        first_seed = actor_seed(cfg.seed, actor_id, self.K)
+        first_seed = actor_seed(cfg.seed, actor_id, self.K, cfg.actors, generation)
         self.generator = torch.Generator().manual_seed(first_seed)
         obs, _ = self.envs.reset(seed=[first_seed + i for i in range(self.K)])
         self.obs = torch.as_tensor(np.asarray(obs, dtype=np.float32))
@@ -69,7 +110,10 @@ class Actor:
     def collect(self, slot: Slot, waited: float = 0.0) -> None:
         """Fill ``slot`` with one rollout using the newest published policy."""
         t0 = time.perf_counter()
+        status = self.status
+        ActorStatus.set(status, ActorStatus.POLICY)
         self.load_newest_policy()
+        ActorStatus.set(status, ActorStatus.ACTING)
         policy, envs, K = self.policy, self.envs, self.K
         slot.ep_returns.fill(np.nan)
         slot.ep_lengths.fill(0)
@@ -90,7 +134,9 @@ class Actor:
             env_action = action.numpy()
             if not self.spec.discrete:
                 env_action = np.clip(env_action, self.low, self.high)
+            ActorStatus.set(status, ActorStatus.STEPPING)
             obs, reward, terminated, truncated, info = envs.step(env_action)
+            ActorStatus.set(status, ActorStatus.ACTING)
             slot.rewards[t] = reward
             slot.terminated[t] = terminated
             slot.truncated[t] = truncated
@@ -113,7 +159,13 @@ class Actor:
                         slot.trunc_values[t, cut] = policy.value(torch.from_numpy(final)).numpy()
             self.obs = torch.as_tensor(np.asarray(obs, dtype=np.float32))
         slot.obs[self.cfg.rollout] = self.obs.numpy()
-        slot.meta[:] = (self.actor_id, time.perf_counter() - t0, waited, self.cfg.rollout * K)
+        restarts = env_restarts(envs)
+        slot.env_restarts[0], self.env_restarts = restarts - self.env_restarts, restarts
+        slot.actor[0] = self.actor_id
+        slot.rollout_seconds[0] = time.perf_counter() - t0
+        slot.wait_seconds[0] = waited
+        slot.env_steps[0] = self.cfg.rollout * K
+        ActorStatus.set(status, ActorStatus.WAITING)
 
     def close(self) -> None:
         self.envs.close()

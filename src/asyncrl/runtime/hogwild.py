@@ -32,7 +32,6 @@ import os
 import queue
 import signal
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,9 @@ from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import restore_learner, save_checkpoint, save_summary
-from asyncrl.runtime.backends.process import POLL, ChildProcesses
+from asyncrl.runtime.actor import ActorStatus
+from asyncrl.runtime.backends.base import ActorError, Restarts, is_env_error
+from asyncrl.runtime.backends.process import POLL, ChildProcesses, die_with_parent, report_failure
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)
@@ -128,15 +129,20 @@ def worker_main(
     spec: EnvSpec,
     params: SharedArray,
     counters: SharedArray,
+    status: SharedArray,
     steps_before: int,
     reports: Any,
     errors: Any,
     stop: Any,
     parent: int,
+    generation: int = 0,
 ) -> None:
     """Entry point of a worker process: collect, train with Hogwild! sync, report; repeat until
-    all workers together have taken ``cfg.total_steps`` env steps or the parent says stop."""
+    all workers together have taken ``cfg.total_steps`` env steps or the parent says stop. A
+    replacement (``generation`` > 0) starts from the global network as it is then, with fresh
+    envs and optimizer, and counts on in its predecessor's row of the counters."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how the run ends
+    die_with_parent()
     torch.set_num_threads(cfg.threads_learner)
     from asyncrl.runtime.actor import Actor
     from asyncrl.runtime.trainer import make_learner
@@ -145,19 +151,28 @@ def worker_main(
     try:
         wcfg = worker_config(cfg, worker)
         learner = make_learner(wcfg, spec)
-        learner.env_steps = steps_before // cfg.hogwild  # a resumed run's schedules go on
+        row = counters.array[worker]
+        # a resumed run's (or a replaced worker's) schedules go on where they were
+        learner.env_steps = steps_before // cfg.hogwild + int(row[STEPS])
         sync = HogwildSync(learner.shared_tensors(), params.array, cfg.sync_mode, cfg.sync_every)
         sync.pull()
         # Shared mode pushes after every step; only a change made outside the steps needs its
         # own push (synced mode carries it to the next sync). Per env step for SAC, so only then.
         outside_steps = sync.shared and cfg.algo == "ppo" and cfg.norm_obs
         learner.set_step_hooks(sync.before_update, sync.after_update)
-        store = PolicyStore(learner.flat.numel, shared=False)
-        actor = Actor(worker, wcfg, spec, store, in_place=True)  # one process
+        store = PolicyStore(learner.flat.numel, shared=False, buffers=1)
+        actor = Actor(  # one process: acts with the published parameters in place
+            worker,
+            wcfg,
+            spec,
+            store,
+            in_place=True,
+            generation=generation,
+            status=status.array[worker],
+        )
         layout = SlotLayout.for_rollout(spec, wcfg.rollout, wcfg.envs_per_actor, cfg.algo == "sac")
         slots = SlotStore(layout, 1, shared=False)
         slot = slots.slots[0]
-        row = counters.array[worker]
         row[READY] = 1  # start together: a worker spawned later would find the budget spent
         while not counters.array[:, READY].all():
             if _stopping(stop, parent):
@@ -181,8 +196,9 @@ def worker_main(
             reports.put((worker, stats, ended))
         sync.push()  # nothing this worker learned is left out of the global network
         reports.put((worker, None, None))
-    except BaseException:
-        errors.put((worker, traceback.format_exc()))
+    except BaseException as e:
+        report_failure(errors, worker, generation, fatal=is_env_error(e))
+        os._exit(1)  # the sentinel tells the parent at once
     finally:
         if actor is not None:
             actor.close()
@@ -194,6 +210,7 @@ def worker_main(
         gc.collect()
         params.close()
         counters.close()
+        status.close()
 
 
 def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) -> dict[str, Any]:
@@ -210,7 +227,9 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
     flat = FlatParams.of(holder.shared_tensors())
     params = SharedArray((flat.numel,), "float32")
     counters = SharedArray((M, 4), "int64")
+    status = SharedArray((M, 2), "float64")
     children = ChildProcesses(ctx, "hogwild worker", cfg)
+    restarts = Restarts(cfg.actor_restarts, "hogwild worker")
     reports = ctx.Queue()
     stop = ctx.Event()
     episodes = holder.episode_stats
@@ -222,9 +241,43 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
         log = MetricsLog(run_dir, cfg.tensorboard)
         progress = ProgressDisplay(cfg.total_steps, cfg.progress, steps_before)
         meter = Throughput(cfg.envs_per_actor)
+
+        def spawn(w: int, generation: int) -> None:
+            status.array[w] = (ActorStatus.WAITING, time.monotonic())
+            args = (w, cfg, spec, params, counters, status, steps_before, reports)
+            children.start(
+                worker_main, (*args, children.errors, stop, os.getpid(), generation), w, generation
+            )
+
         for w in range(M):
-            args = (w, cfg, spec, params, counters, steps_before, reports, children.errors, stop)
-            children.start(worker_main, (*args, os.getpid()), w)
+            spawn(w, 0)
+        done: set[int] = set()  # workers that said goodbye (their exit is not a fault)
+        hung: dict[int, float] = {}
+
+        def supervise() -> None:
+            """Replace dead or hung workers within the budget; raise ActorError past it."""
+            watch = ActorStatus(status.array)
+            for w in range(M):
+                busy = None if w in hung or w in done else watch.hung(w, cfg.env_step_timeout)
+                if busy is not None:
+                    hung[w] = busy
+                    children.kill(w)
+            for w, cause, tb, fatal in children.dead():
+                if w in done and not tb and w not in hung:
+                    continue
+                label = children.label(w)
+                if fatal:
+                    raise ActorError(f"{label} failed:\n{tb}")
+                if w in hung:
+                    cause = (
+                        f"hung: one env step took over {hung.pop(w):.1f} s "
+                        f"(--env-step-timeout {cfg.env_step_timeout:g}); killed"
+                    )
+                # the iteration it was in (rollout and update) is lost; the global network
+                # holds every step it had pushed
+                restarts.charge(label, cause, tb, dropped=1)
+                spawn(w, children.generation[w] + 1)
+
         last_ckpt = time.perf_counter()
 
         def total_steps() -> int:
@@ -253,13 +306,14 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
             """Handle reports until every worker has said it is done (or the deadline)."""
             nonlocal finished, learn_seconds, first, t_wait
             while finished < M and time.perf_counter() < deadline:
-                children.check()
+                supervise()
                 try:
                     worker, stats, ended = reports.get(timeout=POLL)
                 except queue.Empty:
                     continue
                 if stats is None:
                     finished += 1
+                    done.add(worker)
                     continue
                 waited = time.perf_counter() - t_wait
                 episodes.add(*ended)
@@ -273,6 +327,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
                 row[f"worker_env_steps/{worker}"] = int(counters.array[worker, STEPS])
                 row["gradient_steps"] = updates
                 row["wall_seconds"] = earlier_seconds + meter.wall
+                row.update(health())
                 log.write(steps, row)
                 sps, lag = row["env_steps_per_second"], row["policy_lag_mean"]
                 progress.update(steps, episodes.final_return, row["eps"], sps, lag)
@@ -282,8 +337,20 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
                     checkpoint()
                 t_wait = time.perf_counter()
 
+        def health() -> dict[str, int]:
+            return {
+                "actor_restarts": restarts.used,
+                "dropped_rollouts": restarts.dropped,
+                "env_restarts": 0,  # counted by each worker's actor, not reported (yet)
+            }
+
         try:
             receive()
+        except ActorError:
+            stop.set()
+            children.close((reports,))
+            checkpoint()  # the global network is intact in shared memory: keep it
+            raise
         except KeyboardInterrupt:
             interrupted = True
             stop.set()
@@ -295,6 +362,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
         if first is not None and meter.last > first[0]:
             steady = (int(counters.array[:, UPDATES].sum()) - first[1]) / (meter.last - first[0])
         summary = _summary(cfg, meter, counters.array, total_steps() - steps_before, episodes)
+        summary.update(health())
         summary.update(
             learn_seconds=learn_seconds / M,
             gradient_steps_per_second_steady=steady,
@@ -318,6 +386,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
             log.close()
         params.close()
         counters.close()
+        status.close()
 
 
 def _summary(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,7 +19,7 @@ from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats
 from asyncrl.nets import FlatParams, build_policy
-from asyncrl.runtime.transport import PolicyStore, Slot
+from asyncrl.runtime.transport import Slot
 
 ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
 
@@ -52,7 +53,9 @@ class Learner(EpisodeCounters):
         self.learn_seconds = 0.0
         self.episode_stats = EpisodeStats()
 
-    def publish(self, store: PolicyStore) -> None:
+    def publish(self, store: Any) -> None:
+        """Publish the current parameters as version ``self.version`` to ``store`` (a Backend,
+        or a PolicyStore: anything with ``publish(version, write)``)."""
         store.publish(self.version, self.flat.write_to)
 
     def work_ahead(self) -> None:
@@ -91,7 +94,7 @@ class Learner(EpisodeCounters):
         if self.cfg.norm_obs:  # after the update: the batch was acted on with the old statistics
             self.policy.obs_norm.update(rollout["obs"][:-1])
         self.version += 1
-        steps = int(sum(s.meta[3] for s in slots))
+        steps = int(sum(s.env_steps[0] for s in slots))
         self.env_steps += steps
         self.iterations += 1
         self.episode_stats.record(slots)
@@ -104,8 +107,8 @@ class Learner(EpisodeCounters):
                 "learner_samples_per_second": steps / seconds,
                 "policy_lag_mean": float(lag.mean()),
                 "policy_lag_max": float(lag.max()),
-                "rollout_seconds": float(sum(s.meta[1] for s in slots)),
-                "actor_wait_seconds": float(sum(s.meta[2] for s in slots)),
+                "rollout_seconds": float(sum(s.rollout_seconds[0] for s in slots)),
+                "actor_wait_seconds": float(sum(s.wait_seconds[0] for s in slots)),
                 "lr": self.lr_now(),
             }
         )

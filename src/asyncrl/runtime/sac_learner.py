@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +37,7 @@ from asyncrl.nets import FlatParams
 from asyncrl.runtime.learner import EpisodeCounters
 from asyncrl.runtime.rate_limiter import LimiterClosed, RateLimiter
 from asyncrl.runtime.replay import ReplayBuffer
-from asyncrl.runtime.transport import PolicyStore, Slot
+from asyncrl.runtime.transport import Slot
 
 
 def as_update_batch(b: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -90,7 +91,7 @@ class SACLearner(EpisodeCounters):
         self._replay_lock = threading.Lock()  # replay: inserts (loop) vs samples (optimizer)
         self._update_lock = threading.Lock()  # networks: updates vs checkpoints and publishing
         self._pending: list[torch.Tensor] = []  # stats of updates not yet reported
-        self._store: PolicyStore | None = None
+        self._store: Any = None  # where the optimizer thread publishes (a Backend)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         # when learning began (first gradient step), for rates that leave out the warm-up
@@ -166,7 +167,7 @@ class SACLearner(EpisodeCounters):
             self._ahead += 1
         self._ahead_seconds += time.perf_counter() - t0
 
-    def publish(self, store: PolicyStore) -> None:
+    def publish(self, store: Any) -> None:
         """Sync: publish now. Async: the optimizer thread publishes after every update; the
         first call hands it the store and starts it."""
         if not self.async_:
@@ -240,8 +241,8 @@ class SACLearner(EpisodeCounters):
                 "samples": float(n),
                 "policy_lag_mean": float(lag.mean()),
                 "policy_lag_max": float(lag.max()),
-                "rollout_seconds": float(sum(s.meta[1] for s in slots)),
-                "actor_wait_seconds": float(sum(s.meta[2] for s in slots)),
+                "rollout_seconds": float(sum(s.rollout_seconds[0] for s in slots)),
+                "actor_wait_seconds": float(sum(s.wait_seconds[0] for s in slots)),
                 "gradient_steps": float(self.updates),
                 "replay_ratio_achieved": self.limiter.achieved_ratio,
                 "insert_blocked_seconds": self.limiter.insert_blocked_seconds,

@@ -3,15 +3,18 @@
     publish version 0 -> start actors -> repeat: [work ahead] next batch -> train -> publish
     -> release
 
-Sync vs async is decided by how many slots a batch holds and how many each actor owns
-(config.batch_size / slots_per_actor); the backend decides where actors run. The loop itself
-also owns the run directory, the periodic and final checkpoints and the summary.
+Sync vs async is decided by how many slots a batch holds and when an actor may start its next
+rollout (the backends' SlotBook); the backend decides where actors run and how rollouts and
+policy versions travel, and supervises its actors. The loop itself owns the run directory, the
+periodic and final checkpoints and the summary, and adds the backend's fault counters
+(``health()``) to both.
 """
 
 from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +30,9 @@ from asyncrl.rundir import (
     save_config,
     save_summary,
 )
+from asyncrl.runtime.backends import make_backend
+from asyncrl.runtime.backends.base import ActorError, Backend
 from asyncrl.runtime.learner import Learner
-from asyncrl.runtime.transport import PolicyStore, SlotLayout, SlotStore
 
 
 class Interrupted(KeyboardInterrupt):
@@ -39,20 +43,6 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Interrupted(f"signal {signum}")
 
 
-def make_backend(cfg: TrainConfig, spec, slots: SlotStore, store: PolicyStore):
-    if cfg.backend == "inline":
-        from asyncrl.runtime.backends.inline import InlineBackend
-
-        return InlineBackend(cfg, spec, slots, store)
-    if cfg.backend == "thread":
-        from asyncrl.runtime.backends.thread import ThreadBackend
-
-        return ThreadBackend(cfg, spec, slots, store)
-    from asyncrl.runtime.backends.process import ProcessBackend
-
-    return ProcessBackend(cfg, spec, slots, store)
-
-
 def make_learner(cfg: TrainConfig, spec):
     if cfg.algo == "sac":
         from asyncrl.runtime.sac_learner import SACLearner
@@ -61,8 +51,14 @@ def make_learner(cfg: TrainConfig, spec):
     return Learner(cfg, spec)
 
 
-def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
-    """Train to ``cfg.total_steps`` env steps; returns the summary (also in summary.json)."""
+def train(
+    cfg: TrainConfig,
+    resume: bool = False,
+    on_start: Callable[[Backend], None] | None = None,
+) -> dict[str, Any]:
+    """Train to ``cfg.total_steps`` env steps; returns the summary (also in summary.json).
+    ``on_start(backend)`` is called once the actors are started (tools and fault tests watch
+    the fleet through it)."""
     cfg = resolve(cfg)
     validate(cfg)
     spec = check_env(cfg.env, cfg.algo)  # before any process or segment exists
@@ -76,13 +72,6 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
 
         return train_hogwild(cfg, spec, run_dir, resume)
 
-    import multiprocessing as mp
-
-    shared = cfg.backend == "process"
-    slot_count = cfg.actors * (cfg.slots_per_actor if cfg.backend != "inline" else 1)
-    layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
-    slots = SlotStore(layout, slot_count, shared)
-    store = None
     backend = None
     log = None
     progress = None
@@ -91,22 +80,22 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     interrupted = False
     try:
         learner = make_learner(cfg, spec)
-        store = PolicyStore(
-            learner.flat.numel, shared, mp.get_context("spawn").Lock() if shared else None
-        )
         earlier_seconds = restore_learner(run_dir, learner) if resume else 0.0
         steps_at_start = learner.env_steps
-        learner.publish(store)
+        backend = make_backend(cfg, spec, learner.flat.numel)
+        learner.publish(backend)
         log = MetricsLog(run_dir, cfg.tensorboard)
         progress = ProgressDisplay(cfg.total_steps, cfg.progress, learner.env_steps)
         meter = Throughput(cfg.envs_per_actor)
         window = RowWindow(cfg.envs_per_actor)
-        backend = make_backend(cfg, spec, slots, store)
         backend.start()
+        if on_start is not None:
+            on_start(backend)
         last_ckpt = time.perf_counter()
 
         def write_row() -> None:
             row = window.fold()
+            row.update(backend.health())
             row["episodic_return"] = learner.final_return
             row["iteration"] = learner.iterations
             row["wall_seconds"] = earlier_seconds + meter.wall
@@ -131,7 +120,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                 batch = backend.next_batch()
                 waited = time.perf_counter() - t0
                 stats = learner.train(batch)
-                learner.publish(store)
+                learner.publish(backend)
                 backend.release(batch)
                 row = {**stats, **meter.iteration(waited, stats)}
                 progress.update(
@@ -149,12 +138,19 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                     last_ckpt = time.perf_counter()
         except KeyboardInterrupt:
             interrupted = True
+        except ActorError:
+            # the learner is between iterations, its state consistent: keep its work
+            if hasattr(learner, "close"):
+                learner.close()
+            checkpoint()
+            raise
         if len(window):
             write_row()
         if hasattr(learner, "close"):
             learner.close()  # stop async optimizers first, so the counters saved are final
         checkpoint()
         summary = _summary(cfg, learner, meter, learner.env_steps - steps_at_start)
+        summary.update(backend.health())
         summary.update(
             interrupted=interrupted,
             resumed=resume,
@@ -175,9 +171,6 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
             backend.close()
         if log is not None:
             log.close()
-        slots.close()
-        if store is not None:
-            store.close()
 
 
 def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: int) -> dict:

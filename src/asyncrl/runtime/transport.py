@@ -14,18 +14,28 @@ from __future__ import annotations
 
 import os
 import queue
-import threading
+import time
 import uuid
-from contextlib import nullcontext
 from dataclasses import dataclass
 from multiprocessing import shared_memory
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from asyncrl.envs import EnvSpec
+if TYPE_CHECKING:  # the transport needs no env package at run time (light child imports)
+    from asyncrl.envs import EnvSpec
 
 SHM_PREFIX = "asyncrl_"
+
+# What an actor reports of one rollout beside its samples: one number each, read by the learner
+# (``slot.env_steps[0]``) and by the backend (``slot.actor[0]``, ``slot.env_restarts[0]``).
+ROLLOUT_FIGURES = (
+    ("actor", (1,), "int64"),  # the actor that filled the slot
+    ("rollout_seconds", (1,), "float64"),  # stepping envs and choosing actions
+    ("wait_seconds", (1,), "float64"),  # waiting for the slot (backpressure included)
+    ("env_steps", (1,), "int64"),  # samples in the slot
+    ("env_restarts", (1,), "int64"),  # envs recreated during the rollout (--on-env-error)
+)
 
 
 @dataclass(frozen=True)
@@ -61,8 +71,7 @@ class SlotLayout:
                 ("versions", (T, K), "int64"),  # policy version that chose each action
                 ("ep_returns", (T, K), "float32"),  # finished episode's return, NaN elsewhere
                 ("ep_lengths", (T, K), "int32"),
-                # actor id, rollout seconds, seconds the actor waited for this slot, env steps
-                ("meta", (4,), "float64"),
+                *ROLLOUT_FIGURES,
             )
         )
 
@@ -77,9 +86,11 @@ class SlotLayout:
 
 
 class Slot:
-    """Numpy views of one slot's fields, by attribute: ``slot.obs``, ``slot.rewards``, ..."""
+    """Numpy views of one slot's fields, by attribute: ``slot.obs``, ``slot.rewards``, ...;
+    ``slot.index`` is its place in its store (what messages carry)."""
 
-    def __init__(self, layout: SlotLayout, buf: Any):
+    def __init__(self, layout: SlotLayout, buf: Any, index: int = 0):
+        self.index = index
         offsets, _ = layout.offsets()
         self.names = [name for name, *_ in offsets]
         for name, shape, dt, off in offsets:
@@ -136,7 +147,7 @@ class SlotStore:
         else:
             self.names = []
             bufs = [bytearray(self.nbytes) for _ in range(count)]
-        self.slots = [Slot(layout, b) for b in bufs]
+        self.slots = [Slot(layout, b, i) for i, b in enumerate(bufs)]
 
     def __getstate__(self) -> dict[str, Any]:
         if not self.shared:
@@ -148,7 +159,7 @@ class SlotStore:
         self.shared = True
         _, self.nbytes = self.layout.offsets()
         self._segments = _Segments(self.names, 0, create=False)
-        self.slots = [Slot(self.layout, s.buf) for s in self._segments.shms]
+        self.slots = [Slot(self.layout, s.buf, i) for i, s in enumerate(self._segments.shms)]
 
     def close(self) -> None:
         for slot in self.slots:  # drop every view first, or the segments cannot be closed
@@ -171,6 +182,11 @@ class IdChannel:
     def __init__(self, ctx: Any):
         self._reader, self._writer = ctx.Pipe(duplex=False)
 
+    @property
+    def reader(self) -> Any:
+        """The receiving end, for ``multiprocessing.connection.wait``."""
+        return self._reader
+
     def put(self, slot_id: int) -> None:
         self._writer.send_bytes(int(slot_id).to_bytes(4, "little"))
 
@@ -186,18 +202,31 @@ class IdChannel:
 
 
 class PolicyStore:
-    """The newest policy version: a version number and a flat float32 parameter vector.
+    """The newest policy version, published by one writer (the learner) without any lock.
 
-    The learner publishes under a lock; an actor copies under the same lock only when the
-    version moved, so a copy is never torn and idle actors cost nothing.
+    A lock held by a reader that is SIGKILLed mid-copy is never released, and the learner's next
+    publish would wait forever; so readers take none. Each buffer carries a sequence number
+    (a seqlock): the writer makes it odd, writes the parameters and the version, makes it even
+    again, and only then points readers at that buffer. A reader notes the sequence, copies, and
+    keeps the copy only if the sequence is the same even number afterwards; otherwise the copy may
+    be torn and it reads again. Nothing a reader does, or dies doing, can stop the writer.
+
+    ``buffers=2`` (readers copy while the learner publishes: async) double-buffers: the writer
+    fills the buffer readers are not pointed at, so a reader retries only if two publishes pass
+    during one copy, and a writer that dies mid-publish leaves the previous version intact.
+    ``buffers=1`` (nobody reads during a publish: sync) lets readers act with the published
+    parameters in place (:meth:`attach`). x86 keeps stores in order; the sequence protocol relies
+    on that (and on CPython's own barriers elsewhere).
     """
 
-    def __init__(self, numel: int, shared: bool, lock: Any = None):
-        self.numel, self.shared = numel, shared
-        self._lock = lock if lock is not None else (threading.Lock() if not shared else None)
-        if shared and lock is None:
-            raise ValueError("a shared PolicyStore needs a multiprocessing lock")
-        size = 8 + 4 * numel
+    HEADER = 2  # int64 words per buffer: sequence, version
+
+    def __init__(self, numel: int, shared: bool, buffers: int = 2):
+        if buffers not in (1, 2):
+            raise ValueError(f"buffers must be 1 or 2, got {buffers}")
+        self.numel, self.shared, self.buffers = numel, shared, buffers
+        self._stride = 8 * self.HEADER + 4 * numel
+        size = 8 + buffers * self._stride  # word 0: the buffer readers are pointed at
         self._segments: _Segments | None = None
         if shared:
             self.names = _segment_names("policy", 1)
@@ -207,53 +236,83 @@ class PolicyStore:
             self.names = []
             buf = bytearray(size)
         self._bind(buf)
-        self._version[0] = -1
+        for b in range(buffers):
+            self._head[b][1] = -1
 
     def _bind(self, buf: Any) -> None:
-        self._version = np.frombuffer(buf, dtype=np.int64, count=1, offset=0)
-        self._params = np.frombuffer(buf, dtype=np.float32, count=self.numel, offset=8)
+        self._active = np.frombuffer(buf, dtype=np.int64, count=1, offset=0)
+        self._head, self._params = [], []
+        for b in range(self.buffers):
+            off = 8 + b * self._stride
+            self._head.append(np.frombuffer(buf, dtype=np.int64, count=self.HEADER, offset=off))
+            self._params.append(
+                np.frombuffer(buf, dtype=np.float32, count=self.numel, offset=off + 8 * self.HEADER)
+            )
 
     def __getstate__(self) -> dict[str, Any]:
         if not self.shared:
             raise TypeError("a non-shared PolicyStore cannot be sent to another process")
-        return {"numel": self.numel, "names": self.names, "lock": self._lock}
+        return {"numel": self.numel, "names": self.names, "buffers": self.buffers}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.numel, self.names, self._lock = state["numel"], state["names"], state["lock"]
+        self.numel, self.names, self.buffers = state["numel"], state["names"], state["buffers"]
         self.shared = True
+        self._stride = 8 * self.HEADER + 4 * self.numel
         self._segments = _Segments(self.names, 0, create=False)
         self._bind(self._segments.shms[0].buf)
 
     @property
     def version(self) -> int:
-        return int(self._version[0])
+        return int(self._head[int(self._active[0])][1])
 
     def publish(self, version: int, write: Any) -> None:
-        """``write(array)`` fills the parameter vector; the version moves after it is complete."""
-        with self._lock or nullcontext():
-            write(self._params)
-            self._version[0] = version
+        """``write(array)`` fills the parameter vector; readers see the version only once it is
+        complete. One writer only."""
+        b = 1 - int(self._active[0]) if self.buffers == 2 else 0
+        head = self._head[b]
+        head[0] += 1  # odd: being written
+        write(self._params[b])
+        head[1] = version
+        head[0] += 1  # even: complete
+        self._active[0] = b
 
     def attach(self, flat: Any) -> bool:
         """Make ``flat`` (a FlatParams) a view of the published vector: the reader then holds
         every new version as soon as it is published and need not call :meth:`read_if_newer`.
-        Only for a reader that never acts while a version is being published (one process; or
-        sync mode, where actors wait while the learner trains and publishes). False if it
-        cannot be viewed (not float32): the reader copies then."""
-        return flat.view_into(self._params)
+        Only for a single-buffer store, whose readers never act while a version is being
+        published (one process; or sync mode, where actors wait while the learner trains and
+        publishes). False if it cannot be viewed (two buffers, or not float32): copy then."""
+        return self.buffers == 1 and flat.view_into(self._params[0])
 
-    def read_if_newer(self, have: int, read: Any) -> int:
+    def read_if_newer(self, have: int, read: Any, patience: float = 5.0) -> int:
         """Call ``read(array)`` if a version newer than ``have`` is published; return the version
-        now held by the reader."""
-        if int(self._version[0]) == have:
-            return have
-        with self._lock or nullcontext():
-            version = int(self._version[0])
-            read(self._params)
-        return version
+        now held by the reader. Raises TimeoutError if no complete version could be read for
+        ``patience`` seconds (a writer that died mid-publish of a single buffer)."""
+        deadline = None
+        while True:
+            b = int(self._active[0])
+            head = self._head[b]
+            seq = int(head[0])
+            version = int(head[1])
+            if seq % 2 == 0:
+                if version == have:
+                    return have
+                read(self._params[b])
+                if int(head[0]) == seq:
+                    return version
+            # torn or being written: read again, yielding the core to the writer
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + patience
+            elif now > deadline:
+                raise TimeoutError(
+                    f"policy store: no complete version for {patience:g} s (writer gone?)"
+                )
+            time.sleep(0.0001)
 
     def close(self) -> None:
-        self._version = self._params = None  # type: ignore[assignment]
+        self._active = None  # type: ignore[assignment]
+        self._head, self._params = [], []
         if self._segments is not None:
             self._segments.close()
             self._segments = None

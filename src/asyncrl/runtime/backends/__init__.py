@@ -1,0 +1,23 @@
+"""Where actors run. ``make_backend`` is the one place a backend is chosen by name."""
+
+from __future__ import annotations
+
+from asyncrl.config import TrainConfig
+from asyncrl.envs import EnvSpec
+from asyncrl.runtime.backends.base import Backend
+
+
+def make_backend(cfg: TrainConfig, spec: EnvSpec, numel: int) -> Backend:
+    """The backend ``cfg.backend`` names, owning its slots and policy store for a policy of
+    ``numel`` float32 parameters."""
+    if cfg.backend == "inline":
+        from asyncrl.runtime.backends.inline import InlineBackend
+
+        return InlineBackend(cfg, spec, numel)
+    if cfg.backend == "thread":
+        from asyncrl.runtime.backends.thread import ThreadBackend
+
+        return ThreadBackend(cfg, spec, numel)
+    from asyncrl.runtime.backends.process import ProcessBackend
+
+    return ProcessBackend(cfg, spec, numel)

@@ -1,13 +1,22 @@
-"""What every backend does for the training loop, whatever it runs actors on.
+"""What every backend offers the training loop, and the bookkeeping they share.
 
-The loop (runtime/trainer.py) only ever asks a backend for the next batch of filled slots and
-hands them back once trained on. Sync and async differ in *how many* slots one batch holds and in
-when an actor may start its next rollout; the loop is the same.
+A backend is made from the config, the env spec and the size of the published parameter vector
+(``backends.make_backend``). It owns how rollouts and policy versions travel between actors and
+the learner (shared memory on one machine; something else across machines) and supervises its
+actors. The loop sees only :class:`Backend`: start, next batch, release, publish, health, close.
+
+The bookkeeping every backend with actors beside the learner needs is here, apart from how it
+moves data: :class:`SlotBook` (every slot's state and the backpressure rule), :class:`Restarts`
+(the restart budget and its one-line reports) and :class:`ActorStatus` (what each actor is
+doing since when: hang detection, and where a fault test kills).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import sys
+import threading
+from collections import deque
+from typing import Any, Protocol
 
 from asyncrl.runtime.transport import Slot
 
@@ -17,38 +26,184 @@ class ActorError(RuntimeError):
 
 
 class Backend(Protocol):
+    """The training loop's view of where actors run."""
+
+    @property
+    def version(self) -> int:
+        """The newest published policy version."""
+
+    def publish(self, version: int, write: Any) -> None:
+        """Publish a policy version: ``write(array)`` fills the float32 parameter vector. The
+        learner calls this (through ``learner.publish(backend)``) before ``start`` and after
+        every update."""
+
     def start(self) -> None:
         """Start the actors (the learner has published version 0 already)."""
 
     def next_batch(self) -> list[Slot]:
         """Block until the learner's next batch is filled: all actors' slots in sync mode, one
-        actor's in async mode. Raises ActorError if an actor failed."""
+        actor's in async mode. Dead or hung actors are replaced meanwhile; raises ActorError when
+        one cannot be (restart budget spent, an env error under ``--on-env-error raise``)."""
 
     def release(self, slots: list[Slot]) -> None:
         """The learner is done with these slots (and has published): actors may refill them."""
+
+    def health(self) -> dict[str, int]:
+        """Counters of faults so far: ``actor_restarts``, ``dropped_rollouts``,
+        ``env_restarts``."""
 
     def close(self) -> None:
         """Stop the actors and free every resource; safe to call twice and on error paths."""
 
 
-class SlotQueues:
-    """The slot protocol of backends whose actors run beside the learner (threads, processes).
+# ------------------------------------------------------------------------------ slot ledger
+FREE, FILLING, FULL, TRAINING = range(4)
 
-    Subclasses provide ``free`` (one queue of slot ids per actor), ``waiting`` (a semaphore of
-    ``max_batches_waiting`` in async mode, else None), ``per_actor``, ``slots``, ``cfg`` and
-    ``_get_full()``, a blocking get of the next filled slot id that raises ActorError when an
-    actor failed. Actor i owns slots ``i * per_actor ... (i + 1) * per_actor - 1``.
+
+class SlotBook:
+    """The learner side's ledger of every rollout slot, and the one place backpressure lives.
+
+    Actor ``a`` owns slots ``a * per_actor ... (a + 1) * per_actor - 1``; each is FREE (the
+    learner's to hand out), FILLING (granted to its actor), FULL (filled, waiting for the learner,
+    in delivery order) or TRAINING (in a batch). An actor holds at most one grant and starts a
+    rollout only with one. Sync (one slot each): an actor's slot is granted again when the
+    learner releases it. Async: an actor that delivers a slot is granted its next one at once if
+    fewer than ``max_waiting`` filled batches are ahead of the one it delivered, else as soon as
+    enough batches left the queue -- the semaphore rule of ``--max-batches-waiting``, decided
+    here, so no permit can die with an actor. A lost actor's FILLING slot is dropped (its partial
+    rollout discarded, the slot FREE again); its FULL slots are complete and stay queued.
+
+    Not thread-safe by itself: callers hold :attr:`cond`.
     """
 
-    def next_batch(self) -> list[Slot]:
-        count = self.cfg.actors if self.cfg.mode == "sync" else 1
-        # in actor order, not arrival order: a sync run then trains the same on every backend
-        ids = sorted(self._get_full() for _ in range(count))
-        if self.waiting is not None:
-            self.waiting.release()  # the batch left the queue: one more may wait
-        return [self.slots.slots[i] for i in ids]
+    def __init__(self, actors: int, per_actor: int, sync: bool, max_waiting: int):
+        self.actors, self.per_actor, self.sync, self.max_waiting = (
+            actors,
+            per_actor,
+            sync,
+            max_waiting,
+        )
+        self.state = [FREE] * (actors * per_actor)
+        self.pending: deque[int] = deque()
+        self.filling: list[int | None] = [None] * actors
+        self.last_delivered: list[int | None] = [None] * actors
+        self.paused: set[int] = set()
+        self.cond = threading.Condition()
 
-    def release(self, slots: list[Slot]) -> None:
-        for slot in slots:
-            i = self.slots.slots.index(slot)
-            self.free[i // self.per_actor].put(i)
+    def owner(self, slot: int) -> int:
+        return slot // self.per_actor
+
+    def grants(self) -> list[tuple[int, int]]:
+        """Grant every actor that may start a rollout now a FREE slot of its own: ``[(actor,
+        slot)]``, to be sent to them."""
+        out = []
+        for a in range(self.actors):
+            if a in self.paused or self.filling[a] is not None:
+                continue
+            if not self.sync:
+                last = self.last_delivered[a]
+                if last is not None and self.state[last] == FULL:
+                    if self.pending.index(last) >= self.max_waiting:
+                        continue  # backpressure: too many batches ahead of its last one
+            first = a * self.per_actor
+            for s in range(first, first + self.per_actor):
+                if self.state[s] == FREE:
+                    self.state[s] = FILLING
+                    self.filling[a] = s
+                    out.append((a, s))
+                    break
+        return out
+
+    def delivered(self, slot: int) -> None:
+        a = self.owner(slot)
+        if self.state[slot] != FILLING or self.filling[a] != slot:
+            raise RuntimeError(f"slot {slot} delivered by actor {a} but not granted to it")
+        self.state[slot] = FULL
+        self.filling[a] = None
+        self.last_delivered[a] = slot
+        self.pending.append(slot)
+
+    def take(self) -> list[int] | None:
+        """The next batch, if it is complete: every actor's slot (sync, in actor order), or the
+        oldest filled slot (async). Those slots are TRAINING until released."""
+        if self.sync:
+            if len(self.pending) < self.actors:
+                return None
+            ids = sorted(self.pending)
+            self.pending.clear()
+        elif self.pending:
+            ids = [self.pending.popleft()]
+        else:
+            return None
+        for s in ids:
+            self.state[s] = TRAINING
+        return ids
+
+    def release(self, ids: list[int]) -> None:
+        for s in ids:
+            if self.state[s] != TRAINING:
+                raise RuntimeError(f"slot {s} released but not being trained on")
+            self.state[s] = FREE
+
+    def lost(self, actor: int) -> int:
+        """``actor`` is gone: drop the rollout it was filling and grant it nothing until
+        :meth:`resume`. Returns the number of rollouts dropped (0 or 1)."""
+        self.paused.add(actor)
+        s = self.filling[actor]
+        if s is None:
+            return 0
+        self.state[s] = FREE
+        self.filling[actor] = None
+        return 1
+
+    def resume(self, actor: int) -> None:
+        """``actor``'s replacement is ready for grants. It inherits its predecessor's place in
+        the backpressure order, so a restart never lets more batches wait."""
+        self.paused.discard(actor)
+
+
+# ------------------------------------------------------------------------------ restarts
+class Restarts:
+    """The run's budget of actor restarts (``--actor-restarts``) and their one-line reports.
+
+    ``charge`` is called once per lost actor: it prints one line naming the actor, its envs, the
+    cause and the last lines of its traceback, and counts it; past the budget it raises
+    ActorError with the whole traceback instead.
+    """
+
+    def __init__(self, budget: int, role: str = "actor", stream: Any = None):
+        self.budget, self.role = budget, role
+        self.used = 0
+        self.dropped = 0
+        self.stream = stream
+
+    def charge(self, label: str, cause: str, tb: str, dropped: int) -> None:
+        self.dropped += dropped
+        if self.used >= self.budget:
+            raise ActorError(
+                f"{label} {cause}; no restarts left (--actor-restarts {self.budget})"
+                + (f":\n{tb}" if tb else "")
+            )
+        self.used += 1
+        tail = " | ".join(line.strip() for line in tb.strip().splitlines()[-3:]) if tb else ""
+        print(
+            f"asyncrl: {label} {cause}; restarting it ({self.used} of {self.budget} restarts, "
+            f"{dropped} rollout(s) dropped)" + (f": {tail}" if tail else ""),
+            file=self.stream or sys.stderr,
+            flush=True,
+        )
+
+
+def is_env_error(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is, or was raised from, an env's error (see envs.GuardedEnv)."""
+    from asyncrl.envs import EnvError
+
+    while exc is not None:
+        if isinstance(exc, EnvError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def actor_label(cfg: Any, actor: int, role: str = "actor") -> str:
+    return f"{role} {actor} (env {cfg.env} x {cfg.envs_per_actor})"

@@ -1,21 +1,30 @@
-"""Actors as processes on one machine; trajectories and policies in shared memory.
+"""Actors as processes on one machine, supervised; trajectories and policies in shared memory.
 
-Messages carry slot indices only. Each actor owns its slots and gets them back through its own
-free queue, so in sync mode (one slot each) an actor cannot start a rollout before the learner
-has trained on its last one and published, and every batch holds one rollout of every actor. In
-async mode a semaphore counts filled batches waiting for the learner: an actor with a finished
-rollout blocks only when ``max_batches_waiting`` are already queued (backpressure).
+Messages carry slot indices only: the learner grants an actor a slot through the actor's own
+one-way pipe, the actor fills it and sends its index back on the one pipe every actor writes to.
+Which slot may be granted when -- sync's lockstep, async's ``--max-batches-waiting`` -- is decided
+on the learner's side (:class:`SlotBook`), so an actor that dies holds nothing anyone waits for:
+no lock (the policy store is a seqlock), no semaphore permit.
 
-Every wait has a timeout so that a stop request, a dead parent or a dead actor is noticed within
-a fraction of a second; nothing waits forever.
+A supervisor thread in the learner's process waits on the filled-slot pipe and on every actor's
+process sentinel at once, and looks at every actor's status row (ActorStatus) at least every
+``POLL`` seconds: a death is seen the moment it happens and a hung env step within ``POLL`` of
+``--env-step-timeout``, whatever the learner and the other actors are doing. A lost actor's
+partial rollout is dropped, its slot reclaimed, and a fresh actor with the same id, the next
+generation's env seeds and the newest policy takes its place, within the ``--actor-restarts``
+budget (:class:`Restarts`). An env error under ``--on-env-error raise``, or a fault past the
+budget, ends the run with an ActorError naming the actor and its traceback.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import queue
 import signal
+import threading
 import time
 import traceback
 from typing import Any
@@ -24,17 +33,35 @@ import torch
 
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.backends.base import ActorError, SlotQueues
-from asyncrl.runtime.transport import IdChannel, PolicyStore, SlotStore
+from asyncrl.runtime.actor import ActorStatus
+from asyncrl.runtime.backends.base import (
+    ActorError,
+    Restarts,
+    SlotBook,
+    actor_label,
+    is_env_error,
+)
+from asyncrl.runtime.transport import IdChannel, PolicyStore, SharedArray, SlotLayout, SlotStore
 
-POLL = 0.2  # seconds between liveness checks while blocked
+POLL = 0.2  # seconds between liveness checks of a blocked actor or an idle supervisor
+PR_SET_PDEATHSIG = 1
 
 
 class _Stopped(Exception):
     pass
 
 
-def _wait(get: Any, stop: Any, parent: int) -> Any:
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the thread that started it ends (the learner's):
+    an actor busy in a long rollout then goes with a learner that was killed, instead of
+    noticing only at its next wait. Elsewhere a no-op; the waits' parent check remains."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def wait_for(get: Any, stop: Any, parent: int) -> Any:
     """Block on ``get(timeout)`` until it succeeds, the run stops or the parent dies."""
     while True:
         if stop.is_set() or os.getppid() != parent:
@@ -45,150 +72,344 @@ def _wait(get: Any, stop: Any, parent: int) -> Any:
             continue
 
 
+def report_failure(errors: Any, index: int, generation: int, fatal: bool) -> None:
+    """Send this child's traceback to its parent and make sure it arrives before the child
+    exits (the queue's feeder thread is flushed), so the parent reads it once the sentinel
+    fires."""
+    errors.put((index, generation, traceback.format_exc(), fatal))
+    errors.close()
+    errors.join_thread()
+
+
 def actor_main(
     actor_id: int,
+    generation: int,
     cfg: TrainConfig,
     spec: EnvSpec,
     slots: SlotStore,
     store: PolicyStore,
-    free: Any,
-    full: Any,
+    status: SharedArray,
+    todo: IdChannel,
+    full: IdChannel,
     errors: Any,
     stop: Any,
-    waiting: Any,
     parent: int,
 ) -> None:
-    """Entry point of an actor process: collect into free slots until told to stop."""
+    """Entry point of an actor process: fill the slots it is granted until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how the run ends
+    die_with_parent()
+    if os.getppid() != parent:
+        return
     torch.set_num_threads(cfg.threads_actor)
     from asyncrl.runtime.actor import Actor
 
     actor = None
+    row = status.array[actor_id]
     try:
-        actor = Actor(actor_id, cfg, spec, store, in_place=cfg.mode == "sync")
+        actor = Actor(
+            actor_id,
+            cfg,
+            spec,
+            store,
+            in_place=cfg.mode == "sync",
+            generation=generation,
+            status=row,
+        )
         while True:
             t0 = time.perf_counter()
-            slot_id = _wait(free.get, stop, parent)
-            slot = slots.slots[slot_id]
-            actor.collect(slot, waited=time.perf_counter() - t0)
-            if waiting is not None:
-                t1 = time.perf_counter()
-                _wait(lambda t: waiting.acquire(timeout=t) or _empty(), stop, parent)
-                slot.meta[2] += time.perf_counter() - t1
+            ActorStatus.set(row, ActorStatus.WAITING)
+            slot_id = wait_for(todo.get, stop, parent)
+            actor.collect(slots.slots[slot_id], waited=time.perf_counter() - t0)
             full.put(slot_id)
     except _Stopped:
         pass
-    except BaseException:
-        errors.put((actor_id, traceback.format_exc()))
+    except BaseException as e:
+        report_failure(errors, actor_id, generation, fatal=is_env_error(e))
+        os._exit(1)  # the sentinel tells the supervisor at once
     finally:
+        ActorStatus.set(row, ActorStatus.DONE)
+        row = None
         if actor is not None:
             actor.close()
         slots.close()
         store.close()
+        status.close()
 
 
-def _empty() -> Any:
-    raise queue.Empty
+def describe_exit(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name}"
+    return f"exited with code {exitcode}"
 
 
 class ChildProcesses:
     """Processes this one owns: spawned, watched, and always joined.
 
-    Each child reports a failure as ``(index, traceback)`` on :attr:`errors`; :meth:`check`
-    turns that, or a child that died without a word, into an ActorError naming the child and
-    its envs. :meth:`close` joins, then terminates, then kills: nothing is left running.
+    Each child reports a failure as ``(index, generation, traceback, fatal)`` on :attr:`errors`
+    before it exits. :meth:`dead` lists the children that have died since, with the cause and
+    traceback; :meth:`close` joins, then terminates, then kills: nothing is left running.
     """
 
     def __init__(self, ctx: Any, role: str, cfg: TrainConfig):
         self.ctx, self.role, self.cfg = ctx, role, cfg
         self.errors = ctx.Queue()
-        self.procs: list[Any] = []
+        self.procs: dict[int, Any] = {}  # index -> the live process of that index
+        self.generation: dict[int, int] = {}
+        self.reports: dict[tuple[int, int], tuple[str, bool]] = {}
 
-    def start(self, target: Any, args: tuple, index: int) -> None:
+    def start(self, target: Any, args: tuple, index: int, generation: int = 0) -> None:
         p = self.ctx.Process(
-            target=target, name=f"asyncrl-{self.role}-{index}", args=args, daemon=True
+            target=target,
+            name=f"asyncrl-{self.role.replace(' ', '-')}-{index}",
+            args=args,
+            daemon=True,
         )
         p.start()
-        self.procs.append(p)
+        self.procs[index] = p
+        self.generation[index] = generation
 
-    def _label(self, index: int) -> str:
-        return f"{self.role} {index} (env {self.cfg.env} x {self.cfg.envs_per_actor})"
+    def label(self, index: int) -> str:
+        return actor_label(self.cfg, index, self.role)
 
-    def check(self) -> None:
-        """Raise ActorError if a child failed or died."""
+    def sentinels(self) -> list[int]:
+        return [p.sentinel for p in self.procs.values()]
+
+    def pid(self, index: int) -> int | None:
+        p = self.procs.get(index)
+        return p.pid if p is not None else None
+
+    def _read_reports(self, wait: float = 0.0) -> None:
         try:
-            index, tb = self.errors.get_nowait()
+            while True:
+                index, gen, tb, fatal = (
+                    self.errors.get(timeout=wait) if wait else (self.errors.get_nowait())
+                )
+                self.reports[(index, gen)] = (tb, fatal)
+                wait = 0.0
         except queue.Empty:
             pass
-        else:
-            raise ActorError(f"{self._label(index)} failed:\n{tb}")
-        for i, p in enumerate(self.procs):
-            if not p.is_alive() and p.exitcode != 0:
-                time.sleep(POLL)  # its traceback may still be in flight
-                try:
-                    index, tb = self.errors.get_nowait()
-                except queue.Empty:
-                    raise ActorError(
-                        f"{self._label(i)} exited with code {p.exitcode} and no traceback"
-                    ) from None
-                raise ActorError(f"{self._label(index)} failed:\n{tb}")
+
+    def dead(self) -> list[tuple[int, str, str, bool]]:
+        """Children that died since the last call: ``(index, cause, traceback, fatal)``; each
+        is joined and forgotten (a replacement may take its index)."""
+        out = []
+        for index, p in list(self.procs.items()):
+            if p.is_alive():
+                continue
+            p.join()
+            gen = self.generation[index]
+            if (index, gen) not in self.reports and p.exitcode and p.exitcode > 0:
+                self._read_reports(wait=0.5)  # flushed before the child exited
+            tb, fatal = self.reports.pop((index, gen), ("", False))
+            cause = "raised" if tb else describe_exit(p.exitcode)
+            out.append((index, cause, tb, fatal))
+            del self.procs[index]
+        self._read_reports()
+        return out
+
+    def kill(self, index: int) -> None:
+        p = self.procs.get(index)
+        if p is not None and p.is_alive():
+            p.kill()
 
     def close(self, queues: tuple = ()) -> None:
-        for p in self.procs:
+        procs = list(self.procs.values())
+        for p in procs:
             p.join(timeout=5)
-        for p in self.procs:
+        for p in procs:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
             if p.is_alive():
                 p.kill()
                 p.join()
-        self.procs = []
+        self.procs = {}
         for q in (*queues, self.errors):
             q.cancel_join_thread()
             q.close()
 
 
-class ProcessBackend(SlotQueues):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, slots: SlotStore, store: PolicyStore):
-        self.cfg, self.spec, self.slots, self.store = cfg, spec, slots, store
+class ProcessBackend:
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
+        self.cfg, self.spec = cfg, spec
         self.ctx = mp.get_context("spawn")
-        self.per_actor = cfg.slots_per_actor
+        sync = cfg.mode == "sync"
+        per_actor = cfg.slots_per_actor
+        layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
+        self.slots = SlotStore(layout, cfg.actors * per_actor, shared=True)
+        self.store = PolicyStore(numel, shared=True, buffers=1 if sync else 2)
+        self.status = SharedArray((cfg.actors, 2), "float64")
+        self.book = SlotBook(cfg.actors, per_actor, sync, cfg.max_batches_waiting)
         self.children = ChildProcesses(self.ctx, "actor", cfg)
-        self.free = [IdChannel(self.ctx) for _ in range(cfg.actors)]
+        self.restarts = Restarts(cfg.actor_restarts)
+        self.todo = [IdChannel(self.ctx) for _ in range(cfg.actors)]
         self.full = IdChannel(self.ctx)
         self.stop = self.ctx.Event()
-        self.waiting = self.ctx.Semaphore(cfg.max_batches_waiting) if cfg.mode == "async" else None
+        self.env_restarts = 0
+        self.failure: BaseException | None = None
+        self.closing = False
+        self.hung: dict[int, float] = {}
+        self._wake_r, self._wake_w = self.ctx.Pipe(duplex=False)
+        self.supervisor: threading.Thread | None = None
+
+    # ------------------------------------------------------------ what the learner calls
+    @property
+    def version(self) -> int:
+        return self.store.version
+
+    def publish(self, version: int, write: Any) -> None:
+        self.store.publish(version, write)
 
     def start(self) -> None:
         for i in range(self.cfg.actors):
-            for j in range(self.per_actor):
-                self.free[i].put(i * self.per_actor + j)
-        for i in range(self.cfg.actors):
-            args = (
-                i,
-                self.cfg,
-                self.spec,
-                self.slots,
-                self.store,
-                self.free[i],
-                self.full,
-                self.children.errors,
-                self.stop,
-                self.waiting,
-                os.getpid(),
-            )
-            self.children.start(actor_main, args, i)
+            self._spawn(i, 0)
+        with self.book.cond:
+            self._send_grants()
+        self.supervisor = threading.Thread(
+            target=self._supervise, name="asyncrl-supervisor", daemon=True
+        )
+        self.supervisor.start()
 
-    def _get_full(self) -> int:
-        while True:
-            try:
-                return self.full.get(POLL)
-            except queue.Empty:
-                self.children.check()
+    def next_batch(self) -> list:
+        with self.book.cond:
+            while True:
+                if self.failure is not None:
+                    raise self.failure
+                ids = self.book.take()
+                if ids is not None:
+                    break
+                self.book.cond.wait(POLL)
+            self._send_grants()  # async: a batch left the queue, a held-back actor may go on
+        batch = [self.slots.slots[i] for i in ids]
+        self.env_restarts += sum(int(s.env_restarts[0]) for s in batch)
+        return batch
+
+    def release(self, slots: list) -> None:
+        ids = [s.index for s in slots]
+        with self.book.cond:
+            self.book.release(ids)
+            self._send_grants()
+
+    def health(self) -> dict[str, int]:
+        return {
+            "actor_restarts": self.restarts.used,
+            "dropped_rollouts": self.restarts.dropped,
+            "env_restarts": self.env_restarts,
+        }
+
+    def actor_pids(self) -> dict[int, int | None]:
+        """Actor id -> pid of its live process (for tools and fault tests)."""
+        return {i: self.children.pid(i) for i in range(self.cfg.actors)}
+
+    def actor_phase(self, actor: int) -> int:
+        return ActorStatus(self.status.array).phase(actor)
 
     def close(self) -> None:
+        with self.book.cond:
+            self.closing = True
         self.stop.set()
+        if self.supervisor is not None:
+            self._wake_w.send_bytes(b"x")
+            self.supervisor.join(timeout=30)
+            self.supervisor = None
         self.children.close()
-        for channel in (*self.free, self.full):
+        for channel in (*self.todo, self.full):
             channel.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        self.slots.close()
+        self.store.close()
+        self.status.close()
+
+    # ------------------------------------------------------------ supervision
+    def _spawn(self, actor: int, generation: int) -> None:
+        self.status.array[actor] = (ActorStatus.WAITING, time.monotonic())
+        args = (
+            actor,
+            generation,
+            self.cfg,
+            self.spec,
+            self.slots,
+            self.store,
+            self.status,
+            self.todo[actor],
+            self.full,
+            self.children.errors,
+            self.stop,
+            os.getpid(),
+        )
+        self.children.start(actor_main, args, actor, generation)
+
+    def _send_grants(self) -> None:
+        for actor, slot in self.book.grants():
+            self.todo[actor].put(slot)
+
+    def _supervise(self) -> None:
+        try:
+            while True:
+                handles = [self.full.reader, self._wake_r, *self.children.sentinels()]
+                multiprocessing.connection.wait(handles, timeout=POLL)
+                with self.book.cond:
+                    if self.closing:
+                        return
+                    delivered = self._drain()
+                    lost = self._check_actors()
+                    if delivered or lost:
+                        self._send_grants()
+                        self.book.cond.notify_all()
+                if lost == -1:
+                    return
+        except BaseException as e:  # a bug here must not leave the learner waiting
+            with self.book.cond:
+                self.failure = ActorError(f"actor supervisor failed:\n{traceback.format_exc()}")
+                self.failure.__cause__ = e
+                self.book.cond.notify_all()
+
+    def _drain(self) -> int:
+        n = 0
+        while True:
+            try:
+                slot = self.full.get(0)
+            except queue.Empty:
+                return n
+            self.book.delivered(slot)
+            n += 1
+
+    def _check_actors(self) -> int:
+        """Handle dead and hung actors; the number replaced, or -1 if the run must end."""
+        status = ActorStatus(self.status.array)
+        for actor in range(self.cfg.actors):
+            if actor in self.hung:
+                continue
+            busy = status.hung(actor, self.cfg.env_step_timeout)
+            if busy is not None:
+                self.hung[actor] = busy
+                self.children.kill(actor)
+        replaced = 0
+        for actor, cause, tb, fatal in self.children.dead():
+            if actor in self.hung:
+                cause = (
+                    f"hung: one env step took over {self.hung.pop(actor):.1f} s "
+                    f"(--env-step-timeout {self.cfg.env_step_timeout:g}); killed"
+                )
+            label = self.children.label(actor)
+            dropped = self.book.lost(actor)
+            if fatal:
+                self.failure = ActorError(f"{label} failed:\n{tb}")
+                return -1
+            try:
+                self.restarts.charge(label, cause, tb, dropped)
+            except ActorError as e:
+                self.failure = e
+                return -1
+            # a fresh pipe: the dead reader may have left half a message in the old one
+            self.todo[actor].close()
+            self.todo[actor] = IdChannel(self.ctx)
+            self._spawn(actor, self.children.generation.get(actor, 0) + 1)
+            self.book.resume(actor)
+            replaced += 1
+        return replaced

@@ -1,114 +1,135 @@
 """Actors in a thread of the learner's own process: the ML-Agents arrangement, one process.
 
 One thread steps all N actors in turn while the training loop (the learner) runs in the main
-thread; they meet at thread-safe bounded queues of slot indices, exactly as processes do in
-the process backend (one free queue per actor, one queue of filled slots, a semaphore for
-``max_batches_waiting``), so sync and async mean the same here. Every blocking get has a timeout
-so a stop request is noticed.
+thread. They share the slot ledger of the process backend (SlotBook: every slot's state, sync's
+lockstep, async's ``--max-batches-waiting``), so sync and async mean the same here. Every
+blocking wait has a timeout so a stop request or a failure is noticed.
 
 What it costs: both threads share one interpreter lock, so env stepping and the learner's
 Python-level work do not run in parallel; only the parts that release the lock (PyTorch
 kernels, MuJoCo's C step, numpy copies) overlap. What it saves: no process start-up, no
-shared-memory segments, no pickling of configs. Actors copy published policy versions under the
-store's lock, so unlike designs that share the module, no sample is ever taken with parameters
-half-way through an update.
+shared-memory segments, no pickling of configs. Async actors copy published versions from a
+double-buffered store, so no sample is ever taken with parameters half-way through an update.
+
+An actor whose rollout raises is replaced within the restart budget (LocalFleet); a hung env
+step is reported (a thread cannot be stopped).
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 import traceback
+from collections import deque
+from typing import Any
 
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.actor import Actor
-from asyncrl.runtime.backends.base import ActorError, SlotQueues
-from asyncrl.runtime.transport import PolicyStore, SlotStore
+from asyncrl.runtime.backends.base import ActorError, SlotBook
+from asyncrl.runtime.backends.local import LocalFleet
+from asyncrl.runtime.transport import PolicyStore, Slot, SlotLayout, SlotStore
 
 POLL = 0.2
 
 
-class _Stopped(Exception):
-    pass
-
-
-class ThreadBackend(SlotQueues):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, slots: SlotStore, store: PolicyStore):
-        self.cfg, self.spec, self.slots, self.store = cfg, spec, slots, store
-        self.per_actor = cfg.slots_per_actor
-        self.free = [queue.Queue(maxsize=self.per_actor) for _ in range(cfg.actors)]
-        self.full: queue.Queue[int] = queue.Queue(maxsize=len(slots.slots))
-        self.waiting = threading.Semaphore(cfg.max_batches_waiting) if cfg.mode == "async" else None
-        self.stop = threading.Event()
-        self.error: tuple[int, str] | None = None
+class ThreadBackend:
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
+        self.cfg, self.spec = cfg, spec
+        sync = cfg.mode == "sync"
+        per_actor = cfg.slots_per_actor
+        layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
+        self.slots = SlotStore(layout, cfg.actors * per_actor, shared=False)
+        self.store = PolicyStore(numel, shared=False, buffers=1 if sync else 2)
+        self.fleet = LocalFleet(cfg, spec, self.store, in_place=sync)
+        self.book = SlotBook(cfg.actors, per_actor, sync, cfg.max_batches_waiting)
+        self.granted: deque[tuple[int, int, float]] = deque()  # (actor, slot, granted at)
+        self.stop = False
+        self.failure: BaseException | None = None
+        self.env_restarts = 0
         self.thread: threading.Thread | None = None
 
-    def _wait(self, get) -> object:
-        while True:
-            if self.stop.is_set():
-                raise _Stopped
-            try:
-                return get(POLL)
-            except queue.Empty:
-                continue
+    @property
+    def version(self) -> int:
+        return self.store.version
 
-    def _acquire_waiting(self, timeout: float) -> bool:
-        if not self.waiting.acquire(timeout=timeout):
-            raise queue.Empty
-        return True
+    def publish(self, version: int, write: Any) -> None:
+        self.store.publish(version, write)
+
+    def _grant(self) -> None:
+        now = time.perf_counter()
+        self.granted.extend((a, s, now) for a, s in self.book.grants())
+        self.book.cond.notify_all()
 
     def _run(self) -> None:
-        actor_id = 0
-        actors: list[Actor] = []
+        cond = self.book.cond
         try:
-            for actor_id in range(self.cfg.actors):
-                actors.append(
-                    Actor(
-                        actor_id, self.cfg, self.spec, self.store, in_place=self.cfg.mode == "sync"
-                    )
-                )
             while True:
-                for actor_id, actor in enumerate(actors):
-                    t0 = time.perf_counter()
-                    slot_id = self._wait(lambda t, q=self.free[actor_id]: q.get(timeout=t))
-                    slot = self.slots.slots[slot_id]
-                    actor.collect(slot, waited=time.perf_counter() - t0)
-                    if self.waiting is not None:
-                        t1 = time.perf_counter()
-                        self._wait(self._acquire_waiting)
-                        slot.meta[2] += time.perf_counter() - t1
-                    self.full.put(slot_id)
-        except _Stopped:
-            pass
+                with cond:
+                    while not self.granted and not self.stop:
+                        cond.wait(POLL)
+                    if self.stop:
+                        return
+                    actor, slot_id, granted_at = self.granted.popleft()
+                slot = self.slots.slots[slot_id]
+                ok = self.fleet.collect(actor, slot, waited=time.perf_counter() - granted_at)
+                with cond:
+                    if ok:
+                        self.book.delivered(slot_id)
+                    else:  # replaced: its slot is free again, and granted to the new actor
+                        self.book.lost(actor)
+                        self.book.resume(actor)
+                    self._grant()
+        except ActorError as e:
+            failure: BaseException = e
         except BaseException:
-            self.error = (actor_id, traceback.format_exc())
-        finally:
-            for actor in actors:
-                actor.close()
+            failure = ActorError(f"actor thread failed:\n{traceback.format_exc()}")
+        with cond:
+            self.failure = failure
+            cond.notify_all()
 
     def start(self) -> None:
-        for i in range(self.cfg.actors):
-            for j in range(self.per_actor):
-                self.free[i].put(i * self.per_actor + j)
+        with self.book.cond:
+            self._grant()
         self.thread = threading.Thread(target=self._run, name="asyncrl-actors", daemon=True)
         self.thread.start()
 
-    def _get_full(self) -> int:
-        while True:
-            try:
-                return self.full.get(timeout=POLL)
-            except queue.Empty:
-                if self.error is not None:
-                    actor_id, tb = self.error
-                    raise ActorError(
-                        f"actor {actor_id} (env {self.cfg.env} x {self.cfg.envs_per_actor}) "
-                        f"failed:\n{tb}"
-                    ) from None
+    def next_batch(self) -> list[Slot]:
+        with self.book.cond:
+            while True:
+                if self.failure is not None:
+                    raise self.failure
+                ids = self.book.take()
+                if ids is not None:
+                    break
+                self.fleet.hung()
+                self.book.cond.wait(POLL)
+            self._grant()
+        batch = [self.slots.slots[i] for i in ids]
+        self.env_restarts += sum(int(s.env_restarts[0]) for s in batch)
+        return batch
+
+    def release(self, slots: list[Slot]) -> None:
+        with self.book.cond:
+            self.book.release([s.index for s in slots])
+            self._grant()
+
+    def health(self) -> dict[str, int]:
+        return {
+            "actor_restarts": self.fleet.restarts.used,
+            "dropped_rollouts": self.fleet.restarts.dropped,
+            "env_restarts": self.env_restarts,
+        }
+
+    def actor_phase(self, actor: int) -> int:
+        return self.fleet.status.phase(actor)
 
     def close(self) -> None:
-        self.stop.set()
+        with self.book.cond:
+            self.stop = True
+            self.book.cond.notify_all()
         if self.thread is not None:
             self.thread.join(timeout=30)
             self.thread = None
+        self.fleet.close()
+        self.slots.close()
+        self.store.close()
