@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import gymnasium as gym
 import numpy as np
 
@@ -55,3 +58,48 @@ class MultiDiscreteActions(Countdown):
 
 
 gym.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=5)
+
+
+class RaiseOnce(Countdown):
+    """The first env of this process to reach step 20 raises there, once: an env error that a
+    recreated env does not repeat (``--on-env-error restart`` can carry on)."""
+
+    fired = False
+
+    def step(self, action):
+        if self.t >= 20 and not RaiseOnce.fired:
+            RaiseOnce.fired = True
+            raise RuntimeError("boom once: simulated env failure")
+        return super().step(action)
+
+
+class BadObsOnce(Countdown):
+    """The first env of this process to reach step 20 returns an observation of the wrong shape,
+    once: the env itself does not raise, the actor's batching does (an actor crash, not an env
+    error), and a fresh actor does not repeat it."""
+
+    fired = False
+
+    def step(self, action):
+        obs, *rest = super().step(action)
+        if self.t >= 20 and not BadObsOnce.fired:
+            BadObsOnce.fired = True
+            obs = np.zeros(5, dtype=np.float32)
+        return (obs, *rest)
+
+
+class HangOnce(Countdown):
+    """Sleeps for a minute at step 20 if the file named by $ASYNCRL_TEST_HANG_FLAG does not exist
+    yet (and creates it): one hang per test, whichever process meets it first."""
+
+    def step(self, action):
+        flag = os.environ.get("ASYNCRL_TEST_HANG_FLAG")
+        if self.t >= 20 and flag and not os.path.exists(flag):
+            open(flag, "w").close()
+            time.sleep(60)
+        return super().step(action)
+
+
+gym.register("RaiseOnce-v0", entry_point=RaiseOnce, max_episode_steps=50)
+gym.register("BadObsOnce-v0", entry_point=BadObsOnce, max_episode_steps=50)
+gym.register("HangOnce-v0", entry_point=HangOnce, max_episode_steps=50)

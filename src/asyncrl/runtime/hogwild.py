@@ -254,14 +254,17 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
         done: set[int] = set()  # workers that said goodbye (their exit is not a fault)
         hung: dict[int, float] = {}
 
-        def supervise() -> None:
-            """Replace dead or hung workers within the budget; raise ActorError past it."""
-            watch = ActorStatus(status.array)
+        def kill_hung() -> None:
+            watch = ActorStatus(status.array)  # a view: kept out of frames that raise
             for w in range(M):
                 busy = None if w in hung or w in done else watch.hung(w, cfg.env_step_timeout)
                 if busy is not None:
                     hung[w] = busy
                     children.kill(w)
+
+        def supervise() -> None:
+            """Replace dead or hung workers within the budget; raise ActorError past it."""
+            kill_hung()
             for w, cause, tb, fatal in children.dead():
                 if w in done and not tb and w not in hung:
                     continue

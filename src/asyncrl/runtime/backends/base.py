@@ -145,16 +145,22 @@ class SlotBook:
                 raise RuntimeError(f"slot {s} released but not being trained on")
             self.state[s] = FREE
 
-    def lost(self, actor: int) -> int:
-        """``actor`` is gone: drop the rollout it was filling and grant it nothing until
-        :meth:`resume`. Returns the number of rollouts dropped (0 or 1)."""
+    def lost(self, actor: int, started: bool = True) -> int:
+        """``actor`` is gone: reclaim the slot it was granted and grant it nothing until
+        :meth:`resume`. Returns the number of rollouts dropped: 1 if it had begun filling that
+        slot (``started``), 0 if it died before (the grant may still have been in flight)."""
         self.paused.add(actor)
         s = self.filling[actor]
         if s is None:
             return 0
         self.state[s] = FREE
         self.filling[actor] = None
-        return 1
+        return int(started)
+
+    def blocked(self, actor: int) -> bool:
+        """``actor`` has no slot granted: it waits for the learner (sync: to train on its last
+        rollout; async: for batches ahead of its last to leave the queue)."""
+        return self.filling[actor] is None and actor not in self.paused
 
     def resume(self, actor: int) -> None:
         """``actor``'s replacement is ready for grants. It inherits its predecessor's place in

@@ -308,6 +308,11 @@ class ProcessBackend:
     def actor_phase(self, actor: int) -> int:
         return ActorStatus(self.status.array).phase(actor)
 
+    def blocked(self, actor: int) -> bool:
+        """Whether ``actor`` waits for a slot the learner has not granted (see SlotBook)."""
+        with self.book.cond:
+            return self.book.blocked(actor) and self.actor_phase(actor) == ActorStatus.WAITING
+
     def close(self) -> None:
         with self.book.cond:
             self.closing = True
@@ -379,8 +384,7 @@ class ProcessBackend:
             self.book.delivered(slot)
             n += 1
 
-    def _check_actors(self) -> int:
-        """Handle dead and hung actors; the number replaced, or -1 if the run must end."""
+    def _kill_hung(self) -> None:
         status = ActorStatus(self.status.array)
         for actor in range(self.cfg.actors):
             if actor in self.hung:
@@ -389,6 +393,10 @@ class ProcessBackend:
             if busy is not None:
                 self.hung[actor] = busy
                 self.children.kill(actor)
+
+    def _check_actors(self) -> int:
+        """Handle dead and hung actors; the number replaced, or -1 if the run must end."""
+        self._kill_hung()
         replaced = 0
         for actor, cause, tb, fatal in self.children.dead():
             if actor in self.hung:
@@ -397,14 +405,16 @@ class ProcessBackend:
                     f"(--env-step-timeout {self.cfg.env_step_timeout:g}); killed"
                 )
             label = self.children.label(actor)
-            dropped = self.book.lost(actor)
+            started = ActorStatus(self.status.array).phase(actor) != ActorStatus.WAITING
+            dropped = self.book.lost(actor, started)
             if fatal:
                 self.failure = ActorError(f"{label} failed:\n{tb}")
                 return -1
             try:
                 self.restarts.charge(label, cause, tb, dropped)
             except ActorError as e:
-                self.failure = e
+                # kept without this frame, whose locals view shared memory close() must free
+                self.failure = e.with_traceback(None)
                 return -1
             # a fresh pipe: the dead reader may have left half a message in the old one
             self.todo[actor].close()

@@ -1,0 +1,425 @@
+"""A supervised fleet: dead, crashed and hung actors are noticed, replaced and counted.
+
+Faults here are real: actor processes are SIGKILLed at the moment named (the actor's own status
+row says what it is doing), envs raise or hang inside real runs, and every run must reach its
+step budget (or end with the error it should) leaving no process and no shared-memory segment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asyncrl.config import TrainConfig
+from asyncrl.runtime.actor import ActorStatus
+from asyncrl.runtime.backends.base import FILLING, FULL, TRAINING, ActorError, SlotBook
+from asyncrl.runtime.trainer import train
+from asyncrl.runtime.transport import PolicyStore
+from conftest import alive, shm_segments
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fake_envs():
+    """The once-only fake envs fire once per process: once per test for in-process actors."""
+    import fake_envs
+
+    fake_envs.RaiseOnce.fired = fake_envs.BadObsOnce.fired = False
+
+
+# ------------------------------------------------------------------------------ the slot ledger
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    actors=st.integers(1, 4),
+    max_waiting=st.integers(1, 3),
+    sync=st.booleans(),
+    ops=st.lists(st.tuples(st.sampled_from("dtrlx"), st.integers(0, 3)), max_size=120),
+)
+def test_slot_book_keeps_every_slot_in_one_state_and_never_lets_more_batches_wait(
+    actors, max_waiting, sync, ops
+):
+    per_actor = 1 if sync else max_waiting + 2
+    book = SlotBook(actors, per_actor, sync, max_waiting)
+    book.grants()
+    training: list[list[int]] = []
+    for op, k in ops:
+        a = k % actors
+        if op == "d" and book.filling[a] is not None:  # actor a delivers its rollout
+            slot = book.filling[a]
+            ahead = len(book.pending)
+            book.delivered(slot)
+            book.grants()
+            if not sync and ahead >= max_waiting:  # held back, as the semaphore would
+                assert book.filling[a] is None
+        elif op == "t":
+            ids = book.take()
+            if ids is not None:
+                training.append(ids)
+                book.grants()
+        elif op == "r" and training:
+            book.release(training.pop(0))
+            book.grants()
+        elif op == "l":  # actor a dies; its replacement comes up
+            filling = book.filling[a]
+            dropped = book.lost(a)
+            assert dropped == (filling is not None)
+            assert book.grants() == [] or a not in [g for g, _ in book.grants()]
+            book.resume(a)
+            book.grants()
+        # invariants: each actor fills at most one slot, of its own; states agree with the queue
+        for b in range(actors):
+            s = book.filling[b]
+            assert s is None or (book.owner(s) == b and book.state[s] == FILLING)
+        assert sorted(book.pending) == sorted(i for i, x in enumerate(book.state) if x == FULL)
+        assert sorted(i for ids in training for i in ids) == sorted(
+            i for i, x in enumerate(book.state) if x == TRAINING
+        )
+        if not sync:
+            # no actor is working on a new rollout while its last one waits at a place >= B
+            for b in range(actors):
+                last = book.last_delivered[b]
+                if book.filling[b] is not None and last is not None and last in book.pending:
+                    assert list(book.pending).index(last) < max_waiting + 1
+
+
+def test_slot_book_sync_batch_needs_every_actor_and_a_lost_actor_drops_only_its_rollout():
+    book = SlotBook(2, 1, True, 1)
+    assert book.grants() == [(0, 0), (1, 1)]
+    book.delivered(1)
+    assert book.take() is None  # actor 0 still filling
+    assert book.lost(0) == 1  # its partial rollout is dropped, its slot free again
+    assert book.grants() == []  # until its replacement is up
+    book.resume(0)
+    assert book.grants() == [(0, 0)]
+    book.delivered(0)
+    assert book.take() == [0, 1]
+
+
+# ------------------------------------------------------------------------------ the policy store
+
+
+def _reader(store: PolicyStore, torn: mp.Value, reads: mp.Value) -> None:
+    """Copy every new version and check it is whole: every element equals the version."""
+    out = np.empty(store.numel, np.float32)
+    have = -1
+    while True:
+        got = store.read_if_newer(have, lambda a: np.copyto(out, a))
+        if got != have:
+            if not (out == got).all():
+                torn.value += 1
+            reads.value += 1
+            have = got
+
+
+@pytest.mark.slow
+def test_readers_killed_at_random_moments_never_hang_the_publisher():
+    """100 SIGKILLs of readers mid-copy or anywhere else: every publish returns at once and no
+    reader ever accepts a torn copy."""
+    ctx = mp.get_context("forkserver")  # a reader a kill: fork from a server, not spawn each
+    store = PolicyStore(1_000_000, shared=True)  # 4 MB: a copy takes about a millisecond
+    torn, reads = ctx.Value("i", 0), ctx.Value("i", 0)
+    rng = random.Random(0)
+    version = 0
+    longest = 0.0
+    readers = []
+    try:
+        store.publish(0, lambda a: a.fill(0))
+        for _kill in range(100):
+            while len(readers) < 2:
+                p = ctx.Process(target=_reader, args=(store, torn, reads), daemon=True)
+                p.start()
+                readers.append(p)
+            started = reads.value
+            deadline = time.monotonic() + rng.uniform(0.05, 0.3)
+            # the learner publishes as fast as it can, until the new reader is copying and a
+            # random moment after that has come
+            while time.monotonic() < deadline or reads.value <= started:
+                version += 1
+                t0 = time.perf_counter()
+                store.publish(version, lambda a, v=version: a.fill(v))
+                longest = max(longest, time.perf_counter() - t0)
+                time.sleep(0.001)  # a learner trains between two publishes
+                if time.monotonic() > deadline + 30:
+                    raise AssertionError("a reader never read")
+            victim = readers.pop(rng.randrange(len(readers)))
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.join(10)
+            assert victim.exitcode == -signal.SIGKILL
+    finally:
+        for p in readers:
+            p.kill()
+            p.join(10)
+        store.close()
+    assert torn.value == 0
+    assert reads.value > 100  # the readers did read, many versions
+    assert longest < 1.0, f"a publish took {longest:.3f} s"
+
+
+def test_a_torn_read_is_retried_and_a_dead_single_buffer_writer_times_out():
+    store = PolicyStore(4, shared=False, buffers=1)
+    store.publish(3, lambda a: a.fill(3))
+    calls = []
+
+    def tearing_read(a):  # the writer starts the next version during this copy, once
+        calls.append(a.copy())
+        if len(calls) == 1:
+            store._head[0][0] += 1  # odd: a writer is mid-publish
+            a.fill(9)
+            store._head[0][1] = 4
+            store._head[0][0] += 1
+
+    assert store.read_if_newer(-1, tearing_read) == 4  # the torn first copy was not kept
+    assert len(calls) == 2 and (calls[1] == 9).all()
+    store._head[0][0] += 1  # a writer that died mid-publish
+    with pytest.raises(TimeoutError, match="no complete version"):
+        store.read_if_newer(4, lambda a: None, patience=0.2)
+    store.close()
+
+
+# ------------------------------------------------------------------------------ real runs
+def _run_cfg(tmp_path: Path, algo: str, mode: str, **kw) -> TrainConfig:
+    common = dict(
+        mode=mode,
+        backend="process",
+        actors=2,
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+        run_dir=str(tmp_path / "run"),
+    )
+    if algo == "ppo":
+        base = TrainConfig(
+            env="CartPole-v1",
+            envs_per_actor=4,
+            rollout=32,
+            minibatch_size=64,
+            epochs=2,
+            total_steps=12_000,
+            **common,
+        )
+    else:
+        base = TrainConfig(
+            algo="sac",
+            env="Pendulum-v1",
+            envs_per_actor=2,
+            rollout=1 if mode == "sync" else 8,
+            hidden=[32, 32],
+            learning_starts=200,
+            batch_size=64,
+            total_steps=3_000,
+            **common,
+        )
+    return dataclasses.replace(base, **kw)
+
+
+class Killer:
+    """Watches the fleet from a thread and SIGKILLs actor 0 once it is in ``phase`` (after
+    ``after`` seconds of training), recording what it killed."""
+
+    def __init__(self, phase: int, after: float = 1.0, timeout: float = 60.0):
+        self.phase, self.after, self.timeout = phase, after, timeout
+        self.killed: int | None = None
+        self.killed_at = 0.0
+        self.seen_phase: int | None = None
+        self.thread: threading.Thread | None = None
+
+    def __call__(self, backend) -> None:
+        self.thread = threading.Thread(target=self._run, args=(backend,), daemon=True)
+        self.thread.start()
+
+    def _run(self, backend) -> None:
+        time.sleep(self.after)
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            pid = backend.actor_pids().get(0)
+            if self.phase == ActorStatus.WAITING:
+                here = backend.blocked(0)  # waiting, and no slot granted it
+            else:
+                here = backend.actor_phase(0) == self.phase
+            if pid is not None and here:
+                os.kill(pid, signal.SIGKILL)
+                self.killed_at = time.monotonic()
+                self.killed, self.seen_phase = pid, self.phase
+                return
+            time.sleep(0.0002)
+
+
+MOMENTS = {
+    "mid-rollout": (ActorStatus.STEPPING, 1),
+    "copying the policy": (ActorStatus.POLICY, 1),
+    "blocked": (ActorStatus.WAITING, 0),
+}
+
+
+def _fault_cases():
+    for algo in ("ppo", "sac"):
+        for mode in ("sync", "async"):
+            for moment in MOMENTS:
+                if moment == "copying the policy" and mode == "sync":
+                    continue  # sync actors act with the published vector in place: no copy
+                yield pytest.param(algo, mode, moment, id=f"{algo}-{mode}-{moment}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("algo", "mode", "moment"), list(_fault_cases()))
+def test_actor_killed_is_replaced_and_the_run_reaches_its_budget(tmp_path, algo, mode, moment):
+    phase, dropped = MOMENTS[moment]
+    extra = {}
+    if moment == "copying the policy":
+        extra["hidden"] = [1024, 1024]  # ~1M floats per version: a copy takes milliseconds
+        if algo == "sac":
+            extra["replay_ratio"] = 0.1  # updates of such networks are slow on 2 cores
+    if moment == "blocked" and mode == "async":
+        extra["epochs" if algo == "ppo" else "replay_ratio"] = 20 if algo == "ppo" else 4.0
+    cfg = _run_cfg(tmp_path, algo, mode, **extra)
+    killer = Killer(phase)
+    summary = train(cfg, on_start=killer)
+    assert killer.killed is not None, f"actor 0 was never seen {moment}"
+    assert summary["env_steps"] >= cfg.total_steps
+    assert summary["actor_restarts"] == 1
+    assert summary["dropped_rollouts"] == dropped
+    assert not alive(killer.killed)
+    assert not shm_segments(os.getpid())
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert rows[-1]["actor_restarts"] == 1
+    if mode == "sync":
+        assert summary["policy_lag_max"] == 0  # the replacement acted with the newest version
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_with_no_restarts_a_kill_ends_the_run_at_once_with_a_checkpoint(tmp_path, mode):
+    cfg = _run_cfg(tmp_path, "ppo", mode, actor_restarts=0, total_steps=10**7)
+    killer = Killer(ActorStatus.STEPPING)
+    with pytest.raises(ActorError) as e:
+        train(cfg, on_start=killer)
+    ended = time.monotonic()
+    assert killer.killed is not None
+    msg = str(e.value)
+    assert msg.startswith("actor 0 (env CartPole-v1 x 4) was killed by SIGKILL")
+    assert "no restarts left (--actor-restarts 0)" in msg
+    assert (tmp_path / "run" / "checkpoint.pt").exists()
+    # how long after the kill: measured from the killer's record of it
+    assert ended - killer.killed_at < 2.0
+
+
+def test_env_error_under_raise_names_actor_env_and_traceback(tmp_path):
+    cfg = _run_cfg(tmp_path, "ppo", "async", env="fake_envs:RaiseOnce-v0", actors=1)
+    with pytest.raises(ActorError) as e:
+        train(cfg)
+    msg = str(e.value)
+    assert msg.startswith("actor 0 (env fake_envs:RaiseOnce-v0 x 4) failed")
+    assert "env 0 raised in step: RuntimeError: boom once" in msg
+    assert "Traceback" in msg
+
+
+@pytest.mark.parametrize("backend", ["process", "thread", "inline"])
+def test_env_error_under_restart_recreates_the_env_and_counts_it(tmp_path, backend, capfd):
+    cfg = _run_cfg(
+        tmp_path,
+        "ppo",
+        "async",
+        env="fake_envs:RaiseOnce-v0",
+        actors=1,
+        backend=backend,
+        on_env_error="restart",
+        total_steps=3_000,
+    )
+    summary = train(cfg)
+    assert summary["env_steps"] >= cfg.total_steps
+    assert summary["env_restarts"] == 1
+    assert summary["actor_restarts"] == 0 and summary["dropped_rollouts"] == 0
+    err = capfd.readouterr().err
+    assert err.count("boom once") == 1 and "env recreated" in err
+
+
+@pytest.mark.slow
+def test_hung_env_step_gets_its_actor_killed_and_replaced(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASYNCRL_TEST_HANG_FLAG", str(tmp_path / "hung"))
+    # one actor: the run can only go on once the hung one is replaced
+    cfg = _run_cfg(
+        tmp_path, "ppo", "async", env="fake_envs:HangOnce-v0", env_step_timeout=1.0, actors=1
+    )
+    t0 = time.monotonic()
+    summary = train(cfg)
+    assert (tmp_path / "hung").exists()  # an env did hang
+    assert summary["actor_restarts"] == 1
+    assert summary["env_steps"] >= cfg.total_steps
+    assert time.monotonic() - t0 < 50  # not the minute the env slept
+
+
+@pytest.mark.parametrize("backend", ["thread", "inline"])
+def test_in_process_actor_that_crashes_is_replaced(tmp_path, backend, capfd):
+    cfg = _run_cfg(
+        tmp_path, "ppo", "async", env="fake_envs:BadObsOnce-v0", backend=backend, total_steps=3_000
+    )
+    summary = train(cfg)
+    assert summary["env_steps"] >= cfg.total_steps
+    assert summary["actor_restarts"] == 1 and summary["dropped_rollouts"] == 1
+    err = capfd.readouterr().err
+    assert "asyncrl: actor" in err and "raised; restarting it (1 of 6 restarts" in err
+
+
+@pytest.mark.parametrize("backend", ["thread", "inline"])
+def test_in_process_env_error_under_raise_ends_the_run(tmp_path, backend):
+    cfg = _run_cfg(tmp_path, "ppo", "async", env="fake_envs:RaiseOnce-v0", backend=backend)
+    with pytest.raises(ActorError, match=r"(?s)actor \d .*env \d raised in step.*boom once"):
+        train(cfg)
+    assert (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+# ------------------------------------------------------------------------------ Hogwild!
+
+
+class WorkerKiller:
+    """SIGKILLs one Hogwild! worker process (found under this process) once training runs."""
+
+    def __init__(self, run: Path):
+        self.run = run
+        self.killed: int | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 120
+        metrics = self.run / "metrics.jsonl"
+        while time.monotonic() < deadline:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 5:
+                for child in mp.active_children():
+                    if child.name == "asyncrl-hogwild-worker-1":
+                        os.kill(child.pid, signal.SIGKILL)
+                        self.killed = child.pid
+                        return
+            time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_hogwild_worker_killed_is_restarted_from_the_global_network(tmp_path):
+    cfg = _run_cfg(tmp_path, "ppo", "sync", hogwild=2, total_steps=30_000)
+    killer = WorkerKiller(tmp_path / "run")
+    summary = train(cfg)
+    killer.thread.join(1)
+    assert killer.killed is not None
+    assert summary["actor_restarts"] == 1
+    assert summary["env_steps"] >= cfg.total_steps
+    assert not alive(killer.killed)
+
+
+def test_hogwild_env_error_under_raise_names_the_worker(tmp_path):
+    cfg = _run_cfg(tmp_path, "ppo", "sync", hogwild=2, env="fake_envs:RaiseOnce-v0")
+    with pytest.raises(ActorError, match=r"(?s)hogwild worker \d .*env \d raised in step"):
+        train(cfg)
+    assert (tmp_path / "run" / "checkpoint.pt").exists()
