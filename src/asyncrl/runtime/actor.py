@@ -169,5 +169,6 @@ class Actor:
 
     def close(self) -> None:
         self.envs.close()
-        # an in-place policy views the store's shared segment: drop it, or that cannot close
-        self.policy = self.flat = None
+        # an in-place policy views the store's shared segment, the status row the status
+        # segment: drop them, or those cannot close
+        self.policy = self.flat = self.status = None
