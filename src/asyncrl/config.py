@@ -119,6 +119,11 @@ class TrainConfig:
     # --- run directory, logging, checkpoints
     run_dir: str = _f("", "run directory (default: runs/<env>-<mode>-<time>)")
     checkpoint_every: float = _f(60.0, "seconds between periodic checkpoints (0: only at exit)")
+    keep_checkpoints: int = _f(
+        2,
+        "checkpoints kept in the run directory, newest first: an older one is there to fall "
+        "back to if the newest turns out damaged (>= 1)",
+    )
     log_every: int = _f(
         0,
         "training iterations folded into one metrics row (metrics.jsonl, TensorBoard); "
@@ -250,7 +255,15 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(f"{name}: expected a number, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{name}: must be a finite number, got {value!r}")
-    for name in ("actors", "envs_per_actor", "rollout", "epochs", "minibatch_size", "total_steps"):
+    for name in (
+        "actors",
+        "envs_per_actor",
+        "rollout",
+        "epochs",
+        "minibatch_size",
+        "total_steps",
+        "keep_checkpoints",
+    ):
         _need(getattr(cfg, name) >= 1, f"{name}: must be >= 1, got {getattr(cfg, name)}")
     _need(
         cfg.max_batches_waiting >= 1,
