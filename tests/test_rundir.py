@@ -21,6 +21,7 @@ from asyncrl.envs import check_env
 from asyncrl.rundir import (
     CheckpointWriteError,
     checkpoint_files,
+    claim_run_dir,
     load_checkpoint,
     save_checkpoint,
     save_config,
@@ -268,6 +269,121 @@ def test_a_write_failing_at_fsync_keeps_the_previous_checkpoint(tmp_path, monkey
     with pytest.raises(CheckpointWriteError) as e:
         save_checkpoint(tmp_path, _state(2))
     _assert_failed_write_left_the_previous(tmp_path, e.value)
+
+
+# ---------------------------------------------------------------------- claiming a directory
+def _a_run(run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(run_dir, TrainConfig(run_dir=str(run_dir)))
+    save_checkpoint(run_dir, _state(1))
+    (run_dir / "metrics.jsonl").write_text("{}\n")
+    (run_dir / "summary.json").write_text("{}\n")
+    (run_dir / "tb").mkdir()
+    (run_dir / "tb" / "events.out.tfevents.1").write_text("x")
+
+
+@pytest.mark.parametrize("part", ["config.yaml", "checkpoint-000001.pt", "metrics.jsonl"])
+def test_a_directory_holding_a_run_is_refused_naming_both_ways_out(tmp_path, part):
+    _a_run(tmp_path / "run")
+    for p in (tmp_path / "run").iterdir():
+        if p.name != part and p.is_file():
+            p.unlink()
+    with pytest.raises(ConfigError) as e:
+        claim_run_dir(tmp_path / "run", resume=False, overwrite=False)
+    message = str(e.value)
+    assert len(message.splitlines()) == 1
+    assert str(tmp_path / "run") in message and "--resume" in message and "--overwrite" in message
+    assert (tmp_path / "run" / part).exists()
+
+
+def test_new_empty_and_resumed_directories_are_claimed_without_change(tmp_path):
+    assert claim_run_dir(tmp_path / "new", resume=False, overwrite=False) == tmp_path / "new"
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("mine")
+    claim_run_dir(tmp_path / "empty", resume=False, overwrite=False)
+    _a_run(tmp_path / "run")
+    before = sorted(p.name for p in (tmp_path / "run").iterdir())
+    claim_run_dir(tmp_path / "run", resume=True, overwrite=False)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
+    with pytest.raises(ConfigError, match="holds no run to resume"):
+        claim_run_dir(tmp_path / "empty", resume=True, overwrite=False)
+    with pytest.raises(ConfigError, match="give one of them"):
+        claim_run_dir(tmp_path / "run", resume=True, overwrite=True)
+
+
+def test_overwrite_removes_only_the_runs_own_files_and_leftover_temp_files(tmp_path):
+    run = tmp_path / "run"
+    _a_run(run)
+    (run / "notes.txt").write_text("mine")
+    (run / "plots").mkdir()
+    (run / ".checkpoint-000002.pt.tmp4242").write_bytes(b"half a checkpoint")
+    claim_run_dir(run, resume=False, overwrite=True)
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt", "plots"]
+
+
+def test_cli_refuses_a_used_run_dir_and_overwrite_starts_over(tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    _a_run(run)
+    (run / "notes.txt").write_text("mine")
+    seen = {}
+
+    def fake_train(cfg, resume=False):
+        seen["files"] = sorted(p.name for p in run.iterdir())
+        seen["cfg"], seen["resume"] = cfg, resume
+        return {}
+
+    monkeypatch.setattr("asyncrl.runtime.trainer.train", fake_train)
+    assert main(["train", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("asyncrl: error: run_dir: ")
+    assert "--resume" in err and "--overwrite" in err and not seen
+    assert main(["train", "--run-dir", str(run), "--overwrite", "--total-steps", "100"]) == 0
+    assert seen["files"] == ["notes.txt"] and seen["resume"] is False
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--resume", str(run), "--overwrite"])
+    assert e.value.code == 2
+    assert "not allowed with argument --resume" in capsys.readouterr().err
+
+
+def test_overwrite_deletes_nothing_when_the_new_settings_cannot_work(tmp_path, capsys):
+    run = tmp_path / "run"
+    _a_run(run)
+    before = sorted(p.name for p in run.iterdir())
+    assert main(["train", "--run-dir", str(run), "--overwrite", "--actors", "0"]) == 2
+    assert main(["train", "--run-dir", str(run), "--overwrite", "--env", "NoSuchEnv-v9"]) == 2
+    assert sorted(p.name for p in run.iterdir()) == before
+    assert "actors: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_saved_config_as_template_does_not_send_the_new_run_to_its_directory(
+    tmp_path, monkeypatch
+):
+    old = tmp_path / "old"
+    _a_run(old)
+    seen = []
+    monkeypatch.setattr(
+        "asyncrl.runtime.trainer.train", lambda cfg, resume=False: seen.append(cfg) or {}
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--config", str(old / "config.yaml")]) == 0
+    new_dir = Path(seen[0].run_dir)
+    assert new_dir.parts[0] == "runs" and new_dir.resolve() != old.resolve()
+    assert main(["train", "--config", str(old / "config.yaml"), "--run-dir", "mine"]) == 0
+    assert seen[1].run_dir == "mine"
+
+
+def test_a_default_run_dir_never_names_an_existing_one(tmp_path, monkeypatch):
+    from asyncrl.rundir import default_run_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("asyncrl.rundir.time.strftime", lambda fmt: "20261123-120000")
+    cfg = TrainConfig()
+    first = default_run_dir(cfg)
+    assert first == Path("runs/CartPole-v1-ppo-async-20261123-120000")
+    first.mkdir(parents=True)
+    second = default_run_dir(cfg)  # a second run started in the same second
+    assert second == Path("runs/CartPole-v1-ppo-async-20261123-120000-2")
 
 
 # ---------------------------------------------------------------------- with the trainer

@@ -43,9 +43,13 @@ from asyncrl.config import ConfigError, TrainConfig, from_dict, load_yaml
 CONFIG = "config.yaml"
 CHECKPOINT = "checkpoint.pt"
 SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tb"
 KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state without a config
 
 _NUMBERED = re.compile(r"^checkpoint-(\d+)\.pt$")
+# what _atomic_write leaves behind if the process dies between writing and renaming
+_TEMP = re.compile(r"^\.(checkpoint(-\d+)?\.pt|config\.yaml|summary\.json)\.tmp\d+$")
 
 
 class CheckpointWriteError(OSError):
@@ -55,15 +59,74 @@ class CheckpointWriteError(OSError):
 
 
 def default_run_dir(cfg: TrainConfig) -> Path:
+    """``runs/<env>-<algo>-<mode>-<time>``, with ``-2``, ``-3``, ... appended if a run started
+    in the same second already has that name: a default never points at another run."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     mode = f"hogwild{cfg.hogwild}-{cfg.sync_mode}" if cfg.hogwild else cfg.mode
-    return Path("runs") / f"{cfg.env}-{cfg.algo}-{mode}-{stamp}"
+    base = Path("runs") / f"{cfg.env}-{cfg.algo}-{mode}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def default_study_dir(kind: str, cfg: TrainConfig) -> Path:
     """Where ``asyncrl compare`` / ``tune`` put their runs and tables unless told."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{kind}-{cfg.env.replace(':', '-')}-{cfg.algo}-{stamp}"
+
+
+# ---------------------------------------------------------------------- claiming a directory
+def holds_run(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds (part of) a run: its config, a checkpoint, metrics or summary."""
+    run_dir = Path(run_dir)
+    names = (CONFIG, CHECKPOINT, METRICS, SUMMARY)
+    return any((run_dir / n).exists() for n in names) or bool(_numbered_checkpoints(run_dir))
+
+
+def claim_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
+    """Make sure a run may write into ``run_dir``; call it before anything is written there.
+
+    A directory that already holds a run is never written over by accident: without ``resume``
+    (continue that run) or ``overwrite`` (start over) it is refused with a ConfigError naming
+    both ways out. ``overwrite`` deletes only the files a run writes -- config.yaml, the
+    checkpoints, metrics.jsonl, summary.json and tb/ -- and leaves anything else there alone.
+    Leftover temporary files of a killed run are removed in every case (they can be as large
+    as a checkpoint and are never complete). Does not create the directory.
+    """
+    run_dir = Path(run_dir)
+    if resume and overwrite:
+        raise ConfigError(
+            f"overwrite: --overwrite would delete the run in {run_dir} that --resume continues; "
+            "give one of them"
+        )
+    existing = holds_run(run_dir)
+    if resume and not existing:
+        raise ConfigError(f"run_dir: {run_dir} holds no run to resume")
+    if existing and not resume:
+        if not overwrite:
+            raise ConfigError(
+                f"run_dir: {run_dir} already holds a run; continue it with --resume {run_dir} "
+                "or start over with --overwrite"
+            )
+        for path in _run_files(run_dir):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+    if run_dir.is_dir():
+        for path in run_dir.iterdir():
+            if _TEMP.match(path.name):
+                path.unlink(missing_ok=True)
+    return run_dir
+
+
+def _run_files(run_dir: Path) -> list[Path]:
+    named = [run_dir / n for n in (CONFIG, CHECKPOINT, METRICS, SUMMARY, TENSORBOARD)]
+    return [p for p in named if p.exists() or p.is_symlink()] + [
+        p for _, p in _numbered_checkpoints(run_dir)
+    ]
 
 
 # ---------------------------------------------------------------------- writing files
