@@ -387,30 +387,17 @@ def test_a_default_run_dir_never_names_an_existing_one(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------- with the trainer
-def test_a_resumed_run_keeps_keep_checkpoints_generations_and_eval_reads_the_newest(tmp_path):
+def test_a_resumed_run_keeps_keep_checkpoints_generations_and_eval_reads_the_newest(small_cfg):
     from asyncrl.evaluate import evaluate
     from asyncrl.runtime.trainer import train
 
-    cfg = TrainConfig(
-        backend="inline",
-        actors=1,
-        envs_per_actor=2,
-        rollout=16,
-        minibatch_size=32,
-        epochs=1,
-        total_steps=64,
-        progress=False,
-        tensorboard=False,
-        checkpoint_every=0,
-        keep_checkpoints=1,
-        run_dir=str(tmp_path / "run"),
-    )
+    cfg = dataclasses.replace(small_cfg, backend="inline", total_steps=128, keep_checkpoints=1)
     train(cfg)
-    train(dataclasses.replace(cfg, total_steps=128), resume=True)
-    run = tmp_path / "run"
+    train(dataclasses.replace(cfg, total_steps=256), resume=True)
+    run = Path(cfg.run_dir)
     assert sorted(p.name for p in run.glob("checkpoint*.pt")) == [
         "checkpoint-000002.pt",
         "checkpoint.pt",
     ]
-    assert load_checkpoint(run)["learner"]["counters"]["env_steps"] == 128
+    assert load_checkpoint(run)["learner"]["counters"]["env_steps"] == 256
     assert evaluate(str(run), episodes=1)["episodes"] == 1
