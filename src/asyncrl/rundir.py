@@ -241,7 +241,7 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int | None
         _point_newest_at(path)
     except OSError as e:
         raise CheckpointWriteError(
-            e.errno, f"checkpoint {path} not written: {e.strerror or e}", str(path)
+            e.errno, f"checkpoint not written: {e.strerror or e}", str(path)
         ) from e
     for _, old in existing[keep - 1 :]:
         try:
