@@ -25,6 +25,7 @@ BAD = [
     (["--env", "fake_envs:NotThere-v0"], "env: 'NotThere-v0' is not a registered"),
     (["--env", "no_such_module:X-v0"], "cannot import module 'no_such_module'"),
     (["--max-batches-waiting", "0"], "max_batches_waiting: must be >= 1"),
+    (["--keep-checkpoints", "0"], "keep_checkpoints: must be >= 1"),
     (["--gamma", "1.5"], "gamma: must be in [0, 1]"),
     (["--log-every", "-1"], "log_every: must be >= 0"),
     (["--hidden", "64,0"], "hidden: must be a non-empty list of positive layer sizes"),

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
+import random
+from types import SimpleNamespace
 
 import pytest
 
+from asyncrl import metrics
 from asyncrl.config import TrainConfig, resolve
 from asyncrl.metrics import RowWindow
 from asyncrl.runtime.trainer import train
@@ -72,3 +76,54 @@ def test_sac_run_writes_a_row_per_log_every_iterations_and_one_at_the_end(tmp_pa
     assert sum(r["samples"] for r in rows) == 2_400
     assert rows[-1]["gradient_steps"] == summary["gradient_steps"] == 2_200
     assert rows[-1]["iteration"] == summary["iterations"] == 600
+
+
+def _old_figures(intervals: list[float], lags: list[tuple[float, float, float]]):
+    """mean T and the lag summary as Throughput computed them from lists of every iteration."""
+    xs = intervals[1:] or intervals
+    mean_T = sum(xs) / len(xs) if xs else math.nan
+    total = sum(n for *_, n in lags)
+    if not total:
+        return mean_T, (math.nan, math.nan)
+    return mean_T, (sum(m * n for m, _, n in lags) / total, max(mx for _, mx, _ in lags))
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+@pytest.mark.parametrize("iterations", [0, 1, 2, 3, 50, 2_000])
+def test_throughput_keeps_sums_that_give_exactly_the_figures_of_the_lists(iterations, monkeypatch):
+    """Running sums in place of lists change no figure, to the last bit: intervals of wildly
+    different sizes (start-up, stalls) and lags weighted by varying sample counts."""
+    rng = random.Random(iterations)
+    now = [100.0]
+
+    def clock() -> float:
+        return now[0]
+
+    monkeypatch.setattr(metrics, "time", SimpleNamespace(perf_counter=clock))
+    meter = metrics.Throughput(envs_per_actor=8)
+    intervals, lags = [], []
+    for i in range(iterations):
+        T = rng.lognormvariate(-3, 3) if i % 97 else rng.uniform(0, 1e3)
+        now[0] += T
+        stats = {
+            "samples": float(rng.choice([0, 1, 8, 256, rng.randint(1, 10_000)])),
+            "policy_lag_mean": rng.uniform(0, 5) * rng.choice([0, 1, 1e-9, 1e6]),
+            "policy_lag_max": float(rng.randint(0, 9)),
+            "actor_wait_seconds": rng.random(),
+            "rollout_seconds": rng.random(),
+        }
+        row = meter.iteration(rng.random(), stats)
+        intervals.append(row["T"])
+        lags.append((stats["policy_lag_mean"], stats["policy_lag_max"], stats["samples"]))
+    mean_T, (lag_mean, lag_max) = _old_figures(intervals, lags)
+    assert _same(meter.mean_T, mean_T)
+    got_mean, got_max = meter.lag_summary()
+    assert _same(got_mean, lag_mean) and _same(got_max, lag_max)
+    now[0] += 1.0  # a run's wall clock is never zero
+    summary = meter.summary(new_steps=1_000, actors=2)
+    assert _same(summary["T"], mean_T) and _same(summary["eps"], 8 / mean_T)
+    assert _same(summary["policy_lag_mean"], lag_mean)
+    assert _same(summary["policy_lag_max"], lag_max)

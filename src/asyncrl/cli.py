@@ -83,7 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     tr = sub.add_parser("train", help="train a policy (default: async PPO on CartPole-v1)")
     tr.add_argument("--config", help="YAML file of settings (flags given here override it)")
-    tr.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
+    run_dir_use = tr.add_mutually_exclusive_group()
+    run_dir_use.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR"
+    )
+    run_dir_use.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over in a --run-dir that holds a run: first delete that run's config.yaml, "
+        "checkpoints, metrics.jsonl, summary.json and tb/ (other files stay)",
+    )
     _add_config_flags(tr)
     cmp = sub.add_parser(
         "compare",
@@ -139,7 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from asyncrl.rundir import load_run_config
+    from asyncrl.config import validate
+    from asyncrl.envs import check_env
+    from asyncrl.rundir import claim_run_dir, default_run_dir, load_run_config
     from asyncrl.runtime.trainer import train
 
     given = {k: v for k, v in vars(args).items() if k in FIELDS}
@@ -149,8 +160,18 @@ def _train(args: argparse.Namespace) -> int:
     else:
         base = TrainConfig()
     if args.config:
-        base = from_dict(load_yaml(args.config), base)
+        values = load_yaml(args.config)
+        # A run's saved config.yaml names that run's directory: used as the template of a new
+        # run it must not send the new run there. Only --run-dir (or --resume) chooses one.
+        values.pop("run_dir", None)
+        base = from_dict(values, base)
     cfg = dataclasses.replace(base, **given)
+    validate(cfg)  # a setting that cannot work must not cost the run --overwrite would delete
+    if args.overwrite:
+        check_env(cfg.env, cfg.algo)
+    if not cfg.run_dir:
+        cfg.run_dir = str(default_run_dir(cfg))
+    claim_run_dir(cfg.run_dir, resume=bool(args.resume), overwrite=args.overwrite)
     summary = train(cfg, resume=bool(args.resume))
     _print_summary(summary)
     return 0

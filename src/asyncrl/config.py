@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,11 @@ class TrainConfig:
     # --- run directory, logging, checkpoints
     run_dir: str = _f("", "run directory (default: runs/<env>-<mode>-<time>)")
     checkpoint_every: float = _f(60.0, "seconds between periodic checkpoints (0: only at exit)")
+    keep_checkpoints: int = _f(
+        2,
+        "checkpoints kept in the run directory, newest first: an older one is there to fall "
+        "back to if the newest turns out damaged (>= 1)",
+    )
     log_every: int = _f(
         0,
         "training iterations folded into one metrics row (metrics.jsonl, TensorBoard); "
@@ -176,18 +182,49 @@ FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
 def from_dict(values: dict[str, Any], base: TrainConfig | None = None) -> TrainConfig:
-    """Build a config from a mapping (YAML file, saved run), rejecting unknown keys by name."""
+    """Build a config from a mapping (YAML file, saved run), rejecting unknown keys by name.
+
+    Numbers take the type of their field: people write ``total_steps: 1e6``, which YAML reads as
+    a float, and a run must not count steps in floats; ``2.5`` steps is refused, not rounded.
+    """
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:
         raise ConfigError(
             f"unknown setting(s) {', '.join(unknown)}; known settings: {', '.join(FIELDS)}"
         )
+    values = {name: _as_field_type(name, value) for name, value in values.items()}
     return dataclasses.replace(base or TrainConfig(), **values)
+
+
+def _as_field_type(name: str, value: Any) -> Any:
+    kind = FIELDS[name].type
+    if isinstance(value, bool):  # a bool is an int to Python, never a number to a user
+        return value
+    if kind == "int" and isinstance(value, float):
+        if not value.is_integer():
+            raise ConfigError(f"{name}: expected a whole number, got {value!r}")
+        return int(value)
+    if kind == "float" and isinstance(value, int):
+        return float(value)
+    return value
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1, which PyYAML implements, reads ``3e-4`` and ``1e6`` as strings: its floats need
+    a dot and a signed exponent. Everyone writes them as numbers (YAML 1.2 and JSON agree), so
+    this loader also resolves an exponent without a dot or a sign to a float."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = yaml.load(Path(path).read_text(), Loader=_Loader) or {}
     except FileNotFoundError as e:
         raise ConfigError(f"config: file {path} does not exist") from e
     except yaml.YAMLError as e:
@@ -238,7 +275,15 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(f"{name}: expected a number, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{name}: must be a finite number, got {value!r}")
-    for name in ("actors", "envs_per_actor", "rollout", "epochs", "minibatch_size", "total_steps"):
+    for name in (
+        "actors",
+        "envs_per_actor",
+        "rollout",
+        "epochs",
+        "minibatch_size",
+        "total_steps",
+        "keep_checkpoints",
+    ):
         _need(getattr(cfg, name) >= 1, f"{name}: must be >= 1, got {getattr(cfg, name)}")
     _need(
         cfg.max_batches_waiting >= 1,

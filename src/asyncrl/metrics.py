@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -18,19 +19,63 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+_COMPENSATED_SUM = sys.version_info >= (3, 12)
+
+
+class _Sum:
+    """``sum()`` of a stream of floats, kept one value at a time, bit for bit: naive addition
+    before Python 3.12, Neumaier's compensated addition from 3.12 on, as ``sum`` does.
+
+    Throughput keeps sums, not lists, of its per-iteration figures (a list holds every
+    iteration: a one-env SAC run of 10M steps has 10M), and its figures must not change by it.
+    """
+
+    __slots__ = ("hi", "c")
+
+    def __init__(self) -> None:
+        self.hi = 0.0
+        self.c = 0.0
+
+    def add(self, x: float) -> None:
+        x = float(x)
+        if not _COMPENSATED_SUM:
+            self.hi += x
+            return
+        t = self.hi + x
+        if abs(self.hi) >= abs(x):
+            self.c += (self.hi - t) + x
+        else:
+            self.c += (x - t) + self.hi
+        self.hi = t
+
+    @property
+    def value(self) -> float:
+        # as CPython: the compensation is not added when it would turn an overflow into NaN
+        if self.c and math.isfinite(self.c):
+            return self.hi + self.c
+        return self.hi
+
 
 class Throughput:
-    """Interval T between iterations, EPS, env steps/s; and the learner's wait for data."""
+    """Interval T between iterations, EPS, env steps/s; and the learner's wait for data.
+
+    Memory does not grow with the iterations: intervals and lags are kept as running sums,
+    counts and maxima, which give the same figures the lists of them gave.
+    """
 
     def __init__(self, envs_per_actor: int):
         self.K = envs_per_actor
         self.start = time.perf_counter()
         self.last = self.start
-        self.intervals: list[float] = []
+        self.iterations = 0
+        self.first_T = math.nan  # the first interval includes starting the actors
+        self._T_after_first = _Sum()
         self.learner_wait = 0.0
         self.actor_wait = 0.0
         self.rollout_seconds = 0.0
-        self.lags: list[tuple[float, float, float]] = []  # (mean, max, samples)
+        self._lag_samples = _Sum()
+        self._lag_weighted = _Sum()  # sum of mean lag x samples
+        self._lag_max: float | None = None
         self.steps = 0
         self.first_end: float | None = None  # end of the first iteration
         self.steps_after_first = 0
@@ -39,15 +84,25 @@ class Throughput:
         now = time.perf_counter()
         T = now - self.last
         self.last = now
-        self.intervals.append(T)
+        self.iterations += 1
         if self.first_end is None:
             self.first_end = now
+            self.first_T = T
         else:
+            self._T_after_first.add(T)
             self.steps_after_first += int(stats["samples"])
         self.learner_wait += learner_wait
         self.actor_wait += stats["actor_wait_seconds"]
         self.rollout_seconds += stats["rollout_seconds"]
-        self.lags.append((stats["policy_lag_mean"], stats["policy_lag_max"], stats["samples"]))
+        lag_mean, lag_max, samples = (
+            stats["policy_lag_mean"],
+            stats["policy_lag_max"],
+            stats["samples"],
+        )
+        self._lag_samples.add(samples)
+        self._lag_weighted.add(lag_mean * samples)
+        if self._lag_max is None or lag_max > self._lag_max:  # as max(): the first of equals
+            self._lag_max = lag_max
         return {
             "T": T,
             "eps": self.K / T,
@@ -58,8 +113,9 @@ class Throughput:
     @property
     def mean_T(self) -> float:
         # The first interval includes starting the actors; leave it out when there are others.
-        xs = self.intervals[1:] or self.intervals
-        return sum(xs) / len(xs) if xs else math.nan
+        if self.iterations <= 1:
+            return self.first_T
+        return self._T_after_first.value / (self.iterations - 1)
 
     @property
     def steady_rate(self) -> float:
@@ -93,10 +149,11 @@ class Throughput:
         }
 
     def lag_summary(self) -> tuple[float, float]:
-        total = sum(n for *_, n in self.lags)
+        """Policy lag over the run: the mean weighted by samples, and the maximum."""
+        total = self._lag_samples.value
         if not total:
             return math.nan, math.nan
-        return sum(m * n for m, _, n in self.lags) / total, max(mx for _, mx, _ in self.lags)
+        return self._lag_weighted.value / total, self._lag_max
 
 
 class RowWindow:

@@ -1,17 +1,41 @@
 """The run directory: resolved config, checkpoints, metric logs and the summary.
 
-Every file a run leaves is written to a temporary name and renamed, so a run killed at any
-moment leaves either the previous complete file or the new one, never half of one.
+Every file a run leaves is written to a temporary name in the same directory, flushed to disk
+and renamed over the old one, and then the directory itself is flushed: a run killed -- or a
+machine losing power -- at any moment leaves either the previous complete file or the new one,
+never half of one, and a disk that fills up costs the new file, never the old.
+
+Checkpoints are numbered: ``checkpoint-000001.pt``, ``checkpoint-000002.pt``, ... Each save
+takes one more than the highest number in the directory, so the numbers order checkpoints by
+when they were written, also across resumes (env steps would not: a run resumed from an older
+checkpoint, because the newest was damaged, would write numbers below the damaged one, and
+"newest" would keep meaning the damaged file). Only the newest ``keep_checkpoints`` are kept;
+the older ones are what a damaged newest falls back to.
+
+``checkpoint.pt`` is the newest checkpoint under the name ``asyncrl eval`` and older tools look
+for: a hard link to the numbered file, made under a temporary name and renamed into place. A
+link costs neither disk space nor time -- a checkpoint with a replay buffer can be many GB on a
+disk that is nearly full -- and since no checkpoint file is ever changed in place, the two names
+cannot disagree. On a filesystem without hard links it is a copy, written like every file here.
+
+Loading never runs code from the file: checkpoints are read with ``weights_only=True``, which
+accepts tensors, numbers, strings and containers of them and refuses everything else.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
+import shutil
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from asyncrl.config import ConfigError, TrainConfig, from_dict, load_yaml
@@ -19,12 +43,32 @@ from asyncrl.config import ConfigError, TrainConfig, from_dict, load_yaml
 CONFIG = "config.yaml"
 CHECKPOINT = "checkpoint.pt"
 SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tb"
+KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state without a config
+
+_NUMBERED = re.compile(r"^checkpoint-(\d+)\.pt$")
+# what _atomic_write leaves behind if the process dies between writing and renaming
+_TEMP = re.compile(r"^\.(checkpoint(-\d+)?\.pt|config\.yaml|summary\.json)\.tmp\d+$")
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, I/O error). Its temporary file is removed
+    and the earlier checkpoints are untouched, so the caller may go on and try again later.
+    ``errno`` is that of the failed write (``errno.ENOSPC`` for a full disk)."""
 
 
 def default_run_dir(cfg: TrainConfig) -> Path:
+    """``runs/<env>-<algo>-<mode>-<time>``, with ``-2``, ``-3``, ... appended if a run started
+    in the same second already has that name: a default never points at another run."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     mode = f"hogwild{cfg.hogwild}-{cfg.sync_mode}" if cfg.hogwild else cfg.mode
-    return Path("runs") / f"{cfg.env}-{cfg.algo}-{mode}-{stamp}"
+    base = Path("runs") / f"{cfg.env}-{cfg.algo}-{mode}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def default_study_dir(kind: str, cfg: TrainConfig) -> Path:
@@ -33,21 +77,264 @@ def default_study_dir(kind: str, cfg: TrainConfig) -> Path:
     return Path("runs") / f"{kind}-{cfg.env.replace(':', '-')}-{cfg.algo}-{stamp}"
 
 
-def _atomic_write(path: Path, write: Any) -> None:
+# ---------------------------------------------------------------------- claiming a directory
+def holds_run(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds (part of) a run: its config, a checkpoint, metrics or summary."""
+    run_dir = Path(run_dir)
+    names = (CONFIG, CHECKPOINT, METRICS, SUMMARY)
+    return any((run_dir / n).exists() for n in names) or bool(_numbered_checkpoints(run_dir))
+
+
+def claim_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
+    """Make sure a run may write into ``run_dir``; call it before anything is written there.
+
+    A directory that already holds a run is never written over by accident: without ``resume``
+    (continue that run) or ``overwrite`` (start over) it is refused with a ConfigError naming
+    both ways out. ``overwrite`` deletes only the files a run writes -- config.yaml, the
+    checkpoints, metrics.jsonl, summary.json and tb/ -- and leaves anything else there alone.
+    Leftover temporary files of a killed run are removed in every case (they can be as large
+    as a checkpoint and are never complete). Does not create the directory.
+    """
+    run_dir = Path(run_dir)
+    if resume and overwrite:
+        raise ConfigError(
+            f"overwrite: --overwrite would delete the run in {run_dir} that --resume continues; "
+            "give one of them"
+        )
+    existing = holds_run(run_dir)
+    if resume and not existing:
+        raise ConfigError(f"run_dir: {run_dir} holds no run to resume")
+    if existing and not resume:
+        if not overwrite:
+            raise ConfigError(
+                f"run_dir: {run_dir} already holds a run; continue it with --resume {run_dir} "
+                "or start over with --overwrite"
+            )
+        for path in _run_files(run_dir):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+    if run_dir.is_dir():
+        for path in run_dir.iterdir():
+            if _TEMP.match(path.name):
+                path.unlink(missing_ok=True)
+    return run_dir
+
+
+def _run_files(run_dir: Path) -> list[Path]:
+    named = [run_dir / n for n in (CONFIG, CHECKPOINT, METRICS, SUMMARY, TENSORBOARD)]
+    return [p for p in named if p.exists() or p.is_symlink()] + [
+        p for _, p in _numbered_checkpoints(run_dir)
+    ]
+
+
+# ---------------------------------------------------------------------- writing files
+def _fsync_dir(path: Path) -> None:
+    """Make renames in ``path`` durable: a new directory entry is on disk once its directory is
+    synced, not when the file's data is."""
+    if os.name == "nt":  # a directory cannot be opened there; NTFS journals its renames
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
+    """``write`` fills a temporary file beside ``path``; its data is flushed to disk, then it
+    is renamed to ``path`` and the directory flushed. On any failure the temporary file is
+    removed and the old ``path`` is left as it was."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        with open(tmp, "r+b") as f:  # writable: Windows will not flush a read-only handle
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
 
 
-def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
-    _atomic_write(run_dir / CHECKPOINT, lambda p: torch.save(state, p))
+class _WriteWatch:
+    """The file torch.save writes through, remembering the OSError of a failed write: torch
+    reports it as a RuntimeError about stream positions, and the caller needs the errno."""
+
+    def __init__(self, f: Any):
+        self.f = f
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
 
 
-def load_checkpoint(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / CHECKPOINT
-    if not path.exists():
-        raise ConfigError(f"run_dir: {run_dir} holds no {CHECKPOINT} to resume or evaluate from")
-    return torch.load(path, map_location="cpu", weights_only=False)
+def _torch_save(state: dict[str, Any], path: Path) -> None:
+    with open(path, "wb") as f:
+        out = _WriteWatch(f)
+        try:
+            torch.save(state, out)
+        except Exception as e:
+            if out.error is None:
+                raise
+            raise OSError(out.error.errno, out.error.strerror, str(path)) from e
+
+
+def _weights_only_safe(value: Any) -> Any:
+    """``value`` in the types ``torch.load(weights_only=True)`` accepts: tensors, Python
+    numbers and strings, and dicts, lists and tuples of them.
+
+    A learner's state holds numpy arrays (the replay buffer) and may hold numpy scalars; the
+    weights-only loader refuses both, so they become tensors (sharing memory, no copy) and
+    Python numbers here, and learners need not know. ``ReplayBuffer.load_state_dict`` reads a
+    tensor as it read the array (``np.asarray``). Containers are rebuilt only where something
+    in them changed: a module's state dict keeps its type and version metadata.
+    """
+    if isinstance(value, np.ndarray):
+        try:
+            return torch.from_numpy(np.ascontiguousarray(value))
+        except TypeError:  # a dtype torch has no tensor of (strings, objects)
+            return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        safe = {k: _weights_only_safe(v) for k, v in value.items()}
+        if all(safe[k] is v for k, v in value.items()):
+            return value
+        return safe
+    if isinstance(value, list | tuple):
+        safe = [_weights_only_safe(v) for v in value]
+        if all(s is v for s, v in zip(safe, value, strict=True)):
+            return value
+        return type(value)(safe) if type(value) in (list, tuple) else safe
+    return value
+
+
+def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int | None = None) -> Path:
+    """Write ``state`` as the next numbered checkpoint, point ``checkpoint.pt`` at it and delete
+    all but the newest ``keep``; returns the new file's path.
+
+    ``keep`` defaults to ``state["config"]["keep_checkpoints"]`` (the trainer saves the config
+    in every checkpoint), else 2. Raises :class:`CheckpointWriteError` if the checkpoint could
+    not be written -- the disk is full, say; nothing of it is left behind and the earlier
+    checkpoints are untouched, so training may go on and try again at the next period.
+    """
+    run_dir = Path(run_dir)
+    if keep is None:
+        keep = int((state.get("config") or {}).get("keep_checkpoints", KEEP_CHECKPOINTS))
+    if keep < 1:
+        raise ConfigError(f"keep_checkpoints: must be >= 1, got {keep}")
+    safe = _weights_only_safe(state)
+    existing = _numbered_checkpoints(run_dir)
+    number = existing[0][0] + 1 if existing else 1
+    path = run_dir / f"checkpoint-{number:06d}.pt"
+    try:
+        _atomic_write(path, lambda p: _torch_save(safe, p))
+        _point_newest_at(path)
+    except OSError as e:
+        raise CheckpointWriteError(
+            e.errno, f"checkpoint not written: {e.strerror or e}", str(path)
+        ) from e
+    for _, old in existing[keep - 1 :]:
+        try:
+            old.unlink(missing_ok=True)
+        except OSError as e:  # the new checkpoint is safe; an old one left over is no loss
+            print(f"asyncrl: warning: could not delete old checkpoint {old}: {e}", file=sys.stderr)
+    return path
+
+
+def _point_newest_at(path: Path) -> None:
+    newest = path.with_name(CHECKPOINT)
+    tmp = path.with_name(f".{CHECKPOINT}.tmp{os.getpid()}")
+    try:
+        tmp.unlink(missing_ok=True)
+        os.link(path, tmp)
+        os.replace(tmp, newest)
+    except OSError:  # no hard links here (FAT, some network filesystems): a copy then
+        tmp.unlink(missing_ok=True)
+        _atomic_write(newest, lambda p: shutil.copyfile(path, p))
+        return
+    _fsync_dir(path.parent)
+
+
+def _numbered_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(number, path) of the numbered checkpoints in ``run_dir``, newest first."""
+    if not run_dir.is_dir():
+        return []
+    found = []
+    for path in run_dir.iterdir():
+        m = _NUMBERED.match(path.name)
+        if m:
+            found.append((int(m.group(1)), path))
+    return sorted(found, reverse=True)
+
+
+def checkpoint_files(run_dir: str | Path) -> list[Path]:
+    """The checkpoints of ``run_dir`` in the order :func:`load_checkpoint` tries them: numbered
+    ones newest first, then ``checkpoint.pt`` unless it is one of those (a run from before
+    numbered checkpoints has only that)."""
+    run_dir = Path(run_dir)
+    numbered = [p for _, p in _numbered_checkpoints(run_dir)]
+    newest = run_dir / CHECKPOINT
+    if newest.is_file() and not any(_same_file(newest, p) for p in numbered):
+        numbered.append(newest)
+    return numbered
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------- reading files
+def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
+    """The newest checkpoint of ``run_dir`` that loads.
+
+    One that does not (truncated, corrupt, or holding anything but tensors and plain data) is
+    reported in one line on stderr and the next older one is tried; if none loads, or there is
+    none, a ConfigError names the run directory. Nothing in a file is ever run as code.
+    """
+    run_dir = Path(run_dir)
+    files = checkpoint_files(run_dir)
+    if not files:
+        raise ConfigError(f"run_dir: {run_dir} holds no checkpoint to resume or evaluate from")
+    for i, path in enumerate(files):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            if not isinstance(state, dict):
+                raise ValueError(f"holds a {type(state).__name__}, not a checkpoint's mapping")
+            return state
+        except Exception as e:
+            then = f"falling back to {files[i + 1].name}" if i + 1 < len(files) else "none older"
+            print(
+                f"asyncrl: warning: checkpoint {path} does not load ({_why(e)}); {then}",
+                file=sys.stderr,
+            )
+    tried = ", ".join(f.name for f in files)
+    raise ConfigError(f"run_dir: {run_dir} holds no checkpoint that loads (tried {tried})")
+
+
+def _why(e: Exception) -> str:
+    """One line on why a checkpoint did not load (torch's messages run to paragraphs)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if isinstance(e, pickle.UnpicklingError):
+        # torch names the refused object on a line of its own ("... unsupported GLOBAL x ...")
+        detail = next((line for line in lines if "GLOBAL" in line or "nsupported" in line), "")
+        return "it holds more than tensors and plain data; loading it could run code" + (
+            f": {detail.rstrip('.')}" if detail else ""
+        )
+    first = lines[0].split(". ")[0] if lines else "no detail"
+    return f"{type(e).__name__}: {first[:200]}"
 
 
 def restore_learner(run_dir: Path, learner: Any) -> float:
@@ -59,7 +346,8 @@ def restore_learner(run_dir: Path, learner: Any) -> float:
 
 
 def save_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    _atomic_write(run_dir / SUMMARY, lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
+    text = json.dumps(summary, indent=2) + "\n"
+    _atomic_write(run_dir / SUMMARY, lambda p: p.write_text(text))
 
 
 def save_config(run_dir: Path, cfg: TrainConfig) -> None:

@@ -1,0 +1,403 @@
+"""The run directory keeps work safe: checkpoints written atomically and kept in a few
+generations, a damaged one falls back to the one before, a full disk costs only the new one,
+loading never runs code, and a directory holding a run is never written over by accident."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asyncrl.cli import main
+from asyncrl.config import ConfigError, TrainConfig, resolve
+from asyncrl.envs import check_env
+from asyncrl.rundir import (
+    CheckpointWriteError,
+    checkpoint_files,
+    claim_run_dir,
+    load_checkpoint,
+    save_checkpoint,
+    save_config,
+)
+from asyncrl.runtime.replay import FIELDS, ReplayBuffer
+
+
+def _state(i: int, keep: int = 2) -> dict:
+    return {
+        "learner": {"w": torch.full((4,), float(i)), "counters": {"env_steps": i}},
+        "config": {"keep_checkpoints": keep},
+    }
+
+
+def _temp_files(run_dir: Path) -> list[str]:
+    return [p.name for p in run_dir.iterdir() if ".tmp" in p.name]
+
+
+# ---------------------------------------------------------------------- generations
+def test_checkpoints_are_numbered_the_newest_n_kept_and_checkpoint_pt_is_the_newest(tmp_path):
+    for i in range(1, 6):
+        path = save_checkpoint(tmp_path, _state(i, keep=3))
+        assert path.name == f"checkpoint-{i:06d}.pt"
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        "checkpoint-000003.pt",
+        "checkpoint-000004.pt",
+        "checkpoint-000005.pt",
+        "checkpoint.pt",
+    ]
+    assert os.path.samefile(tmp_path / "checkpoint.pt", tmp_path / "checkpoint-000005.pt")
+    assert load_checkpoint(tmp_path)["learner"]["counters"]["env_steps"] == 5
+    # an explicit keep wins over the config's; numbering goes on from the highest
+    assert save_checkpoint(tmp_path, _state(6, keep=3), keep=1).name == "checkpoint-000006.pt"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-000006.pt", "checkpoint.pt"]
+
+
+def test_numbering_follows_writing_order_after_resuming_from_an_older_checkpoint(tmp_path):
+    """A damaged newest (number 2) falls back to number 1; the next save is number 3 and is
+    the newest, so the damaged one never again counts as newest."""
+    save_checkpoint(tmp_path, _state(1))
+    save_checkpoint(tmp_path, _state(2))
+    (tmp_path / "checkpoint-000002.pt").write_bytes(b"garbage")
+    assert load_checkpoint(tmp_path)["learner"]["counters"]["env_steps"] == 1
+    save_checkpoint(tmp_path, _state(7))
+    assert [p.name for p in checkpoint_files(tmp_path)] == [
+        "checkpoint-000003.pt",
+        "checkpoint-000002.pt",
+    ]
+    assert load_checkpoint(tmp_path)["learner"]["counters"]["env_steps"] == 7
+
+
+def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_with_one_warning(
+    tmp_path, capsys
+):
+    save_checkpoint(tmp_path, _state(1))
+    newest = save_checkpoint(tmp_path, _state(2))
+    size = newest.stat().st_size
+    with open(newest, "r+b") as f:  # a real file cut short, as a crash mid-copy leaves it
+        f.truncate(size // 2)
+    state = load_checkpoint(tmp_path)
+    assert torch.equal(state["learner"]["w"], torch.full((4,), 1.0))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert str(newest) in err[0] and "checkpoint-000001.pt" in err[0]
+
+
+def test_no_loadable_checkpoint_is_one_config_error_naming_the_run_dir(tmp_path, capsys):
+    with pytest.raises(ConfigError, match=f"run_dir: {tmp_path} holds no checkpoint"):
+        load_checkpoint(tmp_path)
+    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match=f"run_dir: {tmp_path} holds no checkpoint that loads"):
+        load_checkpoint(tmp_path)
+    assert "checkpoint.pt does not load" in capsys.readouterr().err
+
+
+def test_a_checkpoint_from_before_numbering_still_loads(tmp_path):
+    torch.save(_state(3), tmp_path / "checkpoint.pt")
+    assert load_checkpoint(tmp_path)["learner"]["counters"]["env_steps"] == 3
+
+
+# ---------------------------------------------------------------------- loading runs no code
+class _Payload:
+    """Unpickling it would run a shell command that creates ``marker``."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_that_would_run_code_is_refused_by_load_checkpoint_and_eval(tmp_path, capsys):
+    from asyncrl.evaluate import evaluate
+
+    marker = tmp_path / "code-ran"
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(run, resolve(TrainConfig(run_dir=str(run))))
+    torch.save({"learner": {"policy": _Payload(marker)}}, run / "checkpoint.pt")
+    # the threat is real: the loading asyncrl did before would have run the command
+    torch.load(run / "checkpoint.pt", weights_only=False)
+    assert marker.exists()
+    marker.unlink()
+    with pytest.raises(ConfigError, match="holds no checkpoint that loads"):
+        load_checkpoint(run)
+    with pytest.raises(ConfigError, match="holds no checkpoint that loads"):
+        evaluate(str(run), episodes=1)
+    assert main(["eval", str(run), "--episodes", "1"]) == 2
+    assert not marker.exists()
+    err = capsys.readouterr().err
+    assert "loading it could run code" in err and "system" in err
+
+
+def test_a_payload_in_the_newest_checkpoint_falls_back_to_a_clean_one(tmp_path):
+    marker = tmp_path / "code-ran"
+    save_checkpoint(tmp_path, _state(1))
+    torch.save({"learner": _Payload(marker)}, tmp_path / "checkpoint-000002.pt")
+    assert load_checkpoint(tmp_path)["learner"]["counters"]["env_steps"] == 1
+    assert not marker.exists()
+
+
+def test_what_the_learners_save_loads_without_running_code(tmp_path):
+    """Every learner's real state dict, replay buffer included, goes through the weights-only
+    loader: numpy arrays and scalars become tensors and numbers on the way in."""
+    from asyncrl.runtime.learner import Learner
+    from asyncrl.runtime.sac_learner import SACLearner
+
+    ppo_cfg = resolve(TrainConfig(norm_obs=True))
+    ppo = Learner(ppo_cfg, check_env(ppo_cfg.env, ppo_cfg.algo))
+    sac_cfg = resolve(
+        TrainConfig(
+            algo="sac", env="Pendulum-v1", save_replay=True, buffer_size=64, learning_starts=8
+        )
+    )
+    sac_spec = check_env(sac_cfg.env, sac_cfg.algo)
+    sac = SACLearner(sac_cfg, sac_spec)
+    rng = np.random.default_rng(0)
+    n = 20
+    sac.replay.add_batch(
+        obs=rng.standard_normal((n, 3)).astype(np.float32),
+        action=rng.standard_normal((n, 1)).astype(np.float32),
+        reward=rng.standard_normal(n).astype(np.float32),
+        next_obs=rng.standard_normal((n, 3)).astype(np.float32),
+        terminated=rng.random(n) < 0.2,
+        truncated=rng.random(n) < 0.2,
+    )
+    sac.replay.sample(4)  # move its rng on
+    ppo.env_steps, sac.env_steps, sac.updates = 640, 20, 12
+    restored = {}
+    for name, learner, fresh in (
+        ("ppo", ppo, lambda: Learner(ppo_cfg, check_env(ppo_cfg.env, ppo_cfg.algo))),
+        ("sac", sac, lambda: SACLearner(sac_cfg, sac_spec)),
+    ):
+        run = tmp_path / name
+        run.mkdir()
+        save_checkpoint(run, {"learner": learner.state_dict(), "config": ppo_cfg.to_dict()})
+        restored[name] = fresh()
+        restored[name].load_state_dict(load_checkpoint(run)["learner"])
+        assert restored[name].state_dict()["counters"] == learner.state_dict()["counters"]
+        for key, x in learner.policy.state_dict().items():  # norm_obs statistics included
+            assert torch.equal(restored[name].policy.state_dict()[key], x), (name, key)
+    replay = restored["sac"].replay
+    assert len(replay) == n
+    for f in FIELDS:
+        np.testing.assert_array_equal(getattr(replay, f), getattr(sac.replay, f))
+    mine, theirs = sac.replay.sample(8), replay.sample(8)  # the same draws from here on
+    for f in FIELDS:
+        np.testing.assert_array_equal(theirs[f], mine[f])
+
+
+def test_a_replay_round_trip_keeps_dtypes_data_and_sampling(tmp_path):
+    buf = ReplayBuffer(10, (2, 2), np.uint8, (1,), seed=1)  # image-like observations
+    rng = np.random.default_rng(1)
+    buf.add_batch(
+        obs=rng.integers(0, 256, (13, 2, 2), dtype=np.uint8),
+        action=rng.standard_normal((13, 1)).astype(np.float32),
+        reward=rng.standard_normal(13).astype(np.float32),
+        next_obs=rng.integers(0, 256, (13, 2, 2), dtype=np.uint8),
+        terminated=rng.random(13) < 0.5,
+        truncated=rng.random(13) < 0.5,
+    )
+    save_checkpoint(tmp_path, {"replay": buf.state_dict(), "scalar": np.float32(1.5)})
+    state = load_checkpoint(tmp_path)
+    assert state["scalar"] == 1.5 and type(state["scalar"]) is float
+    clone = ReplayBuffer(10, (2, 2), np.uint8, (1,), seed=99)
+    clone.load_state_dict(state["replay"])
+    for f in FIELDS:
+        assert getattr(clone, f).dtype == getattr(buf, f).dtype
+        np.testing.assert_array_equal(getattr(clone, f), getattr(buf, f))
+    mine, theirs = buf.sample(6), clone.sample(6)
+    for f in FIELDS:
+        np.testing.assert_array_equal(theirs[f], mine[f])
+
+
+# ---------------------------------------------------------------------- a failed write
+def _assert_failed_write_left_the_previous(run_dir: Path, error: CheckpointWriteError) -> None:
+    assert isinstance(error, OSError) and error.errno == errno.ENOSPC
+    assert _temp_files(run_dir) == []
+    assert [p.name for p in checkpoint_files(run_dir)] == ["checkpoint-000001.pt"]
+    assert os.path.samefile(run_dir / "checkpoint.pt", run_dir / "checkpoint-000001.pt")
+    assert load_checkpoint(run_dir)["learner"]["counters"]["env_steps"] == 1
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MB tmpfs: a real filesystem that runs out of space (needs mount rights: root)."""
+    where = tmp_path / f"disk-{uuid.uuid4().hex[:8]}"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_and_leaves_no_temp_file(small_disk):
+    save_checkpoint(small_disk, _state(1))
+    big = {"learner": {"w": torch.zeros(400_000)}, "config": {}}  # 1.6 MB: does not fit
+    with pytest.raises(CheckpointWriteError) as e:
+        save_checkpoint(small_disk, big)
+    _assert_failed_write_left_the_previous(small_disk, e.value)
+    # once there is room again, saving goes on where it left off
+    assert save_checkpoint(small_disk, _state(2)).name == "checkpoint-000002.pt"
+
+
+def test_a_write_failing_at_fsync_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    """The same promise where no filesystem can be mounted: the flush to disk fails (as it can
+    with ENOSPC on filesystems that allocate late)."""
+    save_checkpoint(tmp_path, _state(1))
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if ".checkpoint-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(CheckpointWriteError) as e:
+        save_checkpoint(tmp_path, _state(2))
+    _assert_failed_write_left_the_previous(tmp_path, e.value)
+
+
+# ---------------------------------------------------------------------- claiming a directory
+def _a_run(run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(run_dir, TrainConfig(run_dir=str(run_dir)))
+    save_checkpoint(run_dir, _state(1))
+    (run_dir / "metrics.jsonl").write_text("{}\n")
+    (run_dir / "summary.json").write_text("{}\n")
+    (run_dir / "tb").mkdir()
+    (run_dir / "tb" / "events.out.tfevents.1").write_text("x")
+
+
+@pytest.mark.parametrize("part", ["config.yaml", "checkpoint-000001.pt", "metrics.jsonl"])
+def test_a_directory_holding_a_run_is_refused_naming_both_ways_out(tmp_path, part):
+    _a_run(tmp_path / "run")
+    for p in (tmp_path / "run").iterdir():
+        if p.name != part and p.is_file():
+            p.unlink()
+    with pytest.raises(ConfigError) as e:
+        claim_run_dir(tmp_path / "run", resume=False, overwrite=False)
+    message = str(e.value)
+    assert len(message.splitlines()) == 1
+    assert str(tmp_path / "run") in message and "--resume" in message and "--overwrite" in message
+    assert (tmp_path / "run" / part).exists()
+
+
+def test_new_empty_and_resumed_directories_are_claimed_without_change(tmp_path):
+    assert claim_run_dir(tmp_path / "new", resume=False, overwrite=False) == tmp_path / "new"
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("mine")
+    claim_run_dir(tmp_path / "empty", resume=False, overwrite=False)
+    _a_run(tmp_path / "run")
+    before = sorted(p.name for p in (tmp_path / "run").iterdir())
+    claim_run_dir(tmp_path / "run", resume=True, overwrite=False)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
+    with pytest.raises(ConfigError, match="holds no run to resume"):
+        claim_run_dir(tmp_path / "empty", resume=True, overwrite=False)
+    with pytest.raises(ConfigError, match="give one of them"):
+        claim_run_dir(tmp_path / "run", resume=True, overwrite=True)
+
+
+def test_overwrite_removes_only_the_runs_own_files_and_leftover_temp_files(tmp_path):
+    run = tmp_path / "run"
+    _a_run(run)
+    (run / "notes.txt").write_text("mine")
+    (run / "plots").mkdir()
+    (run / ".checkpoint-000002.pt.tmp4242").write_bytes(b"half a checkpoint")
+    claim_run_dir(run, resume=False, overwrite=True)
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt", "plots"]
+
+
+def test_cli_refuses_a_used_run_dir_and_overwrite_starts_over(tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    _a_run(run)
+    (run / "notes.txt").write_text("mine")
+    seen = {}
+
+    def fake_train(cfg, resume=False):
+        seen["files"] = sorted(p.name for p in run.iterdir())
+        seen["cfg"], seen["resume"] = cfg, resume
+        return {}
+
+    monkeypatch.setattr("asyncrl.runtime.trainer.train", fake_train)
+    assert main(["train", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("asyncrl: error: run_dir: ")
+    assert "--resume" in err and "--overwrite" in err and not seen
+    assert main(["train", "--run-dir", str(run), "--overwrite", "--total-steps", "100"]) == 0
+    assert seen["files"] == ["notes.txt"] and seen["resume"] is False
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--resume", str(run), "--overwrite"])
+    assert e.value.code == 2
+    assert "not allowed with argument --resume" in capsys.readouterr().err
+
+
+def test_overwrite_deletes_nothing_when_the_new_settings_cannot_work(tmp_path, capsys):
+    run = tmp_path / "run"
+    _a_run(run)
+    before = sorted(p.name for p in run.iterdir())
+    assert main(["train", "--run-dir", str(run), "--overwrite", "--actors", "0"]) == 2
+    assert main(["train", "--run-dir", str(run), "--overwrite", "--env", "NoSuchEnv-v9"]) == 2
+    assert sorted(p.name for p in run.iterdir()) == before
+    assert "actors: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_saved_config_as_template_does_not_send_the_new_run_to_its_directory(
+    tmp_path, monkeypatch
+):
+    old = tmp_path / "old"
+    _a_run(old)
+    seen = []
+    monkeypatch.setattr(
+        "asyncrl.runtime.trainer.train", lambda cfg, resume=False: seen.append(cfg) or {}
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--config", str(old / "config.yaml")]) == 0
+    new_dir = Path(seen[0].run_dir)
+    assert new_dir.parts[0] == "runs" and new_dir.resolve() != old.resolve()
+    assert main(["train", "--config", str(old / "config.yaml"), "--run-dir", "mine"]) == 0
+    assert seen[1].run_dir == "mine"
+
+
+def test_a_default_run_dir_never_names_an_existing_one(tmp_path, monkeypatch):
+    from asyncrl.rundir import default_run_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("asyncrl.rundir.time.strftime", lambda fmt: "20261123-120000")
+    cfg = TrainConfig()
+    first = default_run_dir(cfg)
+    assert first == Path("runs/CartPole-v1-ppo-async-20261123-120000")
+    first.mkdir(parents=True)
+    second = default_run_dir(cfg)  # a second run started in the same second
+    assert second == Path("runs/CartPole-v1-ppo-async-20261123-120000-2")
+
+
+# ---------------------------------------------------------------------- with the trainer
+def test_a_resumed_run_keeps_keep_checkpoints_generations_and_eval_reads_the_newest(small_cfg):
+    from asyncrl.evaluate import evaluate
+    from asyncrl.runtime.trainer import train
+
+    cfg = dataclasses.replace(small_cfg, backend="inline", total_steps=128, keep_checkpoints=1)
+    train(cfg)
+    train(dataclasses.replace(cfg, total_steps=256), resume=True)
+    run = Path(cfg.run_dir)
+    assert sorted(p.name for p in run.glob("checkpoint*.pt")) == [
+        "checkpoint-000002.pt",
+        "checkpoint.pt",
+    ]
+    assert load_checkpoint(run)["learner"]["counters"]["env_steps"] == 256
+    assert evaluate(str(run), episodes=1)["episodes"] == 1
