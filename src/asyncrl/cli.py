@@ -220,6 +220,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from asyncrl.rundir import CheckpointWriteError
     from asyncrl.runtime.backends.base import ActorError
 
     try:
@@ -245,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except ActorError as e:
         print(f"asyncrl: {e}", file=sys.stderr)
+        return 1
+    except CheckpointWriteError as e:  # the final one; the newest earlier checkpoint stands
+        print(f"asyncrl: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("asyncrl: interrupted; checkpoint saved", file=sys.stderr)

@@ -298,7 +298,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
                 "wall_seconds": earlier_seconds + meter.wall,
                 "hogwild": counters.array.tolist(),
             }
-            save_checkpoint(run_dir, state)
+            save_checkpoint(run_dir, state, keep=cfg.keep_checkpoints)
 
         finished = 0
         learn_seconds = 0.0

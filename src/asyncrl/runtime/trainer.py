@@ -13,6 +13,7 @@ periodic and final checkpoints and the summary, and adds the backend's fault cou
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,8 @@ from asyncrl.config import TrainConfig, resolve, validate
 from asyncrl.envs import check_env
 from asyncrl.metrics import MetricsLog, ProgressDisplay, RowWindow, Throughput
 from asyncrl.rundir import (
+    CheckpointWriteError,
+    claim_run_dir,
     default_run_dir,
     restore_learner,
     save_checkpoint,
@@ -55,15 +58,18 @@ def train(
     cfg: TrainConfig,
     resume: bool = False,
     on_start: Callable[[Backend], None] | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Train to ``cfg.total_steps`` env steps; returns the summary (also in summary.json).
-    ``on_start(backend)`` is called once the actors are started (tools and fault tests watch
-    the fleet through it)."""
+    A ``cfg.run_dir`` that holds a run is refused unless ``resume`` (continue it) or
+    ``overwrite`` (start over). ``on_start(backend)`` is called once the actors are started
+    (tools and fault tests watch the fleet through it)."""
     cfg = resolve(cfg)
     validate(cfg)
     spec = check_env(cfg.env, cfg.algo)  # before any process or segment exists
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
     cfg.run_dir = str(run_dir)
+    claim_run_dir(run_dir, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(run_dir, cfg)
     torch.set_num_threads(cfg.threads_learner)
@@ -109,7 +115,10 @@ def train(
                     "config": cfg.to_dict(),
                     "wall_seconds": earlier_seconds + meter.wall,
                 },
+                keep=cfg.keep_checkpoints,
             )
+
+        failed_writes = 0
 
         try:
             while learner.env_steps < cfg.total_steps and not (
@@ -134,8 +143,15 @@ def train(
                 if learner.iterations % cfg.log_every == 0:
                     write_row()
                 if cfg.checkpoint_every and time.perf_counter() - last_ckpt > cfg.checkpoint_every:
-                    checkpoint()
                     last_ckpt = time.perf_counter()
+                    try:
+                        checkpoint()
+                        failed_writes = 0
+                    except CheckpointWriteError as e:  # nothing half-written is left
+                        failed_writes += 1
+                        print(f"asyncrl: warning: {e}; will retry", file=sys.stderr, flush=True)
+                        if failed_writes >= 2:
+                            break  # the disk stays full: stop while a checkpoint may fit
         except KeyboardInterrupt:
             interrupted = True
         except ActorError:

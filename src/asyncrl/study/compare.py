@@ -153,10 +153,8 @@ def compare(
         if reused:
             echo(f"{label}: reusing {cfg.run_dir}")
         else:
-            if Path(cfg.run_dir).exists():  # unfinished or different: start it afresh
-                _clear_run_dir(Path(cfg.run_dir))
             echo(f"{label}: training into {cfg.run_dir}")
-            summary = train(cfg)
+            summary = train(cfg, overwrite=True)  # a run not reused is started over
         runs.append(
             StudyRun(
                 cfg.envs_per_actor,
@@ -171,15 +169,6 @@ def compare(
     echo(markdown_table(runs, target_return))
     echo(f"table, CSV and plots in {out}")
     return runs
-
-
-def _clear_run_dir(run_dir: Path) -> None:
-    for name in ("metrics.jsonl", "summary.json", "checkpoint.pt", "config.yaml"):
-        (run_dir / name).unlink(missing_ok=True)
-    tb = run_dir / "tb"
-    if tb.is_dir():
-        for f in tb.iterdir():
-            f.unlink()
 
 
 def _fmt(x: Any, spec: str) -> str:

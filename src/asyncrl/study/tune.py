@@ -118,7 +118,7 @@ def tune(
             f"[{i}/{len(cfgs)}] probing {cfg.backend} N={cfg.actors} K={cfg.envs_per_actor} "
             f"for {cfg.max_seconds:.0f} s"
         )
-        s = train(cfg)
+        s = train(cfg, overwrite=True)  # a probe is disposable: rerun into the same place
         rows.append(
             {
                 "backend": cfg.backend,
