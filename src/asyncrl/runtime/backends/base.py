@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from typing import Any, Protocol
 
-from asyncrl.runtime.transport import Slot
+from asyncrl.runtime.transport import PolicyStore, Slot, SlotLayout, SlotStore
 
 
 class ActorError(RuntimeError):
@@ -54,6 +54,46 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stop the actors and free every resource; safe to call twice and on error paths."""
+
+
+class OwnedTransport:
+    """What the backends here share: they own their slots and policy store, publish through
+    the store and count faults the same way. Subclasses call :meth:`_own_transport` and set
+    ``restarts`` (a :class:`Restarts`)."""
+
+    restarts: Restarts
+
+    def _own_transport(
+        self, cfg: Any, spec: Any, numel: int, slot_count: int, shared: bool, buffers: int
+    ) -> None:
+        layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
+        self.slots = SlotStore(layout, slot_count, shared=shared)
+        self.store = PolicyStore(numel, shared=shared, buffers=buffers)
+        self.env_restarts = 0
+
+    @property
+    def version(self) -> int:
+        return self.store.version
+
+    def publish(self, version: int, write: Any) -> None:
+        self.store.publish(version, write)
+
+    def _batch(self, ids: list[int]) -> list[Slot]:
+        """The slots of a batch, counting the env restarts their actors reported."""
+        batch = [self.slots.slots[i] for i in ids]
+        self.env_restarts += sum(int(s.env_restarts[0]) for s in batch)
+        return batch
+
+    def health(self) -> dict[str, int]:
+        return {
+            "actor_restarts": self.restarts.used,
+            "dropped_rollouts": self.restarts.dropped,
+            "env_restarts": self.env_restarts,
+        }
+
+    def _close_transport(self) -> None:
+        self.slots.close()
+        self.store.close()
 
 
 # ------------------------------------------------------------------------------ slot ledger

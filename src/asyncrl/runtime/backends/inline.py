@@ -13,30 +13,22 @@ slot, so a fault costs a dropped rollout, never a batch.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
+from asyncrl.runtime.backends.base import OwnedTransport
 from asyncrl.runtime.backends.local import LocalFleet
-from asyncrl.runtime.transport import PolicyStore, Slot, SlotLayout, SlotStore
+from asyncrl.runtime.transport import Slot
 
 
-class InlineBackend:
+class InlineBackend(OwnedTransport):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
         self.cfg, self.spec = cfg, spec
-        layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
-        self.slots = SlotStore(layout, cfg.actors, shared=False)  # one per actor
-        self.store = PolicyStore(numel, shared=False, buffers=1)  # actors act in place
+        # one slot per actor; actors act with the published vector in place (one buffer)
+        self._own_transport(cfg, spec, numel, cfg.actors, shared=False, buffers=1)
         self.fleet = LocalFleet(cfg, spec, self.store, in_place=True)
+        self.restarts = self.fleet.restarts
         self.waiting: deque[int] = deque()
-        self.env_restarts = 0
-
-    @property
-    def version(self) -> int:
-        return self.store.version
-
-    def publish(self, version: int, write: Any) -> None:
-        self.store.publish(version, write)
 
     def start(self) -> None:
         pass  # actors are made at their first rollout
@@ -45,7 +37,6 @@ class InlineBackend:
         slot = self.slots.slots[i]
         while not self.fleet.collect(i, slot):
             pass  # replaced: the new actor collects the rollout again
-        self.env_restarts += int(slot.env_restarts[0])
         self.waiting.append(i)
 
     def next_batch(self) -> list[Slot]:
@@ -57,21 +48,13 @@ class InlineBackend:
             self.waiting.clear()
         else:
             ids = [self.waiting.popleft()]
-        return [self.slots.slots[i] for i in ids]
+        return self._batch(ids)
 
     def release(self, slots: list[Slot]) -> None:
         if self.cfg.mode == "async":
             for slot in slots:
                 self._collect(slot.index)
 
-    def health(self) -> dict[str, int]:
-        return {
-            "actor_restarts": self.fleet.restarts.used,
-            "dropped_rollouts": self.fleet.restarts.dropped,
-            "env_restarts": self.env_restarts,
-        }
-
     def close(self) -> None:
         self.fleet.close()
-        self.slots.close()
-        self.store.close()
+        self._close_transport()

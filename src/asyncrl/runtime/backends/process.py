@@ -36,12 +36,13 @@ from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import (
     ActorError,
+    OwnedTransport,
     Restarts,
     SlotBook,
     actor_label,
     is_env_error,
 )
-from asyncrl.runtime.transport import IdChannel, PolicyStore, SharedArray, SlotLayout, SlotStore
+from asyncrl.runtime.transport import IdChannel, PolicyStore, SharedArray, SlotStore
 
 POLL = 0.2  # seconds between liveness checks of a blocked actor or an idle supervisor
 PR_SET_PDEATHSIG = 1
@@ -233,15 +234,13 @@ class ChildProcesses:
             q.close()
 
 
-class ProcessBackend:
+class ProcessBackend(OwnedTransport):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
         self.cfg, self.spec = cfg, spec
         self.ctx = mp.get_context("spawn")
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
-        layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
-        self.slots = SlotStore(layout, cfg.actors * per_actor, shared=True)
-        self.store = PolicyStore(numel, shared=True, buffers=1 if sync else 2)
+        self._own_transport(cfg, spec, numel, cfg.actors * per_actor, True, 1 if sync else 2)
         self.status = SharedArray((cfg.actors, 2), "float64")
         self.book = SlotBook(cfg.actors, per_actor, sync, cfg.max_batches_waiting)
         self.children = ChildProcesses(self.ctx, "actor", cfg)
@@ -249,7 +248,6 @@ class ProcessBackend:
         self.todo = [IdChannel(self.ctx) for _ in range(cfg.actors)]
         self.full = IdChannel(self.ctx)
         self.stop = self.ctx.Event()
-        self.env_restarts = 0
         self.failure: BaseException | None = None
         self.closing = False
         self.hung: dict[int, float] = {}
@@ -257,13 +255,6 @@ class ProcessBackend:
         self.supervisor: threading.Thread | None = None
 
     # ------------------------------------------------------------ what the learner calls
-    @property
-    def version(self) -> int:
-        return self.store.version
-
-    def publish(self, version: int, write: Any) -> None:
-        self.store.publish(version, write)
-
     def start(self) -> None:
         for i in range(self.cfg.actors):
             self._spawn(i, 0)
@@ -284,22 +275,13 @@ class ProcessBackend:
                     break
                 self.book.cond.wait(POLL)
             self._send_grants()  # async: a batch left the queue, a held-back actor may go on
-        batch = [self.slots.slots[i] for i in ids]
-        self.env_restarts += sum(int(s.env_restarts[0]) for s in batch)
-        return batch
+        return self._batch(ids)
 
     def release(self, slots: list) -> None:
         ids = [s.index for s in slots]
         with self.book.cond:
             self.book.release(ids)
             self._send_grants()
-
-    def health(self) -> dict[str, int]:
-        return {
-            "actor_restarts": self.restarts.used,
-            "dropped_rollouts": self.restarts.dropped,
-            "env_restarts": self.env_restarts,
-        }
 
     def actor_pids(self) -> dict[int, int | None]:
         """Actor id -> pid of its live process (for tools and fault tests)."""
@@ -326,8 +308,7 @@ class ProcessBackend:
             channel.close()
         self._wake_r.close()
         self._wake_w.close()
-        self.slots.close()
-        self.store.close()
+        self._close_transport()
         self.status.close()
 
     # ------------------------------------------------------------ supervision

@@ -21,39 +21,29 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any
 
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.backends.base import ActorError, SlotBook
+from asyncrl.runtime.backends.base import ActorError, OwnedTransport, SlotBook
 from asyncrl.runtime.backends.local import LocalFleet
-from asyncrl.runtime.transport import PolicyStore, Slot, SlotLayout, SlotStore
+from asyncrl.runtime.transport import Slot
 
 POLL = 0.2
 
 
-class ThreadBackend:
+class ThreadBackend(OwnedTransport):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
         self.cfg, self.spec = cfg, spec
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
-        layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
-        self.slots = SlotStore(layout, cfg.actors * per_actor, shared=False)
-        self.store = PolicyStore(numel, shared=False, buffers=1 if sync else 2)
+        self._own_transport(cfg, spec, numel, cfg.actors * per_actor, False, 1 if sync else 2)
         self.fleet = LocalFleet(cfg, spec, self.store, in_place=sync)
+        self.restarts = self.fleet.restarts
         self.book = SlotBook(cfg.actors, per_actor, sync, cfg.max_batches_waiting)
         self.granted: deque[tuple[int, int, float]] = deque()  # (actor, slot, granted at)
         self.stop = False
         self.failure: BaseException | None = None
-        self.env_restarts = 0
         self.thread: threading.Thread | None = None
-
-    @property
-    def version(self) -> int:
-        return self.store.version
-
-    def publish(self, version: int, write: Any) -> None:
-        self.store.publish(version, write)
 
     def _grant(self) -> None:
         now = time.perf_counter()
@@ -104,21 +94,12 @@ class ThreadBackend:
                 self.fleet.hung()
                 self.book.cond.wait(POLL)
             self._grant()
-        batch = [self.slots.slots[i] for i in ids]
-        self.env_restarts += sum(int(s.env_restarts[0]) for s in batch)
-        return batch
+        return self._batch(ids)
 
     def release(self, slots: list[Slot]) -> None:
         with self.book.cond:
             self.book.release([s.index for s in slots])
             self._grant()
-
-    def health(self) -> dict[str, int]:
-        return {
-            "actor_restarts": self.fleet.restarts.used,
-            "dropped_rollouts": self.fleet.restarts.dropped,
-            "env_restarts": self.env_restarts,
-        }
 
     def actor_phase(self, actor: int) -> int:
         return self.fleet.status.phase(actor)
@@ -131,5 +112,4 @@ class ThreadBackend:
             self.thread.join(timeout=30)
             self.thread = None
         self.fleet.close()
-        self.slots.close()
-        self.store.close()
+        self._close_transport()
