@@ -336,14 +336,22 @@ class ProcessBackend(OwnedTransport):
 
     def _supervise(self) -> None:
         try:
+            checked = time.monotonic()
             while True:
-                handles = [self.full.reader, self._wake_r, *self.children.sentinels()]
-                multiprocessing.connection.wait(handles, timeout=POLL)
+                sentinels = self.children.sentinels()
+                handles = [self.full.reader, self._wake_r, *sentinels]
+                ready = multiprocessing.connection.wait(handles, timeout=POLL)
+                # a delivery costs a drain and a grant; the rest only when an actor ended or
+                # POLL has passed (sync SAC delivers every env step, beside the learner's update)
+                look = time.monotonic() - checked >= POLL or any(h in ready for h in sentinels)
+                lost = 0
                 with self.book.cond:
                     if self.closing:
                         return
-                    delivered = self._drain()
-                    lost = self._check_actors()
+                    delivered = self._drain() if self.full.reader in ready or look else 0
+                    if look:
+                        lost = self._check_actors()
+                        checked = time.monotonic()
                     if delivered or lost:
                         self._send_grants()
                         self.book.cond.notify_all()
