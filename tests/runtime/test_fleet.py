@@ -233,7 +233,6 @@ class Killer:
         self.phase, self.after, self.timeout = phase, after, timeout
         self.killed: int | None = None
         self.killed_at = 0.0
-        self.seen_phase: int | None = None
         self.thread: threading.Thread | None = None
 
     def __call__(self, backend) -> None:
@@ -252,7 +251,7 @@ class Killer:
             if pid is not None and here:
                 os.kill(pid, signal.SIGKILL)
                 self.killed_at = time.monotonic()
-                self.killed, self.seen_phase = pid, self.phase
+                self.killed = pid
                 return
             time.sleep(0.0002)
 

@@ -29,7 +29,6 @@ class ActorStatus:
     supervisor. Backed by any float64 array of shape (actors, 2): shared memory for processes."""
 
     WAITING, POLICY, ACTING, STEPPING, DONE = range(5)
-    NAMES = ("waiting for a slot", "reading the policy", "acting", "stepping its envs", "done")
 
     def __init__(self, rows: np.ndarray):
         self.rows = rows
@@ -54,9 +53,9 @@ class ActorStatus:
 
 
 class Actor:
-    """``in_place``: act with the published parameters themselves, not a copy per version; the
-    backend says so only where no version is published while the actor acts (see
-    PolicyStore.attach). ``generation``: how many actors held this id before (restarts); it
+    """The actor acts with the published parameters themselves where the store allows it (a
+    single-buffer store: no version is published while actors act, see PolicyStore.attach),
+    else with a copy per version. ``generation``: how many actors held this id before (restarts); it
     moves the env seeds on. ``status``: a row the actor keeps its phase in (see ActorStatus)."""
 
     def __init__(
@@ -65,7 +64,6 @@ class Actor:
         cfg: TrainConfig,
         spec: EnvSpec,
         store: PolicyStore,
-        in_place: bool = False,
         generation: int = 0,
         status: np.ndarray | None = None,
     ):
@@ -89,7 +87,7 @@ class Actor:
             self.policy = build_acting_policy(cfg, spec)
         self.policy.requires_grad_(False)
         self.flat = FlatParams(self.policy)
-        self.in_place = in_place and store.attach(self.flat)
+        self.in_place = store.attach(self.flat)
         self.version = -1
         first_seed = actor_seed(cfg.seed, actor_id, self.K, cfg.actors, generation)
         self.generator = torch.Generator().manual_seed(first_seed)

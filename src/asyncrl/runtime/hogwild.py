@@ -161,12 +161,11 @@ def worker_main(
         outside_steps = sync.shared and cfg.algo == "ppo" and cfg.norm_obs
         learner.set_step_hooks(sync.before_update, sync.after_update)
         store = PolicyStore(learner.flat.numel, shared=False, buffers=1)
-        actor = Actor(  # one process: acts with the published parameters in place
+        actor = Actor(  # one process, one buffer: acts with the published parameters in place
             worker,
             wcfg,
             spec,
             store,
-            in_place=True,
             generation=generation,
             status=status.array[worker],
         )

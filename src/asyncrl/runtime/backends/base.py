@@ -179,6 +179,19 @@ class SlotBook:
             self.state[s] = TRAINING
         return ids
 
+    def wait_take(self, failure: Any, idle: Any, poll: float) -> list[int]:
+        """Block (holding :attr:`cond`) until :meth:`take` gives a batch; every ``poll`` seconds
+        raise ``failure()`` if it is not None, and call ``idle()`` (a backend's own checks)."""
+        while True:
+            error = failure()
+            if error is not None:
+                raise error
+            ids = self.take()
+            if ids is not None:
+                return ids
+            idle()
+            self.cond.wait(poll)
+
     def release(self, ids: list[int]) -> None:
         for s in ids:
             if self.state[s] != TRAINING:

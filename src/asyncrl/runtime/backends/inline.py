@@ -26,7 +26,7 @@ class InlineBackend(OwnedTransport):
         self.cfg, self.spec = cfg, spec
         # one slot per actor; actors act with the published vector in place (one buffer)
         self._own_transport(cfg, spec, numel, cfg.actors, shared=False, buffers=1)
-        self.fleet = LocalFleet(cfg, spec, self.store, in_place=True)
+        self.fleet = LocalFleet(cfg, spec, self.store)
         self.restarts = self.fleet.restarts
         self.waiting: deque[int] = deque()
 

@@ -21,8 +21,8 @@ from asyncrl.runtime.transport import PolicyStore, Slot
 
 
 class LocalFleet:
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, store: PolicyStore, in_place: bool):
-        self.cfg, self.spec, self.store, self.in_place = cfg, spec, store, in_place
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, store: PolicyStore):
+        self.cfg, self.spec, self.store = cfg, spec, store
         self.restarts = Restarts(cfg.actor_restarts)
         self.status = ActorStatus(np.zeros((cfg.actors, 2)))
         self.generation = [0] * cfg.actors
@@ -39,7 +39,6 @@ class LocalFleet:
                     self.cfg,
                     self.spec,
                     self.store,
-                    in_place=self.in_place,
                     generation=self.generation[i],
                     status=self.status.rows[i],
                 )

@@ -112,7 +112,6 @@ def actor_main(
             cfg,
             spec,
             store,
-            in_place=cfg.mode == "sync",
             generation=generation,
             status=row,
         )
@@ -266,14 +265,8 @@ class ProcessBackend(OwnedTransport):
         self.supervisor.start()
 
     def next_batch(self) -> list:
-        with self.book.cond:
-            while True:
-                if self.failure is not None:
-                    raise self.failure
-                ids = self.book.take()
-                if ids is not None:
-                    break
-                self.book.cond.wait(POLL)
+        with self.book.cond:  # the supervisor thread fills the book and watches the actors
+            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL)
             self._send_grants()  # async: a batch left the queue, a held-back actor may go on
         return self._batch(ids)
 

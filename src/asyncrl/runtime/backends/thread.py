@@ -37,7 +37,7 @@ class ThreadBackend(OwnedTransport):
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
         self._own_transport(cfg, spec, numel, cfg.actors * per_actor, False, 1 if sync else 2)
-        self.fleet = LocalFleet(cfg, spec, self.store, in_place=sync)
+        self.fleet = LocalFleet(cfg, spec, self.store)
         self.restarts = self.fleet.restarts
         self.book = SlotBook(cfg.actors, per_actor, sync, cfg.max_batches_waiting)
         self.granted: deque[tuple[int, int, float]] = deque()  # (actor, slot, granted at)
@@ -84,15 +84,8 @@ class ThreadBackend(OwnedTransport):
         self.thread.start()
 
     def next_batch(self) -> list[Slot]:
-        with self.book.cond:
-            while True:
-                if self.failure is not None:
-                    raise self.failure
-                ids = self.book.take()
-                if ids is not None:
-                    break
-                self.fleet.hung()
-                self.book.cond.wait(POLL)
+        with self.book.cond:  # no thread watches a hung actor thread: look while waiting
+            ids = self.book.wait_take(lambda: self.failure, self.fleet.hung, POLL)
             self._grant()
         return self._batch(ids)
 
