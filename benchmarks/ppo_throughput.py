@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from cpu_cost import cpu_seconds, cpu_us_per_step
 
 from asyncrl.config import TrainConfig
 from asyncrl.envs import check_env, make_vector_env
@@ -52,7 +53,10 @@ def ours(cfg: TrainConfig, repeats: int) -> dict:
     runs = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as d:
-            runs.append(train(dataclasses.replace(cfg, run_dir=d)))
+            before = cpu_seconds()
+            s = train(dataclasses.replace(cfg, run_dir=d))
+            s["cpu_us_per_step"] = cpu_us_per_step(before, s["env_steps"])
+            runs.append(s)
     keys = (
         "env_steps_per_second",
         "rollout_seconds",
@@ -62,6 +66,7 @@ def ours(cfg: TrainConfig, repeats: int) -> dict:
         "learner_wait_seconds",
         "actor_wait_seconds",
         "final_return",
+        "cpu_us_per_step",
     )
     out = {k: statistics.median(r[k] for r in runs) for k in keys}
     out["all_env_steps_per_second"] = [round(r["env_steps_per_second"]) for r in runs]
@@ -254,7 +259,10 @@ def part_d(steps: int, repeats: int) -> dict:
         (res[f"sf_{m}"] or {}).get("env_steps_per_second", float("nan")) for m in ("async", "sync")
     )
     for k in ("async", "sync"):
-        print(f"  asyncrl {k:5s}: {res[k]['env_steps_per_second']:8.0f} env steps/s")
+        print(
+            f"  asyncrl {k:5s}: {res[k]['env_steps_per_second']:8.0f} env steps/s, "
+            f"{res[k]['cpu_us_per_step']:.0f} us of CPU per env step"
+        )
         if res[f"sf_{k}"]:
             print(f"  SF {k:5s}     : {res[f'sf_{k}']['env_steps_per_second']:8.0f} env steps/s")
     res["ratio"] = res["async"]["env_steps_per_second"] / sf

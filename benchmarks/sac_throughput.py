@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from cpu_cost import cpu_seconds, cpu_us_per_step
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ppo_throughput import RESULTS, baseline  # noqa: E402
@@ -91,7 +92,9 @@ def bare_env_step_seconds(env_id: str, envs: int, steps: int) -> float:
 
 def ours(cfg: TrainConfig) -> dict:
     with tempfile.TemporaryDirectory() as d:
+        before = cpu_seconds()
         s = train(dataclasses.replace(cfg, run_dir=d))
+        s["cpu_us_per_step"] = cpu_us_per_step(before, s["env_steps"])
     keys = (
         "env_steps_per_second_learning",
         "gradient_steps",
@@ -102,6 +105,7 @@ def ours(cfg: TrainConfig) -> dict:
         "sample_blocked_seconds",
         "policy_lag_mean",
         "env_steps",
+        "cpu_us_per_step",
     )
     return {k: s[k] for k in keys}
 
