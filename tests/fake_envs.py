@@ -76,16 +76,32 @@ class RaiseOnce(Countdown):
 class BadObsOnce(Countdown):
     """The first env of this process to reach step 20 returns an observation of the wrong shape,
     once: the env itself does not raise, the actor's batching does (an actor crash, not an env
-    error), and a fresh actor does not repeat it."""
+    error), and a fresh actor does not repeat it. With $ASYNCRL_TEST_BADOBS_FLAG set, "once" is
+    across processes: whichever first creates that file (a fresh Ray actor is a fresh process)."""
 
     fired = False
 
     def step(self, action):
         obs, *rest = super().step(action)
-        if self.t >= 20 and not BadObsOnce.fired:
+        if (
+            self.t >= 20
+            and not BadObsOnce.fired
+            and _first(os.environ.get("ASYNCRL_TEST_BADOBS_FLAG"))
+        ):
             BadObsOnce.fired = True
             obs = np.zeros(5, dtype=np.float32)
         return (obs, *rest)
+
+
+def _first(flag: str | None) -> bool:
+    """True for the one caller that creates ``flag`` (always True without a flag)."""
+    if not flag:
+        return True
+    try:
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
 
 
 class HangOnce(Countdown):

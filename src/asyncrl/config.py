@@ -19,7 +19,7 @@ import yaml
 
 ALGOS = ("ppo", "sac")
 MODES = ("sync", "async")
-BACKENDS = ("inline", "thread", "process")
+BACKENDS = ("inline", "thread", "process", "ray")
 CORRECTIONS = ("none", "vtrace")
 LR_SCHEDULES = ("constant", "linear")
 SYNC_MODES = ("shared", "synced")
@@ -56,9 +56,16 @@ class TrainConfig:
     )
     backend: str = _f(
         "process",
-        "where actors run: inline (one process, in turn), thread, or process",
+        "where actors run: inline (one process, in turn), thread, process, or ray (Ray actors "
+        "on a Ray cluster's nodes; pip install 'asyncrl[ray]')",
         choices=BACKENDS,
     )
+    ray_address: str = _f(
+        "",
+        "--backend ray: the cluster to join, auto or HOST:PORT ('': start a local Ray instance "
+        "on loopback for this run)",
+    )
+    ray_cpus_per_actor: float = _f(1.0, "--backend ray: CPUs Ray reserves for each actor")
     actors: int = _f(2, "N, the number of actors")
     envs_per_actor: int = _f(8, "K, the envs each actor steps as one batched env")
     rollout: int = _f(0, "T, env steps per env in one rollout (0: auto, PPO 32, SAC 1)")
@@ -321,6 +328,17 @@ def validate(cfg: TrainConfig) -> None:
         and all(isinstance(h, int) and h >= 1 for h in cfg.hidden),
         f"hidden: must be a non-empty list of positive layer sizes, got {cfg.hidden!r}",
     )
+    _need(
+        cfg.ray_cpus_per_actor > 0,
+        f"ray_cpus_per_actor: must be > 0, got {cfg.ray_cpus_per_actor}",
+    )
+    if cfg.backend == "ray" and not cfg.hogwild:
+        import importlib.util
+
+        _need(
+            importlib.util.find_spec("ray") is not None,
+            "backend: ray needs Ray, which is not installed: pip install 'asyncrl[ray]'",
+        )
     if cfg.hogwild:
         _validate_hogwild(cfg)
     elif cfg.algo == "sac":

@@ -148,6 +148,9 @@ class SlotStore:
             self.names = []
             bufs = [bytearray(self.nbytes) for _ in range(count)]
         self.slots = [Slot(layout, b, i) for i, b in enumerate(bufs)]
+        # each slot's bytes as one array: what a backend without shared memory ships as one
+        # message (the layout tells both ends where each field lies)
+        self.raw = [np.frombuffer(b, dtype=np.uint8, count=self.nbytes) for b in bufs]
 
     def __getstate__(self) -> dict[str, Any]:
         if not self.shared:
@@ -160,11 +163,15 @@ class SlotStore:
         _, self.nbytes = self.layout.offsets()
         self._segments = _Segments(self.names, 0, create=False)
         self.slots = [Slot(self.layout, s.buf, i) for i, s in enumerate(self._segments.shms)]
+        self.raw = [
+            np.frombuffer(s.buf, dtype=np.uint8, count=self.nbytes) for s in self._segments.shms
+        ]
 
     def close(self) -> None:
         for slot in self.slots:  # drop every view first, or the segments cannot be closed
             slot.drop_views()
         self.slots = []
+        self.raw = []
         if self._segments is not None:
             self._segments.close()
             self._segments = None

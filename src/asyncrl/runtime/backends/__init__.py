@@ -18,6 +18,10 @@ def make_backend(cfg: TrainConfig, spec: EnvSpec, numel: int) -> Backend:
         from asyncrl.runtime.backends.thread import ThreadBackend
 
         return ThreadBackend(cfg, spec, numel)
+    if cfg.backend == "ray":
+        from asyncrl.runtime.backends.ray import RayBackend
+
+        return RayBackend(cfg, spec, numel)
     from asyncrl.runtime.backends.process import ProcessBackend
 
     return ProcessBackend(cfg, spec, numel)

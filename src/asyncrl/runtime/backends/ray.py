@@ -1,0 +1,348 @@
+"""Actors as Ray actors, on the nodes of a Ray cluster; the learner stays in the driver.
+
+Nothing here assumes memory shared between an actor and the learner. Each published policy
+version is put into Ray's object store once, and every rollout call carries its reference (Ray
+hands an actor on the same node a zero-copy view of it). A rollout comes back as one object: the
+slot's bytes in the layout both ends know (``SlotLayout``); the driver reads it where it lies in
+the object store and copies it once, into the learner's own slot.
+
+Which actor may start a rollout when is decided by the same ledger as on one machine
+(:class:`SlotBook`): a grant is a remote call, so ``--max-batches-waiting`` bounds the calls in
+flight per actor exactly as it bounds the process backend's rollouts. A thread of the driver is
+handed every call that ends (its future's callback), books what arrived and makes the next calls
+at once, so actors go on while the learner trains.
+
+Faults: a call that raises (the actor's traceback, Ray's ``RayTaskError``) or whose actor died
+(its process, or its node: ``RayActorError``) costs one restart from ``--actor-restarts``: the
+actor is killed if still there and a new one with the same id, the next generation's env seeds
+and the newest policy is placed by Ray on the nodes left. An env error under
+``--on-env-error raise`` ends the run naming the actor, its node and the traceback. A call running
+longer than ``--env-step-timeout`` makes the driver ask the actor (a second thread of the Ray
+actor answers) whether one env step has taken that long; if so it is killed and replaced.
+
+Ray itself: ``--ray-address ''`` starts a local instance bound to loopback, owned by this run and
+shut down with it (also on Ctrl+C); ``auto`` or ``HOST:PORT`` joins a running cluster, which the
+run leaves running (it kills only its own actors). A driver already connected (``ray.init`` before
+``train``) is used as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+from asyncrl.config import TrainConfig
+from asyncrl.envs import EnvSpec
+from asyncrl.runtime.actor import ActorStatus
+from asyncrl.runtime.backends.base import (
+    ActorError,
+    OwnedTransport,
+    Restarts,
+    SlotBook,
+    actor_label,
+    is_env_error,
+)
+from asyncrl.runtime.transport import Slot, SlotLayout
+
+POLL = 0.2  # seconds between looks at the calls in flight when none completes
+
+
+class RolloutWorker:
+    """The Ray actor: one asyncrl Actor (K envs and a policy copy) and one slot of its own.
+
+    Made remote by :func:`_remote_class`; a second concurrency slot answers :meth:`status`
+    while :meth:`collect` runs (hang detection)."""
+
+    def __init__(self, actor_id: int, generation: int, cfg: TrainConfig, spec: EnvSpec, numel: int):
+        import torch
+
+        from asyncrl.runtime.actor import Actor
+        from asyncrl.runtime.transport import PolicyStore
+
+        torch.set_num_threads(cfg.threads_actor)
+        layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
+        _, nbytes = layout.offsets()
+        self.raw = np.zeros(nbytes, dtype=np.uint8)
+        self.slot = Slot(layout, self.raw)
+        self.store = PolicyStore(numel, shared=False, buffers=1)  # the actor acts in place
+        self.status = np.zeros(2)
+        self.actor = Actor(actor_id, cfg, spec, self.store, generation, status=self.status)
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "ip": ray.util.get_node_ip_address()}
+
+    def collect(self, version: int, params: np.ndarray, waited: float) -> np.ndarray:
+        """One rollout with policy ``version`` (``params``, resolved by Ray from the reference
+        the driver passed); the slot's bytes."""
+        if version != self.store.version:
+            self.store.publish(version, lambda a: np.copyto(a, params))
+        self.actor.collect(self.slot, waited)
+        return self.raw
+
+    def status(self) -> tuple[int, float]:
+        """The actor's phase and for how long (see ActorStatus)."""
+        return int(self.status[0]), time.monotonic() - float(self.status[1])
+
+
+_REMOTE: Any = None
+
+
+def _remote_class() -> Any:
+    global _REMOTE
+    if _REMOTE is None:
+        import ray
+
+        _REMOTE = ray.remote(max_restarts=0, max_task_retries=0, max_concurrency=2)(RolloutWorker)
+    return _REMOTE
+
+
+def connect(address: str, needed_cpus: float) -> bool:
+    """Connect this driver to Ray; True if this call started the instance (then it is ours to
+    shut down). An empty address starts a local instance on loopback only."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=True, configure_logging=False)
+        return False
+    ray.init(
+        num_cpus=max(os.cpu_count() or 1, int(np.ceil(needed_cpus))),
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        configure_logging=False,
+        log_to_driver=True,
+    )
+    return True
+
+
+class RayBackend(OwnedTransport):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
+        import ray
+
+        self.ray = ray
+        self.cfg, self.spec, self.numel = cfg, spec, numel
+        sync = cfg.mode == "sync"
+        per_actor = cfg.slots_per_actor
+        # learner-side slots and a one-buffer store (it only holds the version number's
+        # bookkeeping and the vector that is put into the object store)
+        self._own_transport(cfg, spec, numel, cfg.actors * per_actor, False, 1)
+        self.book = SlotBook(cfg.actors, per_actor, sync, cfg.max_batches_waiting)
+        self.restarts = Restarts(cfg.actor_restarts)
+        self.owns_ray = connect(cfg.ray_address, cfg.actors * cfg.ray_cpus_per_actor)
+        self.policy_ref: Any = None
+        self.workers: list[Any] = [None] * cfg.actors
+        self.generation = [0] * cfg.actors
+        self.nodes: list[dict[str, Any] | None] = [None] * cfg.actors
+        # every call in flight, by its future: ("where", actor) or ("rollout", actor, slot, t);
+        # a finished call's future is put on _done (by Ray's thread), for the supervisor
+        self.pending: dict[Any, tuple] = {}
+        self._done: queue.Queue = queue.Queue()
+        self.failure: BaseException | None = None
+        self.closing = False
+        self.supervisor: threading.Thread | None = None
+        self._check_resources()
+
+    # ------------------------------------------------------------ what the learner calls
+    def publish(self, version: int, write: Any) -> None:
+        self.store.publish(version, write)
+        # one object per version; every call after this carries its reference
+        params = np.empty(self.numel, dtype=np.float32)
+        self.store.read_if_newer(-1, lambda a: np.copyto(params, a))
+        with self.book.cond:
+            self.policy_ref = self.ray.put(params)
+
+    def start(self) -> None:
+        with self.book.cond:
+            for i in range(self.cfg.actors):
+                self._spawn(i)
+            self._send_grants()
+        self.supervisor = threading.Thread(
+            target=self._supervise, name="asyncrl-ray-supervisor", daemon=True
+        )
+        self.supervisor.start()
+
+    def next_batch(self) -> list[Slot]:
+        with self.book.cond:
+            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL)
+            self._send_grants()
+        return self._batch(ids)
+
+    def release(self, slots: list[Slot]) -> None:
+        with self.book.cond:
+            self.book.release([s.index for s in slots])
+            self._send_grants()
+
+    def actor_nodes(self) -> dict[int, str | None]:
+        """Actor id -> the Ray node id it ran on last (for tools and tests)."""
+        with self.book.cond:
+            return {i: (n or {}).get("node_id") for i, n in enumerate(self.nodes)}
+
+    def close(self) -> None:
+        with self.book.cond:
+            self.closing = True
+            self.book.cond.notify_all()
+        if self.supervisor is not None:
+            self.supervisor.join(timeout=30)
+            self.supervisor = None
+        for w in self.workers:
+            if w is not None:
+                try:
+                    self.ray.kill(w, no_restart=True)
+                except Exception:  # already gone with its node
+                    pass
+        self.workers = [None] * self.cfg.actors
+        self.pending.clear()
+        self.policy_ref = None
+        if self.owns_ray and self.ray.is_initialized():
+            self.ray.shutdown()
+            self.owns_ray = False
+        self._close_transport()
+
+    # ------------------------------------------------------------ supervision
+    def _check_resources(self) -> None:
+        need = self.cfg.actors * self.cfg.ray_cpus_per_actor
+        have = self.ray.cluster_resources().get("CPU", 0.0)
+        if need > have:
+            if self.owns_ray:
+                self.ray.shutdown()
+            raise ActorError(
+                f"ray_cpus_per_actor: {self.cfg.actors} actors x "
+                f"{self.cfg.ray_cpus_per_actor:g} CPUs need {need:g} CPUs, the Ray cluster has "
+                f"{have:g}; lower --ray-cpus-per-actor or --actors, or add nodes"
+            )
+
+    def _label(self, actor: int) -> str:
+        node = self.nodes[actor]
+        where = f" on node {node['ip']} ({node['node_id'][:12]})" if node else ""
+        return actor_label(self.cfg, actor) + where
+
+    def _spawn(self, actor: int) -> None:
+        cls = _remote_class()
+        w = cls.options(num_cpus=self.cfg.ray_cpus_per_actor, scheduling_strategy="SPREAD").remote(
+            actor, self.generation[actor], self.cfg, self.spec, self.numel
+        )
+        self.workers[actor] = w
+        self._track(w.where.remote(), ("where", actor))
+
+    def _track(self, ref: Any, what: tuple) -> None:
+        """Holding the ledger's lock: watch a call; its future lands on ``_done`` when it ends
+        (at once, whatever else is in flight: no wait on a list made before the call)."""
+        fut = ref.future()
+        self.pending[fut] = what
+        fut.add_done_callback(self._done.put)
+
+    def _send_grants(self) -> None:
+        now = time.perf_counter()
+        for actor, slot in self.book.grants():
+            ref = self.workers[actor].collect.remote(self.store.version, self.policy_ref, 0.0)
+            self._track(ref, ("rollout", actor, slot, now))
+
+    def _supervise(self) -> None:
+        try:
+            while True:
+                with self.book.cond:
+                    if self.closing or self.failure is not None:
+                        self.book.cond.notify_all()
+                        return
+                try:
+                    fut = self._done.get(timeout=POLL)
+                except queue.Empty:
+                    self._kill_hung()
+                    continue
+                self._arrived(fut)
+        except BaseException as e:  # a bug here must not leave the learner waiting
+            with self.book.cond:
+                self.failure = ActorError(f"ray supervisor failed:\n{traceback.format_exc()}")
+                self.failure.__cause__ = e
+                self.book.cond.notify_all()
+
+    def _arrived(self, fut: Any) -> None:
+        with self.book.cond:
+            what = self.pending.pop(fut, None)
+            if what is None:  # a call of an actor already replaced
+                return
+            if what[0] == "where":
+                if fut.exception() is None:
+                    self.nodes[what[1]] = fut.result()
+                return  # an actor that died at once: its rollout call says so
+            _, actor, slot, _ = what
+            error = fut.exception()
+            if error is not None:
+                self._lost(actor, error)
+                return
+            data = fut.result()  # on this node: a read-only view into the object store
+            np.copyto(self.slots.raw[slot], data)
+            del data
+            self.book.delivered(slot)
+            self._send_grants()
+            self.book.cond.notify_all()
+
+    def _lost(self, actor: int, error: BaseException) -> None:
+        """Holding the ledger's lock: ``actor``'s call failed; replace it or end the run."""
+        ray = self.ray
+        label = self._label(actor)
+        if isinstance(error, ray.exceptions.RayTaskError):
+            cause, tb = "raised", str(error)
+        elif isinstance(error, TimeoutError):
+            cause, tb = str(error), ""
+        else:  # its process or its node is gone
+            cause, tb = f"was lost ({type(error).__name__})", str(error)
+        dropped = self.book.lost(actor, started=True)
+        for fut, what in list(self.pending.items()):
+            if what[1] == actor:  # its calls' results, if any still come, are ignored
+                del self.pending[fut]
+        if is_env_error(error) or is_env_error(getattr(error, "cause", None)):
+            self.failure = ActorError(f"{label} failed:\n{tb}")
+            return
+        try:
+            self.restarts.charge(label, cause, tb, dropped)
+        except ActorError as e:
+            self.failure = e
+            return
+        try:
+            ray.kill(self.workers[actor], no_restart=True)
+        except Exception:
+            pass
+        self.generation[actor] += 1
+        self.nodes[actor] = None
+        self._spawn(actor)
+        self.book.resume(actor)
+        self._send_grants()
+
+    def _kill_hung(self) -> None:
+        timeout = self.cfg.env_step_timeout
+        if not timeout:
+            return
+        now = time.perf_counter()
+        with self.book.cond:
+            long = [
+                (fut, what[1])
+                for fut, what in self.pending.items()
+                if what[0] == "rollout" and now - what[3] > timeout
+            ]
+        for fut, actor in long:
+            try:
+                phase, busy = self.ray.get(self.workers[actor].status.remote(), timeout=POLL * 5)
+            except Exception:  # gone or not answering: its call will fail, or be asked again
+                continue
+            if phase == ActorStatus.STEPPING and busy > timeout:
+                with self.book.cond:
+                    if self.pending.pop(fut, None) is None:
+                        continue
+                    self._lost(
+                        actor,
+                        TimeoutError(
+                            f"hung: one env step took over {busy:.1f} s "
+                            f"(--env-step-timeout {timeout:g}); killed"
+                        ),
+                    )

@@ -1,0 +1,295 @@
+"""--backend ray on a real multi-node Ray cluster, all on loopback.
+
+Each node added by ``ray.cluster_utils.Cluster`` is a real raylet with its own object store and
+worker processes; with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` and ``node_ip_address`` 127.0.0.1
+every node binds to and advertises loopback only, so no test sends traffic anywhere else.
+Losing a machine is ``remove_node(node, allow_graceful=False)``: its processes are killed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+# read when Ray is imported: every node resolves its address to loopback, not the interface
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from asyncrl.config import TrainConfig  # noqa: E402
+from asyncrl.runtime.trainer import train  # noqa: E402
+
+LOOPBACK = "127.0.0.1"
+# Ray notices a lost node by missed health checks; its defaults take ~30 s
+FAST_FAILURE = {"health_check_period_ms": 500, "health_check_failure_threshold": 4}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head (no CPUs: the driver's node, as on a real cluster) and three 1-CPU nodes."""
+    # the nodes' worker processes import the tests' fake envs, as a cluster's import its code
+    tests = str(Path(__file__).parents[1])
+    once = tempfile.mkdtemp(prefix="asyncrl-ray-test-")
+    os.environ["ASYNCRL_TEST_BADOBS_FLAG"] = os.path.join(once, "bad-obs")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (tests, os.environ.get("PYTHONPATH")) if p
+    )
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,
+            "node_ip_address": LOOPBACK,
+            "include_dashboard": False,
+            "_system_config": FAST_FAILURE,
+        },
+    )
+    for _ in range(3):
+        c.add_node(num_cpus=1, node_ip_address=LOOPBACK)
+    c.wait_for_nodes()
+    ray.init(address=c.address)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        shutil.rmtree(once, ignore_errors=True)
+        del os.environ["ASYNCRL_TEST_BADOBS_FLAG"]
+
+
+def _cfg(tmp_path, **kw) -> TrainConfig:
+    base = dict(
+        backend="ray",
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+        run_dir=str(tmp_path / "run"),
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _watch_nodes(out: dict):
+    def on_start(backend):
+        out["backend"] = backend
+
+    return on_start
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_ppo_solves_cartpole_with_actors_on_two_nodes(cluster, tmp_path, mode):
+    seen: dict = {}
+    s = train(_cfg(tmp_path, mode=mode, total_steps=150_000, seed=1), on_start=_watch_nodes(seen))
+    assert s["final_return"] >= 475, s
+    assert s["actor_restarts"] == 0
+    nodes = seen["backend"].actor_nodes()
+    assert None not in nodes.values() and len(set(nodes.values())) == 2, nodes
+    assert cluster.head_node.node_id not in nodes.values()  # the head has no CPU to give
+    if mode == "sync":
+        assert s["policy_lag_max"] == 0
+    else:
+        assert s["policy_lag_max"] >= 1
+
+
+def test_sync_ppo_on_ray_trains_exactly_as_inline(cluster, tmp_path):
+    """Sync mode is one computation: actors on other nodes change no parameter."""
+    policies = {}
+    for backend in ("inline", "ray"):
+        cfg = _cfg(
+            tmp_path / backend,
+            backend=backend,
+            mode="sync",
+            actors=2,
+            envs_per_actor=4,
+            rollout=32,
+            minibatch_size=64,
+            total_steps=4_096,
+        )
+        train(cfg)
+        state = torch.load(tmp_path / backend / "run/checkpoint.pt", weights_only=False)
+        policies[backend] = state["learner"]["policy"]
+    for key, ref in policies["inline"].items():
+        assert torch.equal(policies["ray"][key], ref), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_sac_reaches_minus_250_on_pendulum(cluster, tmp_path, mode):
+    s = train(
+        _cfg(
+            tmp_path,
+            algo="sac",
+            env="Pendulum-v1",
+            mode=mode,
+            actors=1,
+            envs_per_actor=4,
+            hidden=[64, 64],
+            total_steps=20_000,
+            seed=1,
+        )
+    )
+    assert s["final_return"] >= -250, s
+    assert s["replay_ratio_achieved"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_env_error_names_the_actor_and_its_node(cluster, tmp_path):
+    from asyncrl.runtime.backends.base import ActorError
+
+    with pytest.raises(ActorError) as err:
+        train(
+            _cfg(
+                tmp_path,
+                env="fake_envs:RaiseOnce-v0",
+                actors=2,
+                envs_per_actor=2,
+                rollout=8,
+                minibatch_size=16,
+                total_steps=10**6,
+            )
+        )
+    text = str(err.value)
+    assert "actor " in text and "on node 127.0.0.1" in text, text
+    assert "fake_envs.py" in text and "boom once" in text, text  # the actor's traceback
+
+
+def test_a_crashed_actor_is_replaced_and_counted(cluster, tmp_path):
+    """BadObsOnce makes the actor itself raise (not the env): one restart, one rollout
+    dropped, the run reaches its budget."""
+    s = train(
+        _cfg(
+            tmp_path,
+            env="fake_envs:BadObsOnce-v0",
+            actors=2,
+            envs_per_actor=2,
+            rollout=8,
+            minibatch_size=16,
+            total_steps=2_000,
+        )
+    )
+    assert s["env_steps"] >= 2_000
+    assert s["actor_restarts"] == 1 and s["dropped_rollouts"] == 1, s
+
+
+@pytest.mark.slow
+def test_a_lost_node_is_replaced_and_the_run_reaches_its_budget(cluster, tmp_path):
+    """A non-head node is killed mid-run: its actor is placed on the node left over, the run
+    finishes, and the restart and the dropped rollout are counted."""
+    seen: dict = {}
+    removed: list = []
+
+    def kill_a_node():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            backend = seen.get("backend")
+            nodes = backend.actor_nodes() if backend else {}
+            if nodes and None not in nodes.values() and backend.version >= 3:
+                target = nodes[0]
+                node = next(n for n in cluster.worker_nodes if n.node_id == target)
+                cluster.remove_node(node, allow_graceful=False)
+                removed.append(target)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_a_node, daemon=True)
+    cfg = _cfg(tmp_path, mode="async", total_steps=60_000, seed=2)
+
+    def on_start(backend):
+        seen["backend"] = backend
+        killer.start()
+
+    try:
+        s = train(cfg, on_start=on_start)
+        killer.join(timeout=5)
+        assert removed, "the node was never removed"
+        assert s["env_steps"] >= 60_000
+        assert s["actor_restarts"] == 1, s
+        assert s["dropped_rollouts"] == 1, s
+        nodes = seen["backend"].actor_nodes()
+        assert removed[0] not in nodes.values(), nodes
+    finally:
+        if removed:  # give the module's cluster its third node back
+            cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK)
+
+
+def _ray_processes(marker: str) -> list[int]:
+    """Pids of live processes whose command line mentions ``marker`` (a temp dir)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+        except OSError:
+            continue
+        if marker in cmd and state != "Z" and int(entry.name) != os.getpid():
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path):
+    """The run starts its own local Ray (no address); SIGINT mid-run ends it with a
+    checkpoint and no raylet, GCS or worker process left behind."""
+    # Ray's socket paths live under its temp dir and must fit in 107 bytes: a short one
+    ray_tmp = Path(tempfile.mkdtemp(prefix="art-", dir="/tmp"))
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "PYTHONUNBUFFERED": "1"}
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "asyncrl.cli",
+            "train",
+            "--backend",
+            "ray",
+            "--total-steps",
+            "10000000",
+            "--no-progress",
+            "--no-tensorboard",
+            "--run-dir",
+            str(run),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own group: SIGINT reaches only it
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "metrics.jsonl").exists() or not _ray_processes(str(ray_tmp)):
+            assert proc.poll() is None, proc.stdout.read().decode()
+            assert time.monotonic() < deadline, "the run never started training"
+            time.sleep(0.2)
+        time.sleep(2)
+        assert _ray_processes(str(ray_tmp)), "no Ray process found to begin with"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        assert (run / "checkpoint.pt").exists(), out.decode()
+        deadline = time.monotonic() + 20
+        while _ray_processes(str(ray_tmp)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _ray_processes(str(ray_tmp)) == [], out.decode()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_bad_settings_fail_before_ray_starts():
+    from asyncrl.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match="ray_cpus_per_actor"):
+        validate(dataclasses.replace(TrainConfig(backend="ray"), ray_cpus_per_actor=0))
