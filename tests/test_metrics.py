@@ -46,10 +46,12 @@ def test_learner_samples_per_second_is_over_the_window():
 
 
 def test_log_every_defaults_to_one_row_per_1000_sac_steps_and_every_ppo_iteration():
-    sac = resolve(TrainConfig(algo="sac", env="Pendulum-v1", actors=2, envs_per_actor=3))
+    sac = resolve(TrainConfig(algo="sac", env="Pendulum-v1", actors=2, envs_per_actor=3), "classic")
     assert sac.log_every == 167  # ceil(1000 / (2 x 3 x rollout 1))
-    assert resolve(TrainConfig()).log_every == 1
-    assert resolve(TrainConfig(algo="sac", env="Pendulum-v1", log_every=5)).log_every == 5
+    assert resolve(TrainConfig(), "classic").log_every == 1
+    assert (
+        resolve(TrainConfig(algo="sac", env="Pendulum-v1", log_every=5), "classic").log_every == 5
+    )
 
 
 def test_sac_run_writes_a_row_per_log_every_iterations_and_one_at_the_end(tmp_path):
