@@ -206,6 +206,7 @@ def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: i
         "iterations": learner.iterations,
         "episodes": learner.episodes,
         "final_return": learner.final_return,
+        "last100_return": learner.episode_stats.last100_return,
         **meter.summary(new_steps, cfg.actors),
         "learn_seconds": learner.learn_seconds,
         **_off_policy_summary(learner, meter.wall),
