@@ -52,6 +52,19 @@ BAD = [
         ["--algo", "sac", "--env", "Pendulum-v1", "--mode", "sync", "--rollout", "4"],
         "rollout: sync SAC updates after every batched env step, so rollout must be 1",
     ),
+    (
+        ["--algo", "sac", "--env", "HalfCheetah-v5", "--norm-obs"],
+        "norm_obs: SAC here has no observation normaliser",
+    ),
+    (
+        ["--algo", "sac", "--env", "Pendulum-v1", "--norm-reward"],
+        "norm_reward: SAC replays rewards collected under many policy versions",
+    ),
+    (["--reward-clip", "-1"], "reward_clip: must be >= 0"),
+    (
+        ["--env", "HalfCheetah-v5", "--rollout", "auto", "--minibatch-size", "4096"],
+        "minibatch_size: 4096 is larger than the training batch of 1024 samples",
+    ),
 ]
 
 
@@ -76,7 +89,11 @@ def test_unknown_choice_is_rejected_by_the_parser(capsys):
 
 
 def test_continuous_action_env_is_accepted_and_bad_yaml_key_rejected(tmp_path, capsys):
-    validate(TrainConfig(env="Pendulum-v1"))
+    validate(TrainConfig(env="Pendulum-v1"), "classic")
+    # normalisation switched off explicitly is what SAC does anyway
+    validate(
+        TrainConfig(algo="sac", env="Pendulum-v1", norm_obs=False, norm_reward=False), "classic"
+    )
     path = tmp_path / "c.yaml"
     path.write_text("rollot: 5\n")
     assert main(["train", "--config", str(path)]) == 2

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+import yaml
 
 from asyncrl.cli import main
 from asyncrl.config import TrainConfig
@@ -52,6 +53,18 @@ def test_cartpole_is_solved_within_150k_steps(tmp_path, mode, backend):
 def test_async_vtrace_solves_cartpole(tmp_path):
     summary = train(_cfg(tmp_path, mode="async", correction="vtrace", total_steps=150_000))
     assert summary["final_return"] >= 475, summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_mujoco_preset_alone_solves_inverted_pendulum_within_100k_steps(tmp_path, mode):
+    """No learning setting given: --preset auto takes mujoco (CleanRL's PPO recipe, observation
+    and return normalisation). Measured with seeds 1-3: a return of 950 first reached at 45k
+    env steps (sync) and 55-58k (async); 1,000 is the maximum."""
+    summary = train(_cfg(tmp_path, env="InvertedPendulum-v5", mode=mode, total_steps=100_000))
+    saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
+    assert saved["preset"] == "mujoco" and saved["norm_reward"] is True
+    assert summary["final_return"] >= 950, summary
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

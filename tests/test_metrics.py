@@ -7,6 +7,7 @@ import math
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from asyncrl import metrics
@@ -46,10 +47,12 @@ def test_learner_samples_per_second_is_over_the_window():
 
 
 def test_log_every_defaults_to_one_row_per_1000_sac_steps_and_every_ppo_iteration():
-    sac = resolve(TrainConfig(algo="sac", env="Pendulum-v1", actors=2, envs_per_actor=3))
+    sac = resolve(TrainConfig(algo="sac", env="Pendulum-v1", actors=2, envs_per_actor=3), "classic")
     assert sac.log_every == 167  # ceil(1000 / (2 x 3 x rollout 1))
-    assert resolve(TrainConfig()).log_every == 1
-    assert resolve(TrainConfig(algo="sac", env="Pendulum-v1", log_every=5)).log_every == 5
+    assert resolve(TrainConfig(), "classic").log_every == 1
+    assert (
+        resolve(TrainConfig(algo="sac", env="Pendulum-v1", log_every=5), "classic").log_every == 5
+    )
 
 
 def test_sac_run_writes_a_row_per_log_every_iterations_and_one_at_the_end(tmp_path):
@@ -127,3 +130,20 @@ def test_throughput_keeps_sums_that_give_exactly_the_figures_of_the_lists(iterat
     assert _same(summary["T"], mean_T) and _same(summary["eps"], 8 / mean_T)
     assert _same(summary["policy_lag_mean"], lag_mean)
     assert _same(summary["policy_lag_max"], lag_max)
+
+
+def test_episode_stats_report_the_last_20_and_the_last_100_returns():
+    from asyncrl.metrics import EpisodeStats
+
+    stats = EpisodeStats()
+    assert math.isnan(stats.final_return) and math.isnan(stats.last100_return)
+    returns = [float(i) for i in range(150)]
+    stats.add(returns[:7], [1] * 7)
+    assert stats.final_return == np.mean(returns[:7]) == stats.last100_return
+    stats.add(returns[7:], [1] * 143)
+    assert stats.episodes == 150
+    assert stats.final_return == np.mean(returns[-20:])
+    assert stats.last100_return == np.mean(returns[-100:])
+    again = EpisodeStats()
+    again.load_state_dict(stats.state_dict())
+    assert (again.final_return, again.last100_return) == (stats.final_return, stats.last100_return)

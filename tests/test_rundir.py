@@ -120,7 +120,7 @@ def test_a_pickle_that_would_run_code_is_refused_by_load_checkpoint_and_eval(tmp
     marker = tmp_path / "code-ran"
     run = tmp_path / "run"
     run.mkdir()
-    save_config(run, resolve(TrainConfig(run_dir=str(run))))
+    save_config(run, resolve(TrainConfig(run_dir=str(run)), "classic"))
     torch.save({"learner": {"policy": _Payload(marker)}}, run / "checkpoint.pt")
     # the threat is real: the loading asyncrl did before would have run the command
     torch.load(run / "checkpoint.pt", weights_only=False)
@@ -150,12 +150,13 @@ def test_what_the_learners_save_loads_without_running_code(tmp_path):
     from asyncrl.runtime.learner import Learner
     from asyncrl.runtime.sac_learner import SACLearner
 
-    ppo_cfg = resolve(TrainConfig(norm_obs=True))
+    ppo_cfg = resolve(TrainConfig(norm_obs=True), "classic")
     ppo = Learner(ppo_cfg, check_env(ppo_cfg.env, ppo_cfg.algo))
     sac_cfg = resolve(
         TrainConfig(
             algo="sac", env="Pendulum-v1", save_replay=True, buffer_size=64, learning_starts=8
-        )
+        ),
+        "classic",
     )
     sac_spec = check_env(sac_cfg.env, sac_cfg.algo)
     sac = SACLearner(sac_cfg, sac_spec)

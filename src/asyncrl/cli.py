@@ -13,7 +13,15 @@ import json
 import sys
 from typing import Any
 
-from asyncrl.config import FIELDS, ConfigError, TrainConfig, from_dict, load_yaml
+from asyncrl.config import (
+    FIELDS,
+    KINDS,
+    ConfigError,
+    TrainConfig,
+    from_dict,
+    load_yaml,
+    preset_help,
+)
 
 SUMMARY_KEYS = (
     "env",
@@ -48,26 +56,44 @@ def _int_list(text: str) -> list[int]:
         ) from None
 
 
+def _or_auto(parse: Any) -> Any:
+    """A flag of a preset-governed setting: ``auto`` leaves it to the preset (as not giving it)."""
+
+    def convert(text: str) -> Any:
+        return None if text == "auto" else parse(text)
+
+    convert.__name__ = getattr(parse, "__name__", "value")  # argparse names it in errors
+    return convert
+
+
 def _add_config_flags(parser: argparse.ArgumentParser, owned: tuple[str, ...] = ()) -> None:
-    """One flag per TrainConfig field, except those the command sets itself (``owned``)."""
+    """One flag per TrainConfig field, except those the command sets itself (``owned``). The
+    flag parses the field's declared type (a preset-governed field is ``float | None``: None
+    means not set, and its default is the presets' value)."""
     defaults = TrainConfig()
     for name, f in FIELDS.items():
         if name in owned:
             continue
         flag = "--" + name.replace("_", "-")
         default = getattr(defaults, name)
+        kind = KINDS[name]
         kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
         help_text = f.metadata.get("help", "")
-        if isinstance(default, bool):
+        if kind is bool:
             kw["action"] = argparse.BooleanOptionalAction
-        elif isinstance(default, list):
-            kw["type"] = _int_list
-            default = ",".join(map(str, default))
         else:
-            kw["type"] = type(default)
+            kw["type"] = _int_list if kind is list else kind
             if f.metadata.get("choices"):
                 kw["choices"] = f.metadata["choices"]
-        kw["help"] = f"{help_text} (default: {default if default != '' else 'auto'})"
+        if f.metadata.get("preset"):
+            if "type" in kw:
+                kw["type"] = _or_auto(kw["type"])
+            shown = f"from --preset: {preset_help(name)}"
+        elif isinstance(default, list):
+            shown = ",".join(map(str, default))
+        else:
+            shown = default if default != "" else "auto"
+        kw["help"] = f"{help_text} (default: {shown})".replace("%", "%%")
         parser.add_argument(flag, **kw)
 
 
@@ -148,8 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from asyncrl.config import validate
-    from asyncrl.envs import check_env
+    from asyncrl.config import resolve, validate
+    from asyncrl.envs import check_env, env_family
     from asyncrl.rundir import claim_run_dir, default_run_dir, load_run_config
     from asyncrl.runtime.trainer import train
 
@@ -166,7 +192,9 @@ def _train(args: argparse.Namespace) -> int:
         values.pop("run_dir", None)
         base = from_dict(values, base)
     cfg = dataclasses.replace(base, **given)
-    validate(cfg)  # a setting that cannot work must not cost the run --overwrite would delete
+    # a setting that cannot work must not cost the run --overwrite would delete; train()
+    # resolves again and says what the preset filled
+    validate(resolve(cfg, env_family(cfg.env)))
     if args.overwrite:
         check_env(cfg.env, cfg.algo)
     if not cfg.run_dir:

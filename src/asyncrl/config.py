@@ -4,6 +4,12 @@ The command line, the YAML ``--config`` file and ``config.yaml`` in a run direct
 of :class:`TrainConfig`. :func:`validate` explains an impossible setting in one line *before*
 any environment is built or process started; :func:`check_env` does the same for what can only
 be known by looking at the env (its id and its spaces).
+
+Settings whose good value depends on the algorithm and the kind of env (discount, learning rate,
+rollout length, normalisation, ...) default to ``None``: *not set*. :func:`resolve` fills them
+from a named preset (:data:`PRESETS`; ``--preset auto`` picks it from the env's family), so
+anything the user did set -- a flag, a YAML key, a keyword -- wins, even when it equals the
+preset's value. A run saves its config resolved: resuming it never changes its meaning.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +34,65 @@ SYNC_MODES = ("shared", "synced")
 ACTIVATIONS = ("tanh", "relu")
 ON_ENV_ERROR = ("raise", "restart")
 
+# Named presets: per algorithm, the values of the settings left unset (None). "classic" holds
+# the values asyncrl always had for classic control (CartPole, Pendulum), SAC's apart; "mujoco"
+# those of the references for continuous-control robots (MuJoCo, PyBullet locomotion):
+# CleanRL's ppo_continuous_action and SB3's PPO defaults (gamma 0.99, lambda 0.95, Adam 3e-4
+# linearly annealed, 10 epochs of minibatch 64, observation and return normalisation); SAC as
+# SB3 and CleanRL run it (gamma 0.99, 256x256, one update per env step), warming up for
+# CleanRL's 5,000 random steps on MuJoCo.
+#
+# PPO's rollout on MuJoCo: 128 steps per env. With the default 2 actors x 8 envs a sync
+# iteration trains on 2 x 8 x 128 = 2,048 samples, CleanRL's and SB3's batch (32 minibatches of
+# 64); an async iteration on one actor's 1,024 (16 minibatches), so each sample still takes
+# 10 x 1/64 gradient steps and the policy moves twice as often, by half as much. The figures of
+# issue 15 (HalfCheetah 1,585, Hopper 1,918 at 1M steps with --norm-obs, async) used it.
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "classic": {
+        "ppo": {
+            "gamma": 0.98,
+            "gae_lambda": 0.8,
+            "lr": 5e-4,
+            "epochs": 10,
+            "minibatch_size": 256,
+            "rollout": 32,
+            "hidden": [64, 64],
+            "norm_obs": False,
+            "norm_reward": False,
+        },
+        "sac": {
+            "gamma": 0.99,
+            "rollout": 1,
+            "hidden": [256, 256],
+            "learning_starts": 1000,
+            "norm_obs": False,
+            "norm_reward": False,
+        },
+    },
+    "mujoco": {
+        "ppo": {
+            "gamma": 0.99,
+            "gae_lambda": 0.95,
+            "lr": 3e-4,
+            "epochs": 10,
+            "minibatch_size": 64,
+            "rollout": 128,
+            "hidden": [64, 64],
+            "norm_obs": True,
+            "norm_reward": True,
+        },
+        "sac": {
+            "gamma": 0.99,
+            "rollout": 1,
+            "hidden": [256, 256],
+            "learning_starts": 5000,
+            "norm_obs": False,
+            "norm_reward": False,
+        },
+    },
+}
+PRESET_CHOICES = ("auto", *PRESETS)
+
 
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the field and what is allowed."""
@@ -40,11 +107,22 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
     return field(default=default, metadata={"help": help, **meta})
 
 
+def _p(help: str) -> Any:
+    """A setting a preset fills when it is not set (None); its values are in PRESETS."""
+    return field(default=None, metadata={"help": help, "preset": True})
+
+
 @dataclass
 class TrainConfig:
     # --- what to train
     algo: str = _f("ppo", "algorithm", choices=ALGOS)
     env: str = _f("CartPole-v1", "Gymnasium env id (any registered id, e.g. HalfCheetah-v5)")
+    preset: str = _f(
+        "auto",
+        "where unset settings take their values: classic (classic control), mujoco (MuJoCo and "
+        "PyBullet robots), or auto (chosen from the env's family)",
+        choices=PRESET_CHOICES,
+    )
     seed: int = _f(1, "seed of envs, networks and sampling")
     total_steps: int = _f(150_000, "env steps to train for (summed over all envs)")
     max_seconds: float = _f(
@@ -68,7 +146,7 @@ class TrainConfig:
     ray_cpus_per_actor: float = _f(1.0, "--backend ray: CPUs Ray reserves for each actor")
     actors: int = _f(2, "N, the number of actors")
     envs_per_actor: int = _f(8, "K, the envs each actor steps as one batched env")
-    rollout: int = _f(0, "T, env steps per env in one rollout (0: auto, PPO 32, SAC 1)")
+    rollout: int | None = _p("T, env steps per env in one rollout")
     max_batches_waiting: int = _f(
         1, "async: filled batches that may wait for the learner before actors block (>= 1)"
     )
@@ -103,12 +181,12 @@ class TrainConfig:
     )
     sync_every: int = _f(0, "Hogwild! synced: gradient steps between syncs with the global network")
     # --- PPO
-    lr: float = _f(5e-4, "Adam learning rate")
+    lr: float | None = _p("Adam learning rate")
     lr_schedule: str = _f("linear", "learning-rate schedule over total_steps", choices=LR_SCHEDULES)
-    epochs: int = _f(10, "passes over each training batch")
-    minibatch_size: int = _f(256, "samples per gradient step")
-    gamma: float = _f(0.98, "discount")
-    gae_lambda: float = _f(0.8, "GAE lambda (also V-trace's lambda)")
+    epochs: int | None = _p("passes over each training batch")
+    minibatch_size: int | None = _p("samples per gradient step")
+    gamma: float | None = _p("discount")
+    gae_lambda: float | None = _p("GAE lambda (also V-trace's lambda)")
     clip_coef: float = _f(0.2, "PPO ratio clip")
     clip_schedule: str = _f(
         "constant", "ratio-clip schedule over total_steps", choices=LR_SCHEDULES
@@ -118,12 +196,15 @@ class TrainConfig:
     vf_coef: float = _f(0.5, "value loss coefficient")
     max_grad_norm: float = _f(0.5, "clip the global gradient norm to this (0: off)")
     norm_adv: bool = _f(True, "normalise advantages per minibatch")
-    norm_obs: bool = _f(
-        False, "running normalisation of observations (saved in checkpoints; MuJoCo wants it)"
+    norm_obs: bool | None = _p(
+        "running normalisation of observations (saved in checkpoints; MuJoCo wants it)"
     )
-    hidden: list = _f(
-        [], "hidden layer sizes of the networks (empty: auto, PPO 64,64, SAC 256,256)"
+    norm_reward: bool | None = _p(
+        "PPO: divide rewards by the running std of the discounted return (kept by the learner, "
+        "saved in checkpoints; logged returns stay unscaled)"
     )
+    reward_clip: float = _f(10.0, "with --norm-reward: clip scaled rewards to +/- this (0: off)")
+    hidden: list | None = _p("hidden layer sizes of the networks")
     activation: str = _f("tanh", "PPO: hidden activation", choices=ACTIVATIONS)
     correction: str = _f("none", "lag correction of value targets/advantages", choices=CORRECTIONS)
     vtrace_rho_bar: float = _f(1.0, "V-trace clip of importance weights in the TD errors")
@@ -134,7 +215,7 @@ class TrainConfig:
     ratio_tolerance: float = _f(
         0.0, "SAC async: how far (in gradient steps) either side may run ahead (0: auto)"
     )
-    learning_starts: int = _f(1000, "SAC: transitions collected (randomly) before updates start")
+    learning_starts: int | None = _p("SAC: transitions collected (randomly) before updates start")
     batch_size: int = _f(256, "SAC: transitions per gradient step")
     buffer_size: int = _f(1_000_000, "SAC: replay capacity in transitions")
     policy_lr: float = _f(3e-4, "SAC: actor and temperature learning rate")
@@ -188,6 +269,19 @@ class TrainConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
+def _kind(hint: Any) -> type:
+    """The type a setting's values have: ``float`` for ``float | None``."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+    return typing.get_origin(hint) or hint
+
+
+# name -> int, float, bool, str or list: what the CLI parses a flag as, what YAML numbers become
+KINDS: dict[str, type] = {n: _kind(t) for n, t in typing.get_type_hints(TrainConfig).items()}
+# the settings a preset fills when they are not set
+PRESET_FIELDS = tuple(name for name, f in FIELDS.items() if f.metadata.get("preset"))
+
+
 def from_dict(values: dict[str, Any], base: TrainConfig | None = None) -> TrainConfig:
     """Build a config from a mapping (YAML file, saved run), rejecting unknown keys by name.
 
@@ -204,14 +298,14 @@ def from_dict(values: dict[str, Any], base: TrainConfig | None = None) -> TrainC
 
 
 def _as_field_type(name: str, value: Any) -> Any:
-    kind = FIELDS[name].type
+    kind = KINDS[name]
     if isinstance(value, bool):  # a bool is an int to Python, never a number to a user
         return value
-    if kind == "int" and isinstance(value, float):
+    if kind is int and isinstance(value, float):
         if not value.is_integer():
             raise ConfigError(f"{name}: expected a whole number, got {value!r}")
         return int(value)
-    if kind == "float" and isinstance(value, int):
+    if kind is float and isinstance(value, int):
         return float(value)
     return value
 
@@ -246,42 +340,116 @@ def _need(ok: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
-def resolve(cfg: TrainConfig) -> TrainConfig:
-    """Fill the settings whose default depends on the algorithm (saved resolved, so a resumed
-    run never changes meaning when a default changes)."""
-    auto = {"ppo": {"rollout": 32, "hidden": [64, 64]}, "sac": {"rollout": 1, "hidden": [256, 256]}}
-    fill = auto.get(cfg.algo, {})
+def _check_kinds(cfg: TrainConfig) -> None:
+    """Every setting given is of its kind (unset ones are the presets' to fill)."""
+    for name, f in FIELDS.items():
+        choices = f.metadata.get("choices")
+        value = getattr(cfg, name)
+        if value is None and f.metadata.get("preset"):
+            continue
+        if choices and value not in choices:
+            raise ConfigError(f"{name}: {value!r} is not one of {', '.join(choices)}")
+        if KINDS[name] in (int, float) and not isinstance(value, int | float):
+            raise ConfigError(f"{name}: expected a number, got {value!r}")
+        if KINDS[name] is bool and not isinstance(value, bool):
+            raise ConfigError(f"{name}: expected true or false, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name}: must be a finite number, got {value!r}")
+
+
+def preset_values(preset: str, algo: str) -> dict[str, Any]:
+    """Every preset-governed setting for ``algo`` under ``preset``. The settings ``algo`` does
+    not read (SAC: lr, gae_lambda, epochs, minibatch_size; PPO: learning_starts) take the other
+    algorithm's values of the same preset, so that a resolved config holds no unset value."""
+    values: dict[str, Any] = {}
+    for other, table in PRESETS[preset].items():
+        if other != algo:
+            values.update(table)
+    values.update(PRESETS[preset][algo])
+    return {k: list(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
+def resolve(cfg: TrainConfig, family: str | None = None) -> TrainConfig:
+    """Fill what was left unset: the preset-governed settings from the preset (``auto``: the one
+    named by the env's ``family``, from ``asyncrl.envs.env_family``), then the settings derived
+    from others. Saved resolved, so a resumed run never changes meaning when a default or a
+    preset changes. A resolved config resolves to itself (its preset is a name, not auto)."""
+    _check_kinds(cfg)  # the derived settings below compute with them
+    preset = cfg.preset
+    if preset == "auto":
+        if family not in PRESETS:
+            raise ValueError(
+                "resolve: preset 'auto' needs the env's family: "
+                "resolve(cfg, asyncrl.envs.env_family(cfg.env))"
+            )
+        preset = family
+    changes: dict[str, Any] = {"preset": preset}
+    for name, value in preset_values(preset, cfg.algo).items():
+        if getattr(cfg, name) is None:
+            changes[name] = value
+    cfg = dataclasses.replace(cfg, **changes)
     changes = {}
-    if cfg.rollout == 0 and "rollout" in fill:
-        changes["rollout"] = fill["rollout"]
-    if cfg.hidden == [] and "hidden" in fill:
-        changes["hidden"] = fill["hidden"]
     if cfg.actor_restarts == -1:
         changes["actor_restarts"] = 3 * (cfg.hogwild or cfg.actors)
     if cfg.log_every == 0:
         # A SAC iteration is one batched env step: a row each would be a line per env step.
-        per_iteration = cfg.actors * cfg.envs_per_actor * (cfg.rollout or fill["rollout"])
+        per_iteration = max(cfg.actors * cfg.envs_per_actor * cfg.rollout, 1)  # validate: >= 1
         changes["log_every"] = -(-1_000 // per_iteration) if cfg.algo == "sac" else 1
     if cfg.algo == "sac" and cfg.ratio_tolerance == 0:
         # twice the narrowest window that can make progress (see RateLimiter)
         changes["ratio_tolerance"] = 2.0 * max(
-            1.0, cfg.replay_ratio * cfg.envs_per_actor * (cfg.rollout or fill["rollout"])
+            1.0, cfg.replay_ratio * cfg.envs_per_actor * cfg.rollout
         )
     return dataclasses.replace(cfg, **changes)
 
 
-def validate(cfg: TrainConfig) -> None:
-    """Reject settings that cannot work, one clear sentence each. Touches no env or process."""
-    cfg = resolve(cfg)
-    for name, f in FIELDS.items():
-        choices = f.metadata.get("choices")
-        value = getattr(cfg, name)
-        if choices and value not in choices:
-            raise ConfigError(f"{name}: {value!r} is not one of {', '.join(choices)}")
-        if f.type in ("int", "float") and not isinstance(value, int | float):
-            raise ConfigError(f"{name}: expected a number, got {value!r}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{name}: must be a finite number, got {value!r}")
+def preset_line(given: TrainConfig, resolved: TrainConfig) -> str | None:
+    """The one line a run prints at its start: the preset and the values it filled for the
+    algorithm (None if it filled none, as when a saved run resumes)."""
+    filled = [
+        name for name in PRESETS[resolved.preset][resolved.algo] if getattr(given, name) is None
+    ]
+    if not filled:
+        return None
+    why = f" (auto: {given.env})" if given.preset == "auto" else ""
+    values = ", ".join(f"{name} {format_value(getattr(resolved, name))}" for name in filled)
+    return f"asyncrl: preset {resolved.preset}{why} for {resolved.algo}: {values}"
+
+
+def format_value(value: Any) -> str:
+    """A setting as one writes it on the command line: 3e-4 as 0.0003, [64, 64] as 64,64."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def preset_help(name: str) -> str:
+    """What the presets set ``name`` to, for the CLI help: 'ppo: classic 0.98, mujoco 0.99;
+    sac 0.99'."""
+    parts = []
+    for algo in ALGOS:
+        by_preset = {p: t[algo][name] for p, t in PRESETS.items() if name in t[algo]}
+        if not by_preset:
+            continue
+        shown = {format_value(v) for v in by_preset.values()}
+        if len(shown) == 1:
+            parts.append(f"{algo} {shown.pop()}")
+        else:
+            parts.append(
+                f"{algo}: " + ", ".join(f"{p} {format_value(v)}" for p, v in by_preset.items())
+            )
+    return "; ".join(parts)
+
+
+def validate(cfg: TrainConfig, family: str | None = None) -> None:
+    """Reject settings that cannot work, one clear sentence each. Touches no env or process.
+    Checks ``cfg`` as :func:`resolve` completes it (``family``: for preset auto)."""
+    cfg = resolve(cfg, family)
+    _check_kinds(cfg)
     for name in (
         "actors",
         "envs_per_actor",
@@ -318,6 +486,7 @@ def validate(cfg: TrainConfig) -> None:
         "log_every",
         "actor_restarts",
         "env_step_timeout",
+        "reward_clip",
     ):
         _need(getattr(cfg, name) >= 0, f"{name}: must be >= 0, got {getattr(cfg, name)}")
     _need(cfg.vtrace_rho_bar > 0, f"vtrace_rho_bar: must be > 0, got {cfg.vtrace_rho_bar}")
@@ -372,6 +541,18 @@ def _validate_hogwild(cfg: TrainConfig) -> None:
 
 
 def _validate_sac(cfg: TrainConfig) -> None:
+    _need(
+        not cfg.norm_obs,
+        "norm_obs: SAC here has no observation normaliser (its replay buffer keeps raw "
+        "observations, and CleanRL's and SB3's SAC defaults learn MuJoCo without one); leave "
+        "--norm-obs off",
+    )
+    _need(
+        not cfg.norm_reward,
+        "norm_reward: SAC replays rewards collected under many policy versions, so a scale "
+        "that moves would have to be applied when they are sampled, which this SAC does not "
+        "do (CleanRL and SB3 SAC do not scale rewards); leave --norm-reward off",
+    )
     _need(cfg.replay_ratio > 0, f"replay_ratio: must be > 0, got {cfg.replay_ratio}")
     _need(cfg.batch_size >= 1, f"batch_size: must be >= 1, got {cfg.batch_size}")
     _need(cfg.buffer_size >= 1, f"buffer_size: must be >= 1, got {cfg.buffer_size}")

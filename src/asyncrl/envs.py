@@ -25,6 +25,12 @@ from asyncrl.config import ConfigError
 # maintained port ``pybullet_envs_gymnasium`` registers the same locomotion envs.
 OPTIONAL_ENV_PACKAGES = (("BulletEnv-", "pybullet_envs_gymnasium", "pybullet"),)
 
+# Env families by the package that implements the env (its registered entry point): the preset
+# ``--preset auto`` chooses (config.PRESETS). MuJoCo's and PyBullet's envs are continuous-control
+# robots, which CleanRL, SB3 and Sample Factory all train with one PPO recipe; any other env
+# keeps the classic-control values asyncrl has always had.
+ENV_FAMILIES = (("gymnasium.envs.mujoco", "mujoco"), ("pybullet_envs_gymnasium", "mujoco"))
+
 
 @dataclass(frozen=True)
 class EnvSpec:
@@ -68,6 +74,17 @@ def _resolve_id(env_id: str) -> str:
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise ConfigError(f"env: {env_id!r} is not a registered Gymnasium env id{hint}")
+
+
+def env_family(env_id: str) -> str:
+    """The family of ``env_id`` (a key of config.PRESETS): from its registration alone, so no
+    env is made; an id nothing registers is a ConfigError naming ``env``."""
+    entry = gym.spec(_resolve_id(env_id)).entry_point
+    module = entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+    for package, family in ENV_FAMILIES:
+        if module == package or module.startswith(package + "."):
+            return family
+    return "classic"
 
 
 def spec_from_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> EnvSpec:

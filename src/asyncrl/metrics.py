@@ -211,10 +211,13 @@ class RowWindow:
 
 
 class EpisodeStats:
-    """Finished episodes as the learner receives them: count, and the last 20 returns and
-    lengths (``final_return`` is their mean, the figure the summary and tests use)."""
+    """Finished episodes as the learner receives them: count, and the last 100 returns and
+    lengths. ``final_return`` is the mean of the last 20 (the figure the summary, the progress
+    bar and tests use), ``last100_return`` of the last 100 (CleanRL's benchmark metric)."""
 
-    def __init__(self, window: int = 20):
+    FINAL = 20
+
+    def __init__(self, window: int = 100):
         self.returns: deque[float] = deque(maxlen=window)
         self.lengths: deque[int] = deque(maxlen=window)
         self.episodes = 0
@@ -232,6 +235,12 @@ class EpisodeStats:
 
     @property
     def final_return(self) -> float:
+        if not self.returns:
+            return math.nan
+        return float(np.mean(list(self.returns)[-self.FINAL :]))
+
+    @property
+    def last100_return(self) -> float:
         return float(np.mean(self.returns)) if self.returns else math.nan
 
     def state_dict(self) -> dict[str, Any]:

@@ -354,8 +354,13 @@ def save_config(run_dir: Path, cfg: TrainConfig) -> None:
     _atomic_write(run_dir / CONFIG, cfg.save)
 
 
+# Preset-governed settings that runs saved before they existed did not have, with the value
+# those runs ran with: left unset, a preset would fill them and change the run on resume.
+ADDED_SINCE = {"norm_reward": False}
+
+
 def load_run_config(run_dir: str | Path) -> TrainConfig:
     path = Path(run_dir) / CONFIG
     if not path.exists():
         raise ConfigError(f"run_dir: {run_dir} is not a run directory (no {CONFIG})")
-    return from_dict(load_yaml(path))
+    return from_dict({**ADDED_SINCE, **load_yaml(path)})

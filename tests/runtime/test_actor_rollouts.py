@@ -14,7 +14,9 @@ from asyncrl.runtime.transport import PolicyStore, SlotLayout, SlotStore
 
 
 def _collect(env_id: str, rollout: int = 12, K: int = 2):
-    cfg = resolve(TrainConfig(env=env_id, envs_per_actor=K, rollout=rollout, norm_obs=False))
+    cfg = resolve(
+        TrainConfig(env=env_id, envs_per_actor=K, rollout=rollout, norm_obs=False), "classic"
+    )
     spec = check_env(env_id)
     learner_policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
     flat = FlatParams(learner_policy)

@@ -96,7 +96,7 @@ def test_sac_shares_every_float_an_update_changes():
     spec = check_env(cfg.env, cfg.algo)
     from asyncrl.config import resolve
 
-    learner = make_learner(resolve(cfg), spec)
+    learner = make_learner(resolve(cfg, "classic"), spec)
     shared = {id(t) for t in learner.shared_tensors()}
     sac = learner.sac
     for module in (sac.actor, sac.q, sac.q_target):
@@ -131,7 +131,7 @@ def test_two_workers_train_one_global_network_concurrently(tmp_path):
     spec = check_env(cfg.env, cfg.algo)
     from asyncrl.config import resolve
 
-    start = make_learner(worker_config(resolve(cfg), 0), spec).policy.state_dict()
+    start = make_learner(worker_config(resolve(cfg, "classic"), 0), spec).policy.state_dict()
     state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
     end = state["learner"]["policy"]
     assert any(not torch.equal(start[k], end[k]) for k in start if "obs_norm" not in k)
@@ -175,7 +175,7 @@ def test_hogwild_worker_crash_names_the_worker_and_env(tmp_path):
 )
 def test_impossible_hogwild_settings_fail_before_anything_starts(tmp_path, kw, match):
     with pytest.raises(ConfigError, match=match):
-        validate(_cfg(tmp_path, **kw))
+        validate(_cfg(tmp_path, **kw), "classic")
     with pytest.raises(ConfigError, match=match):
         train(_cfg(tmp_path, **kw))
     assert not (tmp_path / "run").exists()

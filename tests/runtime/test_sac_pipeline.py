@@ -119,7 +119,7 @@ def test_async_holds_the_ratio_within_tolerance(tmp_path):
     )
     s = train(cfg)
     post = s["env_steps"] - 200
-    tolerance = resolve(cfg).ratio_tolerance  # auto: 2 x max(1, 0.5 x 4 x 2) = 8 steps
+    tolerance = resolve(cfg, "classic").ratio_tolerance  # auto: 2 x max(1, 0.5 x 4 x 2) = 8 steps
     assert tolerance == 8.0
     assert abs(s["gradient_steps"] - 0.5 * post) <= tolerance
     assert s["replay_ratio_achieved"] == pytest.approx(0.5, abs=tolerance / post + 1e-9)
@@ -161,7 +161,7 @@ def test_sync_learner_publishes_only_a_new_version(tmp_path):
     from asyncrl.runtime.sac_learner import SACLearner
     from asyncrl.runtime.transport import PolicyStore
 
-    cfg = resolve(_cfg(tmp_path, mode="sync", backend="inline"))
+    cfg = resolve(_cfg(tmp_path, mode="sync", backend="inline"), "classic")
     learner = SACLearner(cfg, check_env(cfg.env, "sac"))
     store = PolicyStore(learner.flat.numel, shared=False)
     writes = []

@@ -414,6 +414,7 @@ def _summary(
         "episodes": episodes.episodes,
         # mean of the last 20 episodes of all workers: a return against *total* frames
         "final_return": episodes.final_return,
+        "last100_return": episodes.last100_return,
         # lag is in each worker's own versions: it trains on what its copy just collected
         **meter.summary(new_steps, cfg.hogwild),
         "worker_env_steps": counters[:, STEPS].tolist(),

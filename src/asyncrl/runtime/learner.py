@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from asyncrl.algos.ppo import PPO, PPOConfig
+from asyncrl.algos.reward_norm import RewardNormalizer
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats
@@ -47,6 +48,8 @@ class Learner(EpisodeCounters):
         ppo_cfg = PPOConfig(**{f.name: getattr(cfg, f.name) for f in fields(PPOConfig)})
         self.algo = PPO(self.policy, ppo_cfg, cfg.lr, compile=cfg.compile)
         self.flat = FlatParams(self.policy)
+        # One statistic for the run, whatever N and K: the learner sees every env's rewards.
+        self.reward_norm = RewardNormalizer(cfg.gamma, cfg.reward_clip) if cfg.norm_reward else None
         self.version = 0
         self.env_steps = 0
         self.iterations = 0
@@ -85,6 +88,14 @@ class Learner(EpisodeCounters):
         rollout = {
             k: torch.from_numpy(_join([getattr(s, k) for s in slots])) for k in ROLLOUT_FIELDS
         }
+        if self.reward_norm is not None:  # before GAE / V-trace; the slots stay as written
+            rollout["rewards"] = torch.from_numpy(
+                self.reward_norm(
+                    rollout["rewards"].numpy(),
+                    (rollout["terminated"] | rollout["truncated"]).numpy(),
+                    _streams(slots),
+                )
+            )
         versions = _join([s.versions for s in slots])
         lag = self.version - versions
         batch = self.algo.targets(rollout)
@@ -112,11 +123,13 @@ class Learner(EpisodeCounters):
                 "lr": self.lr_now(),
             }
         )
+        if self.reward_norm is not None:
+            stats["reward_norm/return_std"] = self.reward_norm.return_std
         return stats
 
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
-        return {
+        state = {
             "policy": self.policy.state_dict(),
             "optimizer": self.algo.optimizer.state_dict(),
             "generator": self.generator.get_state(),
@@ -128,6 +141,9 @@ class Learner(EpisodeCounters):
             },
             "episodes": self.episode_stats.state_dict(),
         }
+        if self.reward_norm is not None:
+            state["reward_norm"] = self.reward_norm.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
@@ -141,6 +157,16 @@ class Learner(EpisodeCounters):
         )
         self.learn_seconds = c["learn_seconds"]
         self.episode_stats.load_state_dict(state["episodes"])
+        if self.reward_norm is not None and "reward_norm" in state:
+            self.reward_norm.load_state_dict(state["reward_norm"])
+
+
+def _streams(slots: list[Slot]) -> np.ndarray:
+    """Which env each column of the joined slots comes from: actor id x K + env index, so that
+    every env keeps its own discounted return whatever batch it arrives in."""
+    return np.concatenate(
+        [int(s.actor[0]) * s.rewards.shape[1] + np.arange(s.rewards.shape[1]) for s in slots]
+    )
 
 
 def _join(arrays: list[np.ndarray]) -> np.ndarray:

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from asyncrl.config import TrainConfig, resolve, validate
-from asyncrl.envs import check_env
+from asyncrl.config import TrainConfig, preset_line, resolve, validate
+from asyncrl.envs import check_env, env_family
 from asyncrl.metrics import MetricsLog, ProgressDisplay, RowWindow, Throughput
 from asyncrl.rundir import (
     CheckpointWriteError,
@@ -63,8 +63,9 @@ def train(
     """Train to ``cfg.total_steps`` env steps; returns the summary (also in summary.json).
     A ``cfg.run_dir`` that holds a run is refused unless ``resume`` (continue it) or
     ``overwrite`` (start over). ``on_start(backend)`` is called once the actors are started
-    (tools and fault tests watch the fleet through it)."""
-    cfg = resolve(cfg)
+    (tools and fault tests watch the fleet through it). Settings left unset (None) are filled
+    from ``cfg.preset`` (auto: the env's family), and one line says which and with what."""
+    given, cfg = cfg, resolve(cfg, env_family(cfg.env))
     validate(cfg)
     spec = check_env(cfg.env, cfg.algo)  # before any process or segment exists
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
@@ -72,6 +73,9 @@ def train(
     claim_run_dir(run_dir, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(run_dir, cfg)
+    line = preset_line(given, cfg)
+    if line:
+        print(line, flush=True)
     torch.set_num_threads(cfg.threads_learner)
     if cfg.hogwild:
         from asyncrl.runtime.hogwild import train_hogwild
@@ -202,6 +206,7 @@ def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: i
         "iterations": learner.iterations,
         "episodes": learner.episodes,
         "final_return": learner.final_return,
+        "last100_return": learner.episode_stats.last100_return,
         **meter.summary(new_steps, cfg.actors),
         "learn_seconds": learner.learn_seconds,
         **_off_policy_summary(learner, meter.wall),

@@ -89,6 +89,9 @@ def plan(
         raise ConfigError(f"steps: must be >= 1, got {steps}")
     if minutes < 0:
         raise ConfigError(f"minutes: must be >= 0 (0: no time limit), got {minutes}")
+    from asyncrl.envs import env_family
+
+    family = env_family(base.env)
     cfgs = []
     for k in dict.fromkeys(ks):
         for mode in modes:
@@ -101,10 +104,11 @@ def plan(
                 run_dir=str(out / "runs" / f"{mode}-K{k}"),
             )
             try:
+                cfg = resolve(cfg, family)
                 validate(cfg)
             except ConfigError as e:
                 raise ConfigError(f"{mode} K={k}: {e}") from None
-            cfgs.append(resolve(cfg))
+            cfgs.append(cfg)
     return cfgs
 
 

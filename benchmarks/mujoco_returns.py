@@ -1,0 +1,179 @@
+"""What PPO learns on MuJoCo out of the box, against CleanRL's published 1M-step figures (issue 15).
+Not a CI test: the full run is 3 envs x 3 seeds x 2 modes x 1M env steps, ~2-3 hours on 2 cores.
+
+    python benchmarks/mujoco_returns.py                                  # the full table
+    python benchmarks/mujoco_returns.py --envs Hopper-v5 --seeds 1 --steps 20000 --modes async
+
+Every asyncrl run is `asyncrl train --env ENV --mode MODE --seed S --total-steps STEPS` and
+nothing else that changes learning: the mujoco preset chooses every setting (progress bar,
+TensorBoard off; process backend, 2 actors x 8 envs). The runs go one after another, so no two
+compete for the cores. Metric, as CleanRL's: the mean return of a run's last 100 training
+episodes (summary.json's last100_return; fewer if the run had fewer), then mean and std over
+seeds. CleanRL's figures are on the v4 envs (gymnasium 0.29), asyncrl's on v5 (same models).
+
+SB3's PPO time for the same budget at its defaults (1 env, n_steps 2048, 10 epochs, minibatch
+64) is measured here, in the same run, on --sb3-steps steps per env and extrapolated to --steps:
+its rate does not change over a run (fixed-size updates). It runs in its own venv, made by
+`bash benchmarks/baselines/setup.sh`; without it the column is left empty and the rest runs.
+
+Results: benchmarks/results/mujoco_returns-<time>.json and .md, and each run's directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ppo_throughput import RESULTS, baseline  # noqa: E402
+
+from asyncrl.config import TrainConfig  # noqa: E402
+from asyncrl.runtime.trainer import train  # noqa: E402
+
+# CleanRL ppo_continuous_action, v4 envs, 1M steps, 3 seeds: mean of each run's last 100
+# training episodes (docs.cleanrl.dev, rl-algorithms/ppo; see /work/shared/REFERENCES.md)
+CLEANRL_1M = {"HalfCheetah": 1442.6, "Hopper": 2382.9, "Walker2d": 2288.0}
+
+
+def cleanrl_figure(env: str) -> float | None:
+    return CLEANRL_1M.get(env.split("-")[0])
+
+
+def run_ours(env: str, mode: str, seed: int, steps: int, out: Path) -> dict:
+    cfg = TrainConfig(
+        env=env,
+        mode=mode,
+        seed=seed,
+        total_steps=steps,
+        progress=False,
+        tensorboard=False,
+        run_dir=str(out / f"{env}-{mode}-seed{seed}"),
+    )
+    s = train(cfg)
+    return {
+        "env": env,
+        "mode": mode,
+        "seed": seed,
+        "last100_return": s["last100_return"],
+        "final_return_last20": s["final_return"],
+        "episodes": s["episodes"],
+        "env_steps": s["env_steps"],
+        "wall_seconds": s["wall_seconds"],
+        "env_steps_per_second": s["env_steps_per_second"],
+        "run_dir": s["run_dir"],
+    }
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return float("nan"), float("nan")
+    return statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
+def table(runs: list[dict], sb3: dict, steps: int, envs: list[str], modes: list[str]) -> str:
+    lines = [
+        f"| env | mode | asyncrl last-100 return, {steps:,} steps (mean ± std over seeds) "
+        "| CleanRL v4, 1M | ratio | asyncrl wall-clock (mean) "
+        f"| SB3 PPO wall-clock for {steps:,} (extrapolated) | time ratio asyncrl/SB3 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for env in envs:
+        ref = cleanrl_figure(env)
+        rate = (sb3.get(env) or {}).get("env_steps_per_second")
+        sb3_seconds = steps / rate if rate else None
+        for mode in modes:
+            mine = [r for r in runs if r["env"] == env and r["mode"] == mode]
+            if not mine:
+                continue
+            mean, std = _mean_std([r["last100_return"] for r in mine])
+            wall = statistics.fmean(r["wall_seconds"] for r in mine)
+            ratio = f"{mean / ref:.2f}" if ref else "-"
+            lines.append(
+                f"| {env} | {mode} | {mean:,.0f} ± {std:,.0f} ({len(mine)} seeds) "
+                f"| {f'{ref:,.0f}' if ref else '-'} | {ratio} | {wall:,.0f} s "
+                f"| {f'{sb3_seconds:,.0f} s' if sb3_seconds else '-'} "
+                f"| {f'{wall / sb3_seconds:.2f}' if sb3_seconds else '-'} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--envs", default="HalfCheetah-v5,Hopper-v5,Walker2d-v5")
+    p.add_argument("--seeds", type=int, default=3, help="seeds 1..N per env and mode")
+    p.add_argument("--steps", type=int, default=1_000_000, help="env steps per run")
+    p.add_argument("--modes", default="async,sync")
+    p.add_argument(
+        "--sb3-steps",
+        type=int,
+        default=20_480,
+        help="env steps of the SB3 timing run per env (0: skip SB3)",
+    )
+    args = p.parse_args()
+    envs = [e for e in args.envs.split(",") if e]
+    modes = [m for m in args.modes.split(",") if m]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = RESULTS / f"mujoco_returns-{stamp}"
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict = {"torch": torch.__version__, "argv": sys.argv[1:], "runs": [], "sb3": {}}
+
+    sb3: dict = {}
+    if args.sb3_steps:
+        for env in envs:
+            print(f"SB3 PPO (its defaults) on {env}: {args.sb3_steps:,} steps to time it")
+            res = baseline(
+                "sb3", "sb3_ppo.py", ["--env", env, "--steps", str(args.sb3_steps)], repeats=1
+            )
+            if res is None:
+                break  # the venv is missing or SB3 failed: said above, go on without it
+            sb3[env] = res
+            print(
+                f"  {res['env_steps_per_second']:,.0f} env steps/s -> "
+                f"{args.steps / res['env_steps_per_second']:,.0f} s for {args.steps:,} steps "
+                "(extrapolated)",
+                flush=True,
+            )
+    results["sb3"] = sb3
+
+    for env in envs:
+        for mode in modes:
+            for seed in range(1, args.seeds + 1):
+                r = run_ours(env, mode, seed, args.steps, out)
+                results["runs"].append(r)
+                print(
+                    f"{env} {mode} seed {seed}: last-100 return {r['last100_return']:,.1f} "
+                    f"({r['episodes']} episodes), {r['wall_seconds']:,.0f} s, "
+                    f"{r['env_steps_per_second']:,.0f} env steps/s",
+                    flush=True,
+                )
+                # written after every run: a long benchmark stopped half-way keeps what it did
+                (RESULTS / f"mujoco_returns-{stamp}.json").write_text(
+                    json.dumps(results, indent=2, default=float)
+                )
+
+    text = table(results["runs"], sb3, args.steps, envs, modes)
+    if sb3:
+        sb3_note = (
+            f"SB3: PPO at its defaults, timed here on {args.sb3_steps:,} steps per env and "
+            f"extrapolated to {args.steps:,}."
+        )
+    else:
+        sb3_note = "SB3: not measured (its venv: bash benchmarks/baselines/setup.sh)."
+    notes = (
+        f"\nasyncrl: PPO, mujoco preset, no other learning setting; {args.steps:,} env steps "
+        "per run. CleanRL: ppo_continuous_action on v4 envs, 3 seeds, 1M steps (published). "
+        f"{sb3_note}\n"
+    )
+    print("\n" + text + notes)
+    (RESULTS / f"mujoco_returns-{stamp}.md").write_text(text + "\n" + notes)
+    print(f"written {RESULTS / f'mujoco_returns-{stamp}.json'} and .md")
+
+
+if __name__ == "__main__":
+    main()

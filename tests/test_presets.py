@@ -1,0 +1,219 @@
+"""Presets fill only what was not set, say so in one line, and are saved resolved."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import yaml
+
+from asyncrl.cli import build_parser, main
+from asyncrl.config import (
+    PRESET_FIELDS,
+    PRESETS,
+    ConfigError,
+    TrainConfig,
+    from_dict,
+    preset_line,
+    preset_values,
+    resolve,
+    validate,
+)
+from asyncrl.envs import env_family
+from asyncrl.rundir import load_run_config
+
+MUJOCO_PPO_LINE = (
+    "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: gamma 0.99, gae_lambda 0.95, "
+    "lr 0.0003, epochs 10, minibatch_size 64, rollout 128, hidden 64,64, norm_obs on, "
+    "norm_reward on"
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "family"),
+    [
+        ("CartPole-v1", "classic"),
+        ("Pendulum-v1", "classic"),
+        ("MountainCarContinuous-v0", "classic"),
+        ("HalfCheetah-v5", "mujoco"),
+        ("Hopper-v5", "mujoco"),
+        ("Walker2d-v5", "mujoco"),
+        ("fake_envs:MultiDiscreteActions-v0", "classic"),
+    ],
+)
+def test_auto_chooses_by_the_package_that_implements_the_env(env, family):
+    assert env_family(env) == family
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("pybullet_envs_gymnasium") is None, reason="no pybullet extra"
+)
+def test_pybullet_locomotion_is_mujoco_family():
+    assert env_family("HumanoidBulletEnv-v0") == "mujoco"
+    assert env_family("HopperBulletEnv-v0") == "mujoco"
+
+
+def test_unknown_env_is_a_config_error_naming_env():
+    with pytest.raises(ConfigError, match="env: 'NoSuchEnv-v9' is not a registered"):
+        env_family("NoSuchEnv-v9")
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_every_preset_resolves_every_governed_setting_to_a_valid_config(preset, algo):
+    assert set(preset_values(preset, algo)) == set(PRESET_FIELDS)
+    env = "Pendulum-v1" if preset == "classic" else "HalfCheetah-v5"
+    cfg = resolve(TrainConfig(algo=algo, env=env, preset=preset))
+    assert all(getattr(cfg, name) is not None for name in PRESET_FIELDS)
+    assert cfg.preset == preset
+    validate(cfg)
+    assert resolve(cfg) == cfg  # resolved is a fixed point: a saved run resolves to itself
+
+
+def test_classic_keeps_the_values_cartpole_always_had():
+    cfg = resolve(TrainConfig(), env_family("CartPole-v1"))
+    assert cfg.preset == "classic"
+    assert (cfg.gamma, cfg.gae_lambda, cfg.lr, cfg.epochs, cfg.minibatch_size) == (
+        0.98,
+        0.8,
+        5e-4,
+        10,
+        256,
+    )
+    assert (cfg.rollout, cfg.hidden, cfg.norm_obs, cfg.norm_reward) == (32, [64, 64], False, False)
+
+
+def test_mujoco_ppo_is_cleanrls_recipe_with_a_2048_sample_sync_batch():
+    cfg = resolve(TrainConfig(env="Hopper-v5"), env_family("Hopper-v5"))
+    assert (cfg.gamma, cfg.gae_lambda, cfg.lr, cfg.lr_schedule) == (0.99, 0.95, 3e-4, "linear")
+    assert (cfg.epochs, cfg.minibatch_size, cfg.norm_obs, cfg.norm_reward) == (10, 64, True, True)
+    assert cfg.actors * cfg.envs_per_actor * cfg.rollout == 2048
+
+
+@pytest.mark.parametrize(("env", "warmup"), [("Pendulum-v1", 1000), ("HalfCheetah-v5", 5000)])
+def test_sac_has_its_own_defaults(env, warmup):
+    cfg = resolve(TrainConfig(algo="sac", env=env), env_family(env))
+    assert cfg.gamma == 0.99  # not PPO's classic 0.98
+    assert (cfg.rollout, cfg.hidden, cfg.learning_starts) == (1, [256, 256], warmup)
+    assert (cfg.norm_obs, cfg.norm_reward) == (False, False)
+    line = preset_line(TrainConfig(algo="sac", env=env), cfg)
+    assert line.startswith(f"asyncrl: preset {cfg.preset} (auto: {env}) for sac: gamma 0.99,")
+    assert "gae_lambda" not in line and "lr " not in line  # settings SAC does not read
+
+
+def test_a_setting_given_wins_even_when_it_equals_another_presets_value():
+    given = TrainConfig(env="HalfCheetah-v5", gamma=0.98, gae_lambda=0.8, norm_reward=False)
+    cfg = resolve(given, "mujoco")
+    assert (cfg.gamma, cfg.gae_lambda, cfg.norm_reward) == (0.98, 0.8, False)
+    assert (cfg.lr, cfg.norm_obs) == (3e-4, True)  # the rest from the preset
+    line = preset_line(given, cfg)
+    assert "gamma" not in line and "gae_lambda" not in line and "norm_reward" not in line
+    # and a value equal to the preset's own, given, is not reported as filled either
+    assert (
+        preset_line(TrainConfig(env="HalfCheetah-v5", **preset_values("mujoco", "ppo")), cfg)
+        is None
+    )
+
+
+def test_explicit_preset_needs_no_env_and_auto_needs_its_family():
+    assert resolve(TrainConfig(env="HalfCheetah-v5", preset="classic")).gamma == 0.98
+    with pytest.raises(ValueError, match="env_family"):
+        resolve(TrainConfig())
+
+
+def test_bad_preset_in_yaml_is_one_line_naming_the_field(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("preset: atari\n")
+    assert main(["train", "--config", str(path), "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "asyncrl: error: preset: 'atari' is not one of auto, classic, mujoco"
+    assert not (tmp_path / "r").exists()
+
+
+def test_auto_on_the_command_line_and_null_in_yaml_leave_a_setting_to_the_preset(tmp_path):
+    args = build_parser().parse_args(["train", "--gamma", "auto", "--hidden", "auto"])
+    assert args.gamma is None and args.hidden is None
+    args = build_parser().parse_args(["train", "--gamma", "0.9", "--hidden", "32,32"])
+    assert args.gamma == 0.9 and args.hidden == [32, 32]
+    assert from_dict({"gamma": None, "rollout": 64.0}).gamma is None
+    assert from_dict({"rollout": 64.0}).rollout == 64
+
+
+def _train(tmp_path, *argv: str, run: str = "run") -> int:
+    return main(
+        [
+            "train",
+            "--backend",
+            "inline",
+            "--actors",
+            "1",
+            "--envs-per-actor",
+            "2",
+            "--total-steps",
+            "256",
+            "--checkpoint-every",
+            "0",
+            "--no-progress",
+            "--no-tensorboard",
+            "--run-dir",
+            str(tmp_path / run),
+            *argv,
+        ]
+    )
+
+
+def test_the_preset_is_printed_in_one_line_and_saved_resolved(tmp_path, capsys):
+    assert _train(tmp_path, "--env", "HalfCheetah-v5") == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("asyncrl: preset")]
+    assert lines == [MUJOCO_PPO_LINE]
+    saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
+    assert saved["preset"] == "mujoco"
+    for name, value in preset_values("mujoco", "ppo").items():
+        assert saved[name] == value, name
+    assert None not in saved.values()
+
+
+def test_flags_and_yaml_keys_given_win_and_are_not_reported(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("gae_lambda: 0.8\nrollout: 64\n")  # classic's lambda, given on purpose
+    code = _train(
+        tmp_path, "--env", "HalfCheetah-v5", "--config", str(path), "--gamma", "0.98",
+        "--no-norm-reward",
+    )  # fmt: skip
+    assert code == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("asyncrl: preset")]
+    assert line == [
+        "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: lr 0.0003, epochs 10, "
+        "minibatch_size 64, hidden 64,64, norm_obs on"
+    ]
+    saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
+    assert (saved["gamma"], saved["gae_lambda"], saved["rollout"]) == (0.98, 0.8, 64)
+    assert (saved["norm_reward"], saved["norm_obs"]) == (False, True)
+
+
+def test_a_resumed_run_keeps_its_resolved_settings(tmp_path, capsys):
+    assert _train(tmp_path, "--env", "HalfCheetah-v5") == 0
+    before = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
+    capsys.readouterr()
+    code = main(
+        ["train", "--resume", str(tmp_path / "run"), "--total-steps", "512", "--no-progress"]
+    )
+    assert code == 0
+    assert "asyncrl: preset" not in capsys.readouterr().out  # nothing left to fill
+    after = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
+    assert {k: v for k, v in after.items() if k not in ("total_steps", "progress")} == {
+        k: v for k, v in before.items() if k not in ("total_steps", "progress")
+    }
+
+
+def test_a_run_saved_before_presets_resumes_as_it_ran(tmp_path):
+    """A config.yaml from before norm_reward existed: resumed, it must not gain it from the
+    mujoco preset."""
+    run = tmp_path / "old"
+    run.mkdir()
+    old = resolve(TrainConfig(env="HalfCheetah-v5", norm_obs=True), "mujoco").to_dict()
+    del old["norm_reward"], old["preset"], old["reward_clip"]
+    (run / "config.yaml").write_text(yaml.safe_dump(old))
+    cfg = resolve(load_run_config(run), env_family("HalfCheetah-v5"))
+    assert cfg.norm_reward is False and cfg.gamma == old["gamma"]
