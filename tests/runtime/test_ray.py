@@ -8,7 +8,6 @@ Losing a machine is ``remove_node(node, allow_graceful=False)``: its processes a
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import signal
@@ -292,4 +291,4 @@ def test_bad_settings_fail_before_ray_starts():
     from asyncrl.config import ConfigError, validate
 
     with pytest.raises(ConfigError, match="ray_cpus_per_actor"):
-        validate(dataclasses.replace(TrainConfig(backend="ray"), ray_cpus_per_actor=0))
+        validate(TrainConfig(backend="ray", ray_cpus_per_actor=0), "classic")
