@@ -25,6 +25,7 @@ LR_SCHEDULES = ("constant", "linear")
 SYNC_MODES = ("shared", "synced")
 ACTIVATIONS = ("tanh", "relu")
 ON_ENV_ERROR = ("raise", "restart")
+DEVICES = ("cpu", "cuda", "auto")
 
 
 class ConfigError(ValueError):
@@ -151,6 +152,12 @@ class TrainConfig:
     tensorboard: bool = _f(True, "write TensorBoard scalars to the run directory")
     threads_learner: int = _f(1, "torch threads of the learner")
     threads_actor: int = _f(1, "torch threads of each actor")
+    device: str = _f(
+        "cpu",
+        "where the learner's networks and updates run: cpu, cuda, or auto (cuda if there is "
+        "one); actors always act on the CPU and policy versions travel as CPU tensors",
+        choices=DEVICES,
+    )
 
     # ------------------------------------------------------------------ derived quantities
     @property
@@ -327,6 +334,27 @@ def validate(cfg: TrainConfig) -> None:
         _validate_sac(cfg)
     _need(cfg.threads_learner >= 1, f"threads_learner: must be >= 1, got {cfg.threads_learner}")
     _need(cfg.threads_actor >= 1, f"threads_actor: must be >= 1, got {cfg.threads_actor}")
+    _validate_device(cfg)
+
+
+def _validate_device(cfg: TrainConfig) -> None:
+    """Refuse a device the learner could not use, before anything starts (torch is imported
+    only for this question, so the config stays light for everything else)."""
+    if cfg.device != "cuda":
+        return
+    _need(
+        not cfg.hogwild,
+        "device: Hogwild! workers train the network in shared CPU memory; --device cuda "
+        "does not apply (use --device cpu)",
+    )
+    import torch
+
+    _need(
+        torch.cuda.is_available(),
+        "device: cuda asked for, but this torch sees no CUDA device ("
+        + ("no GPU or driver found" if torch.version.cuda else "it is a CPU-only build")
+        + "); use --device cpu or auto",
+    )
 
 
 def _validate_hogwild(cfg: TrainConfig) -> None:

@@ -81,7 +81,7 @@ class SquashedGaussianActor(nn.Module):
         else:
             # u = mu + std * eps: the standardised (u - mu) / std is eps itself, a constant
             # (its derivative in mu and std is zero), so take it as it is
-            eps = torch.randn(mu.shape, generator=generator)
+            eps = torch.randn(mu.shape, generator=generator, device=mu.device)
             u = mu + eps * log_std.exp()
             log_n = -0.5 * eps.square() - log_std
         if not with_logp:
@@ -141,14 +141,23 @@ class QEnsemble(nn.Module):
 
 
 class SAC:
-    def __init__(self, obs_dim: int, act_dim: int, low, high, cfg: SACConfig):
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        low,
+        high,
+        cfg: SACConfig,
+        device: str | torch.device = "cpu",
+    ):
         self.cfg = cfg
-        self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.hidden, low, high)
-        self.q = QEnsemble(obs_dim, act_dim, cfg.hidden)
-        self.q_target = QEnsemble(obs_dim, act_dim, cfg.hidden)
+        # initialised on the CPU, then moved: the same initial networks on any device
+        self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.hidden, low, high).to(device)
+        self.q = QEnsemble(obs_dim, act_dim, cfg.hidden).to(device)
+        self.q_target = QEnsemble(obs_dim, act_dim, cfg.hidden).to(device)
         self.q_target.load_state_dict(self.q.state_dict())
         self.q_target.requires_grad_(False)
-        self.log_alpha = torch.zeros((), requires_grad=True)
+        self.log_alpha = torch.zeros((), device=device, requires_grad=True)
         self.target_entropy = -float(act_dim) if cfg.target_entropy is None else cfg.target_entropy
         self.q_opt = _fused_adam(self.q.parameters(), cfg.q_lr)
         self.actor_opt = _fused_adam(self.actor.parameters(), cfg.policy_lr)

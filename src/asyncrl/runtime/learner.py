@@ -18,7 +18,7 @@ from asyncrl.algos.ppo import PPO, PPOConfig
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats
-from asyncrl.nets import FlatParams, build_policy
+from asyncrl.nets import FlatParams, build_policy, learner_device
 from asyncrl.runtime.transport import Slot
 
 ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
@@ -41,9 +41,11 @@ class EpisodeCounters:
 class Learner(EpisodeCounters):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec):
         self.cfg, self.spec = cfg, spec
+        self.device = learner_device(cfg.device)
         torch.manual_seed(cfg.seed)
         self.generator = torch.Generator().manual_seed(cfg.seed + 7)
-        self.policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
+        policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
+        self.policy = policy.to(self.device)  # initialised on the CPU: the same on any device
         ppo_cfg = PPOConfig(**{f.name: getattr(cfg, f.name) for f in fields(PPOConfig)})
         self.algo = PPO(self.policy, ppo_cfg, cfg.lr, compile=cfg.compile)
         self.flat = FlatParams(self.policy)
@@ -82,8 +84,9 @@ class Learner(EpisodeCounters):
         """One training iteration on ``slots`` (joined along the env axis). The caller publishes
         the new version before the slots are refilled."""
         t0 = time.perf_counter()
-        rollout = {
-            k: torch.from_numpy(_join([getattr(s, k) for s in slots])) for k in ROLLOUT_FIELDS
+        rollout = {  # on the CPU, no copy; else one copy to the learner's device
+            k: torch.from_numpy(_join([getattr(s, k) for s in slots])).to(self.device)
+            for k in ROLLOUT_FIELDS
         }
         versions = _join([s.versions for s in slots])
         lag = self.version - versions

@@ -33,21 +33,24 @@ from asyncrl.algos.sac import SAC, SACConfig
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats
-from asyncrl.nets import FlatParams
+from asyncrl.nets import FlatParams, learner_device
 from asyncrl.runtime.learner import EpisodeCounters
 from asyncrl.runtime.rate_limiter import LimiterClosed, RateLimiter
 from asyncrl.runtime.replay import ReplayBuffer
 from asyncrl.runtime.transport import Slot
 
 
-def as_update_batch(b: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    """A replay sample as the tensors ``SAC.update`` reads (no copies)."""
+def as_update_batch(
+    b: dict[str, np.ndarray], device: torch.device | None = None
+) -> dict[str, torch.Tensor]:
+    """A replay sample as the tensors ``SAC.update`` reads (no copies on the CPU; one copy
+    each to another ``device``)."""
     return {
-        "obs": torch.from_numpy(b["obs"]),
-        "action": torch.from_numpy(b["action"]),
-        "reward": torch.from_numpy(b["reward"]),
-        "next_obs": torch.from_numpy(b["next_obs"]),
-        "terminated": torch.from_numpy(b["terminated"]).float(),
+        "obs": torch.from_numpy(b["obs"]).to(device),
+        "action": torch.from_numpy(b["action"]).to(device),
+        "reward": torch.from_numpy(b["reward"]).to(device),
+        "next_obs": torch.from_numpy(b["next_obs"]).to(device),
+        "terminated": torch.from_numpy(b["terminated"]).to(device).float(),
     }
 
 
@@ -62,6 +65,7 @@ class OptimizerFailed(RuntimeError):
 class SACLearner(EpisodeCounters):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec):
         self.cfg, self.spec = cfg, spec
+        self.device = learner_device(cfg.device)
         torch.manual_seed(cfg.seed)
         self.sac = SAC(
             spec.obs_dim,
@@ -69,10 +73,11 @@ class SACLearner(EpisodeCounters):
             spec.action_low,
             spec.action_high,
             SACConfig(cfg.gamma, cfg.tau, cfg.policy_lr, cfg.q_lr, tuple(cfg.hidden)),
+            self.device,
         )
         self.policy = self.sac.actor  # what actors act with
         self.flat = FlatParams(self.sac.actor)
-        self.flat.make_contiguous()  # publishing a version is then one copy
+        self.flat.make_contiguous()  # publishing a version is then one copy (CPU only)
         self.replay = ReplayBuffer(
             cfg.buffer_size, spec.obs_shape, np.float32, (spec.n_actions,), seed=cfg.seed
         )
@@ -113,7 +118,7 @@ class SACLearner(EpisodeCounters):
         with self._replay_lock:
             if idx is None:
                 idx = self.replay.draw_indices(self.cfg.batch_size)
-            batch = as_update_batch(self.replay.take(idx))
+            batch = as_update_batch(self.replay.take(idx), self.device)
         t0 = time.perf_counter()
         if self.learning_began is None:
             self.learning_began = (t0, self.env_steps)
