@@ -2,8 +2,9 @@
 
 Every field of TrainConfig is a kebab-case flag whose help and default come from the field.
 Precedence: defaults < ``--config FILE`` < flags given on the command line (< nothing else), and
-for ``--resume`` the saved run's config takes the place of the defaults.
-``asyncrl eval`` acts through the same ``Policy`` as ``asyncrl.load``.
+for ``--resume`` the saved run's config takes the place of the defaults. ``asyncrl train`` is
+the Python API's ``asyncrl.train`` with the flags as keywords; ``asyncrl eval`` acts through
+the same ``Policy`` as ``asyncrl.load``.
 """
 
 from __future__ import annotations
@@ -170,32 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from asyncrl.config import validate
-    from asyncrl.envs import check_env
-    from asyncrl.rundir import claim_run_dir, default_run_dir, load_run_config
-    from asyncrl.runtime.trainer import train
+    from asyncrl.api import train
 
     given = {k: v for k, v in vars(args).items() if k in FIELDS}
-    if args.resume:
-        base = load_run_config(args.resume)
-        given["run_dir"] = args.resume
-    else:
-        base = TrainConfig()
-    if args.config:
-        values = load_yaml(args.config)
-        # A run's saved config.yaml names that run's directory: used as the template of a new
-        # run it must not send the new run there. Only --run-dir (or --resume) chooses one.
-        values.pop("run_dir", None)
-        base = from_dict(values, base)
-    cfg = dataclasses.replace(base, **given)
-    validate(cfg)  # a setting that cannot work must not cost the run --overwrite would delete
-    if args.overwrite:
-        check_env(cfg.env, cfg.algo)
-    if not cfg.run_dir:
-        cfg.run_dir = str(default_run_dir(cfg))
-    claim_run_dir(cfg.run_dir, resume=bool(args.resume), overwrite=args.overwrite)
-    summary = train(cfg, resume=bool(args.resume))
-    _print_summary(summary)
+    # validated before the run directory is claimed: a setting that cannot work must not cost
+    # the run --overwrite would delete
+    result = train(config=args.config, resume=args.resume, overwrite=args.overwrite, **given)
+    _print_summary(result.summary)
     return 0
 
 

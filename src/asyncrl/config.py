@@ -280,6 +280,8 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(f"{name}: {value!r} is not one of {', '.join(choices)}")
         if f.type in ("int", "float") and not isinstance(value, int | float):
             raise ConfigError(f"{name}: expected a number, got {value!r}")
+        if f.type == "bool" and not isinstance(value, bool):
+            raise ConfigError(f"{name}: expected true or false, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{name}: must be a finite number, got {value!r}")
     for name in (

@@ -169,6 +169,7 @@ class RowWindow:
             "iteration",
             "wall_seconds",
             "episodic_return",
+            "episodic_length",
             "gradient_steps",
             "replay_ratio_achieved",
             "insert_blocked_seconds",
@@ -212,7 +213,8 @@ class RowWindow:
 
 class EpisodeStats:
     """Finished episodes as the learner receives them: count, and the last 20 returns and
-    lengths (``final_return`` is their mean, the figure the summary and tests use)."""
+    lengths (``final_return`` and ``final_length`` are their means, the figures the summary,
+    metrics rows and tests use)."""
 
     def __init__(self, window: int = 20):
         self.returns: deque[float] = deque(maxlen=window)
@@ -233,6 +235,11 @@ class EpisodeStats:
     @property
     def final_return(self) -> float:
         return float(np.mean(self.returns)) if self.returns else math.nan
+
+    @property
+    def final_length(self) -> float:
+        """Mean length of the same episodes as ``final_return``."""
+        return float(np.mean(self.lengths)) if self.lengths else math.nan
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -19,7 +19,9 @@ approximation of merging the workers' statistics). Optimizer state stays per wor
 
 The parent process owns the shared memory and the workers, logs what they report (per-worker
 and total env steps, return over the episodes of all workers), checkpoints the global network
-and stops everyone on the step budget, the time limit, Ctrl+C or SIGTERM.
+and stops everyone on the step budget, the time limit, the caller's callback, Ctrl+C or
+SIGTERM (``trainer.train`` handles that signal and
+restores the process's settings around this run).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import os
 import queue
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -212,10 +215,18 @@ def worker_main(
         status.close()
 
 
-def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) -> dict[str, Any]:
-    """The parent's side of a Hogwild! run; ``trainer.train`` has validated ``cfg`` and made
-    the run directory. Returns the summary (also written to summary.json)."""
-    from asyncrl.runtime.trainer import Interrupted, _on_sigterm, make_learner
+def train_hogwild(
+    cfg: TrainConfig,
+    spec: EnvSpec,
+    run_dir: Path,
+    resume: bool,
+    callback: Callable[[dict[str, Any]], Any] | None = None,
+) -> dict[str, Any]:
+    """The parent's side of a Hogwild! run; ``trainer.train`` has validated ``cfg``, made the
+    run directory and handles SIGTERM around it. ``callback(row)`` is called with every
+    worker iteration's row; ``False`` stops the workers and the run ends as a finished one
+    does. Returns the summary (also written to summary.json)."""
+    from asyncrl.runtime.trainer import Interrupted, make_learner
 
     M = cfg.hogwild
     ctx = mp.get_context("spawn")
@@ -233,8 +244,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
     stop = ctx.Event()
     episodes = holder.episode_stats
     log = progress = None
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    interrupted = False
+    interrupted = stopped = False
     try:
         flat.write_to(params.array)
         log = MetricsLog(run_dir, cfg.tensorboard)
@@ -293,6 +303,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
             holder.iterations = int(counters.array[:, ITERATIONS].sum())
             state = {
                 "learner": holder.state_dict(),
+                "policy": holder.policy.state_dict(),  # what acts (shares the tensors)
                 "config": cfg.to_dict(),
                 "wall_seconds": earlier_seconds + meter.wall,
                 "hogwild": counters.array.tolist(),
@@ -306,7 +317,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
 
         def receive(deadline: float = math.inf) -> None:
             """Handle reports until every worker has said it is done (or the deadline)."""
-            nonlocal finished, learn_seconds, first, t_wait
+            nonlocal finished, learn_seconds, first, t_wait, stopped
             while finished < M and time.perf_counter() < deadline:
                 supervise()
                 try:
@@ -326,6 +337,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
                 if first is None and updates > 0:  # rates from the first gradient step on
                     first = (meter.last, updates)
                 row["episodic_return"] = episodes.final_return
+                row["episodic_length"] = episodes.final_length
                 row[f"worker_env_steps/{worker}"] = int(counters.array[worker, STEPS])
                 row["gradient_steps"] = updates
                 row["wall_seconds"] = earlier_seconds + meter.wall
@@ -335,6 +347,10 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
                 progress.update(steps, episodes.final_return, row["eps"], sps, lag)
                 if cfg.max_seconds and meter.wall >= cfg.max_seconds:
                     stop.set()
+                if not stopped and callback is not None:
+                    if callback({"env_steps": steps, **row}) is False:
+                        stopped = True
+                        stop.set()  # the workers push their work and say goodbye
                 if cfg.checkpoint_every and time.perf_counter() - last_ckpt > cfg.checkpoint_every:
                     checkpoint()
                 t_wait = time.perf_counter()
@@ -370,8 +386,9 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
             gradient_steps_per_second_steady=steady,
             env_steps=total_steps(),
             interrupted=interrupted,
+            stopped_by_callback=stopped,
             resumed=resume,
-            time_limited=total_steps() < cfg.total_steps and not interrupted,
+            time_limited=total_steps() < cfg.total_steps and not (interrupted or stopped),
             run_dir=str(run_dir),
         )
         save_summary(run_dir, summary)
@@ -379,7 +396,6 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
             raise Interrupted("interrupted")
         return summary
     finally:
-        signal.signal(signal.SIGTERM, previous)
         stop.set()
         if progress is not None:
             progress.close()
@@ -414,6 +430,7 @@ def _summary(
         "episodes": episodes.episodes,
         # mean of the last 20 episodes of all workers: a return against *total* frames
         "final_return": episodes.final_return,
+        "final_length": episodes.final_length,
         # lag is in each worker's own versions: it trains on what its copy just collected
         **meter.summary(new_steps, cfg.hogwild),
         "worker_env_steps": counters[:, STEPS].tolist(),

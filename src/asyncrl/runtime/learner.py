@@ -34,6 +34,10 @@ class EpisodeCounters:
         return self.episode_stats.final_return
 
     @property
+    def final_length(self) -> float:
+        return self.episode_stats.final_length
+
+    @property
     def episodes(self) -> int:
         return self.episode_stats.episodes
 
@@ -42,10 +46,14 @@ class Learner(EpisodeCounters):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec):
         self.cfg, self.spec = cfg, spec
         self.device = learner_device(cfg.device)
-        torch.manual_seed(cfg.seed)
+        # The network starts from cfg.seed as torch's global generator draws it; the global
+        # state is put back at once (updates draw from self.generator): training never changes
+        # the caller's random state. Initialised on the CPU: the same on any device.
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(cfg.seed)  # the CPU one: CUDA's untouched
+            policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
         self.generator = torch.Generator().manual_seed(cfg.seed + 7)
-        policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
-        self.policy = policy.to(self.device)  # initialised on the CPU: the same on any device
+        self.policy = policy.to(self.device)
         ppo_cfg = PPOConfig(**{f.name: getattr(cfg, f.name) for f in fields(PPOConfig)})
         self.algo = PPO(self.policy, ppo_cfg, cfg.lr, compile=cfg.compile)
         self.flat = FlatParams(self.policy)

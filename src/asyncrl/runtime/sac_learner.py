@@ -66,15 +66,20 @@ class SACLearner(EpisodeCounters):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec):
         self.cfg, self.spec = cfg, spec
         self.device = learner_device(cfg.device)
-        torch.manual_seed(cfg.seed)
-        self.sac = SAC(
-            spec.obs_dim,
-            spec.n_actions,
-            spec.action_low,
-            spec.action_high,
-            SACConfig(cfg.gamma, cfg.tau, cfg.policy_lr, cfg.q_lr, tuple(cfg.hidden)),
-            self.device,
-        )
+        # The networks start from cfg.seed as torch's global generator draws them; the global
+        # state is put back at once, and the updates draw from the learner's own generator:
+        # training never changes the caller's random state.
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(cfg.seed)  # the CPU one: CUDA's untouched
+            self.sac = SAC(
+                spec.obs_dim,
+                spec.n_actions,
+                spec.action_low,
+                spec.action_high,
+                SACConfig(cfg.gamma, cfg.tau, cfg.policy_lr, cfg.q_lr, tuple(cfg.hidden)),
+                self.device,
+                torch.Generator(self.device).manual_seed(cfg.seed + 7),
+            )
         self.policy = self.sac.actor  # what actors act with
         self.flat = FlatParams(self.sac.actor)
         self.flat.make_contiguous()  # publishing a version is then one copy (CPU only)
