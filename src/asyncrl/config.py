@@ -158,6 +158,14 @@ class TrainConfig:
         "one); actors always act on the CPU and policy versions travel as CPU tensors",
         choices=DEVICES,
     )
+    # --- evaluation during training
+    eval_every: int = _f(
+        0,
+        "env steps between evaluations during training: deterministic episodes on separate "
+        "envs in a background process, logged as eval/* rows; the best policy so far is kept "
+        "as checkpoint-best.pt (0: off)",
+    )
+    eval_episodes: int = _f(10, "episodes per evaluation during training")
 
     # ------------------------------------------------------------------ derived quantities
     @property
@@ -320,8 +328,10 @@ def validate(cfg: TrainConfig) -> None:
         "log_every",
         "actor_restarts",
         "env_step_timeout",
+        "eval_every",
     ):
         _need(getattr(cfg, name) >= 0, f"{name}: must be >= 0, got {getattr(cfg, name)}")
+    _need(cfg.eval_episodes >= 1, f"eval_episodes: must be >= 1, got {cfg.eval_episodes}")
     _need(cfg.vtrace_rho_bar > 0, f"vtrace_rho_bar: must be > 0, got {cfg.vtrace_rho_bar}")
     _need(cfg.vtrace_c_bar > 0, f"vtrace_c_bar: must be > 0, got {cfg.vtrace_c_bar}")
     _need(

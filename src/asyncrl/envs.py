@@ -246,3 +246,10 @@ def restart_seed(seed: int, actor_id: int, generation: int, index: int, restart:
     ``restart``-th time: drawn from its own stream, apart from the consecutive actor seeds."""
     entropy = [seed, 1, actor_id, generation, index, restart]
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def eval_seeds(seed: int, episodes: int) -> list[int]:
+    """Reset seeds of the episodes of every evaluation during training: the same episodes each
+    time, so evaluations of successive policies compare like with like, drawn from their own
+    stream, apart from the seeds of the training envs (:func:`actor_seed`)."""
+    return [int(s) for s in np.random.SeedSequence([seed, 2]).generate_state(episodes)]

@@ -18,9 +18,9 @@ temperature, PPO's observation statistics (their change is summed like any other
 approximation of merging the workers' statistics). Optimizer state stays per worker.
 
 The parent process owns the shared memory and the workers, logs what they report (per-worker
-and total env steps, return over the episodes of all workers), checkpoints the global network
-and stops everyone on the step budget, the time limit, the caller's callback, Ctrl+C or
-SIGTERM (``trainer.train`` handles that signal and
+and total env steps, return over the episodes of all workers), hands the global network to the
+evaluations during training, checkpoints it and stops everyone on the step budget, the time
+limit, the caller's callback, Ctrl+C or SIGTERM (``trainer.train`` handles that signal and
 restores the process's settings around this run).
 """
 
@@ -49,6 +49,7 @@ from asyncrl.rundir import restore_learner, save_checkpoint, save_summary
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import ActorError, Restarts, is_env_error
 from asyncrl.runtime.backends.process import POLL, ChildProcesses, die_with_parent, report_failure
+from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)
@@ -243,11 +244,12 @@ def train_hogwild(
     reports = ctx.Queue()
     stop = ctx.Event()
     episodes = holder.episode_stats
-    log = progress = None
+    log = progress = evals = None
     interrupted = stopped = False
     try:
         flat.write_to(params.array)
         log = MetricsLog(run_dir, cfg.tensorboard)
+        evals = Evaluations(cfg, spec, run_dir, log, steps_before, resume)
         progress = ProgressDisplay(cfg.total_steps, cfg.progress, steps_before)
         meter = Throughput(cfg.envs_per_actor)
 
@@ -294,6 +296,11 @@ def train_hogwild(
 
         def total_steps() -> int:
             return steps_before + int(counters.array[:, STEPS].sum())
+
+        def global_policy() -> np.ndarray:
+            """The acting policy of the global network as it is now, as a published vector."""
+            flat.read_from(params.array.copy())
+            return holder.policy_vector()
 
         def checkpoint() -> None:
             nonlocal last_ckpt
@@ -347,8 +354,9 @@ def train_hogwild(
                 progress.update(steps, episodes.final_return, row["eps"], sps, lag)
                 if cfg.max_seconds and meter.wall >= cfg.max_seconds:
                     stop.set()
+                evaluated = evals.step(steps, global_policy)
                 if not stopped and callback is not None:
-                    if callback({"env_steps": steps, **row}) is False:
+                    if callback({"env_steps": steps, **row, **evaluated}) is False:
                         stopped = True
                         stop.set()  # the workers push their work and say goodbye
                 if cfg.checkpoint_every and time.perf_counter() - last_ckpt > cfg.checkpoint_every:
@@ -381,6 +389,8 @@ def train_hogwild(
             steady = (int(counters.array[:, UPDATES].sum()) - first[1]) / (meter.last - first[0])
         summary = _summary(cfg, meter, counters.array, total_steps() - steps_before, episodes)
         summary.update(health())
+        evals.finish(wait=not interrupted)  # the evaluation in progress, off the run's clock
+        summary.update(evals.summary())
         summary.update(
             learn_seconds=learn_seconds / M,
             gradient_steps_per_second_steady=steady,
@@ -399,6 +409,8 @@ def train_hogwild(
         stop.set()
         if progress is not None:
             progress.close()
+        if evals is not None:
+            evals.close()
         children.close((reports,))
         if log is not None:
             log.close()

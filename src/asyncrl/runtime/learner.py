@@ -68,6 +68,13 @@ class Learner(EpisodeCounters):
         or a PolicyStore: anything with ``publish(version, write)``)."""
         store.publish(self.version, self.flat.write_to)
 
+    def policy_vector(self) -> np.ndarray:
+        """A copy of the policy as a published version holds it (float32, CPU): what an
+        evaluation during training acts with."""
+        out = np.empty(self.flat.numel, np.float32)
+        self.flat.write_to(out)
+        return out
+
     def work_ahead(self) -> None:
         """Nothing: an on-policy update needs the batch it waits for."""
 

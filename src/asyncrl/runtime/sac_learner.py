@@ -138,6 +138,14 @@ class SACLearner(EpisodeCounters):
                 self._store.publish(self.version, self.flat.write_to)
         self.learn_seconds += time.perf_counter() - t0
 
+    def policy_vector(self) -> np.ndarray:
+        """A copy of the actor as a published version holds it (float32, CPU), taken between
+        updates: what an evaluation during training acts with."""
+        out = np.empty(self.flat.numel, np.float32)
+        with self._update_lock:
+            self.flat.write_to(out)
+        return out
+
     def _optimizer_loop(self) -> None:
         torch.set_num_threads(self.cfg.threads_learner)
         try:

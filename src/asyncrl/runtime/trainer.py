@@ -7,7 +7,8 @@ Sync vs async is decided by how many slots a batch holds and when an actor may s
 rollout (the backends' SlotBook); the backend decides where actors run and how rollouts and
 policy versions travel, and supervises its actors. The loop itself owns the run directory, the
 periodic and final checkpoints and the summary, and adds the backend's fault counters
-(``health()``) to both, and asks the caller's callback after every iteration whether to go
+(``health()``) to both; it hands policies to the evaluations during training
+(``runtime/evaluator.py``) and asks the caller's callback after every iteration whether to go
 on.
 
 A run may be started from any thread and leaves its process as it found it
@@ -43,6 +44,7 @@ from asyncrl.rundir import (
 )
 from asyncrl.runtime.backends import make_backend
 from asyncrl.runtime.backends.base import ActorError, Backend
+from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.learner import Learner
 
 Callback = Callable[[dict[str, Any]], Any]
@@ -138,6 +140,7 @@ def _train_pipeline(
     log = None
     progress = None
     learner = None
+    evals = None
     interrupted = stopped = False
     try:
         learner = make_learner(cfg, spec)
@@ -146,6 +149,7 @@ def _train_pipeline(
         backend = make_backend(cfg, spec, learner.flat.numel)
         learner.publish(backend)
         log = MetricsLog(run_dir, cfg.tensorboard)
+        evals = Evaluations(cfg, spec, run_dir, log, learner.env_steps, resume)
         progress = ProgressDisplay(cfg.total_steps, cfg.progress, learner.env_steps)
         meter = Throughput(cfg.envs_per_actor)
         window = RowWindow(cfg.envs_per_actor)
@@ -204,8 +208,9 @@ def _train_pipeline(
                 window.add(row)
                 if learner.iterations % cfg.log_every == 0:
                     write_row()
+                evaluated = evals.step(learner.env_steps, learner.policy_vector)
                 if callback is not None:
-                    info = {"env_steps": learner.env_steps, **row, **counters()}
+                    info = {"env_steps": learner.env_steps, **row, **counters(), **evaluated}
                     if callback(info) is False:
                         stopped = True
                         break
@@ -234,6 +239,8 @@ def _train_pipeline(
         checkpoint()
         summary = _summary(cfg, learner, meter, learner.env_steps - steps_at_start)
         summary.update(backend.health())
+        evals.finish(wait=not interrupted)  # the evaluation in progress, off the run's clock
+        summary.update(evals.summary())
         summary.update(
             interrupted=interrupted,
             stopped_by_callback=stopped,
@@ -248,6 +255,8 @@ def _train_pipeline(
     finally:
         if progress is not None:
             progress.close()
+        if evals is not None:
+            evals.close()
         if learner is not None and hasattr(learner, "close"):
             learner.close()
         if backend is not None:
