@@ -40,22 +40,27 @@ class EvalResult:
 
     @property
     def episodes(self) -> int:
+        """Episodes run."""
         return len(self.returns)
 
     @property
     def mean_return(self) -> float:
+        """Mean episode return (NaN without episodes)."""
         return float(np.mean(self.returns)) if self.returns else math.nan
 
     @property
     def std_return(self) -> float:
+        """Standard deviation of the episode returns."""
         return float(np.std(self.returns)) if self.returns else math.nan
 
     @property
     def mean_length(self) -> float:
+        """Mean episode length in env steps."""
         return float(np.mean(self.lengths)) if self.lengths else math.nan
 
     @property
     def std_length(self) -> float:
+        """Standard deviation of the episode lengths."""
         return float(np.std(self.lengths)) if self.lengths else math.nan
 
     def to_dict(self) -> dict[str, Any]:

@@ -33,6 +33,7 @@ class GifWriter:
         self.size: tuple[int, int] | None = None
 
     def add(self, frame: np.ndarray) -> None:
+        """Append one RGB frame (the first sets the canvas size; later ones are fitted to it)."""
         from PIL import GifImagePlugin, Image
 
         image = Image.fromarray(np.ascontiguousarray(frame[..., :3]), "RGB")
@@ -64,6 +65,7 @@ class GifWriter:
         return self.path
 
     def abort(self) -> None:
+        """Give up the recording: close and remove the temporary file; the path is untouched."""
         if self.file is not None:
             self.file.close()
             self.file = None

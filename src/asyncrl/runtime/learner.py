@@ -35,6 +35,7 @@ class EpisodeCounters:
 
     @property
     def final_length(self) -> float:
+        """Mean length of the last 20 finished episodes (those of ``final_return``)."""
         return self.episode_stats.final_length
 
     @property
