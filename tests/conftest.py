@@ -62,6 +62,20 @@ def small_cfg(tmp_path) -> TrainConfig:
     )
 
 
+@pytest.fixture
+def runs_seen(monkeypatch) -> list:
+    """Replace the training itself -- not the checks and the claim of the run directory before
+    it -- by a recorder: each run appends ``(cfg, resume, files in its run directory)``."""
+    seen: list = []
+
+    def record(cfg, spec, run_dir, resume, on_start, callback):
+        seen.append((cfg, resume, sorted(p.name for p in run_dir.iterdir())))
+        return {"run_dir": str(run_dir)}
+
+    monkeypatch.setattr("asyncrl.runtime.trainer._train_pipeline", record)
+    return seen
+
+
 @pytest.fixture(autouse=True)
 def _no_leaks():
     """Every test must leave no segment and no child process of this test process behind."""

@@ -323,24 +323,18 @@ def test_overwrite_removes_only_the_runs_own_files_and_leftover_temp_files(tmp_p
     assert sorted(p.name for p in run.iterdir()) == ["notes.txt", "plots"]
 
 
-def test_cli_refuses_a_used_run_dir_and_overwrite_starts_over(tmp_path, capsys, monkeypatch):
+def test_cli_refuses_a_used_run_dir_and_overwrite_starts_over(tmp_path, capsys, runs_seen):
     run = tmp_path / "run"
     _a_run(run)
     (run / "notes.txt").write_text("mine")
-    seen = {}
-
-    def fake_train(cfg, resume=False):
-        seen["files"] = sorted(p.name for p in run.iterdir())
-        seen["cfg"], seen["resume"] = cfg, resume
-        return {}
-
-    monkeypatch.setattr("asyncrl.runtime.trainer.train", fake_train)
     assert main(["train", "--run-dir", str(run)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("asyncrl: error: run_dir: ")
-    assert "--resume" in err and "--overwrite" in err and not seen
+    assert "--resume" in err and "--overwrite" in err and not runs_seen
     assert main(["train", "--run-dir", str(run), "--overwrite", "--total-steps", "100"]) == 0
-    assert seen["files"] == ["notes.txt"] and seen["resume"] is False
+    _, resume, files = runs_seen[0]
+    # the old run's files are gone; the new run has written its config, nothing else yet
+    assert files == ["config.yaml", "notes.txt"] and resume is False
     with pytest.raises(SystemExit) as e:
         main(["train", "--resume", str(run), "--overwrite"])
     assert e.value.code == 2
@@ -358,20 +352,16 @@ def test_overwrite_deletes_nothing_when_the_new_settings_cannot_work(tmp_path, c
 
 
 def test_a_saved_config_as_template_does_not_send_the_new_run_to_its_directory(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, runs_seen
 ):
     old = tmp_path / "old"
     _a_run(old)
-    seen = []
-    monkeypatch.setattr(
-        "asyncrl.runtime.trainer.train", lambda cfg, resume=False: seen.append(cfg) or {}
-    )
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--config", str(old / "config.yaml")]) == 0
-    new_dir = Path(seen[0].run_dir)
+    new_dir = Path(runs_seen[0][0].run_dir)
     assert new_dir.parts[0] == "runs" and new_dir.resolve() != old.resolve()
     assert main(["train", "--config", str(old / "config.yaml"), "--run-dir", "mine"]) == 0
-    assert seen[1].run_dir == "mine"
+    assert runs_seen[1][0].run_dir == "mine"
 
 
 def test_a_default_run_dir_never_names_an_existing_one(tmp_path, monkeypatch):

@@ -68,14 +68,10 @@ def test_a_float_setting_given_an_int_is_that_float():
     assert from_dict({"norm_obs": True}).norm_obs is True  # a bool is not a number
 
 
-def test_the_cli_trains_with_the_numbers_of_a_yaml_file(tmp_path, monkeypatch, capsys):
-    seen = []
-    monkeypatch.setattr(
-        "asyncrl.runtime.trainer.train", lambda cfg, resume=False: seen.append(cfg) or {}
-    )
+def test_the_cli_trains_with_the_numbers_of_a_yaml_file(tmp_path, capsys, runs_seen):
     path = _yaml(tmp_path, "lr: 3e-4\ntotal-steps: 1e6\nq_lr: 1e-3\n")
     assert main(["train", "--config", str(path), "--run-dir", str(tmp_path / "run")]) == 0
-    cfg = seen[0]
+    cfg = runs_seen[0][0]
     assert cfg.lr == 3e-4 and cfg.q_lr == 1e-3
     assert cfg.total_steps == 1_000_000 and type(cfg.total_steps) is int
     path.write_text("total_steps: 2.5\n")

@@ -2,15 +2,20 @@
 
 Every field of TrainConfig is a kebab-case flag whose help and default come from the field.
 Precedence: defaults < ``--config FILE`` < flags given on the command line (< nothing else), and
-for ``--resume`` the saved run's config takes the place of the defaults.
+for ``--resume`` the saved run's config takes the place of the defaults. ``asyncrl train`` is
+the Python API's ``asyncrl.train`` with the flags as keywords; ``asyncrl eval`` acts through
+the same ``Policy`` as ``asyncrl.load``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from asyncrl.config import (
@@ -169,39 +174,36 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("run_dir", help="a run directory written by asyncrl train")
     ev.add_argument("--episodes", type=int, default=10, help="episodes to run (default: 10)")
     ev.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
-    ev.add_argument("--seed", type=int, default=10_000, help="env seed (default: 10000)")
+    ev.add_argument(
+        "--seed",
+        type=int,
+        default=10_000,
+        help="env seed of the first episode; episode i is reset with seed + i (default: 10000)",
+    )
+    ev.add_argument(
+        "--checkpoint",
+        choices=("latest", "best"),
+        default="latest",
+        help="latest: the newest checkpoint; best: checkpoint-best.pt, the policy that evaluated "
+        "best during training (--eval-every) (default: latest)",
+    )
+    ev.add_argument(
+        "--video",
+        metavar="FILE",
+        help="also record the episodes, rendered off-screen, as an animated GIF (MuJoCo envs "
+        "need MUJOCO_GL=egl or osmesa; classic-control envs need pygame)",
+    )
     return parser
 
 
 def _train(args: argparse.Namespace) -> int:
-    from asyncrl.config import resolve, validate
-    from asyncrl.envs import check_env, env_family
-    from asyncrl.rundir import claim_run_dir, default_run_dir, load_run_config
-    from asyncrl.runtime.trainer import train
+    from asyncrl.api import train
 
     given = {k: v for k, v in vars(args).items() if k in FIELDS}
-    if args.resume:
-        base = load_run_config(args.resume)
-        given["run_dir"] = args.resume
-    else:
-        base = TrainConfig()
-    if args.config:
-        values = load_yaml(args.config)
-        # A run's saved config.yaml names that run's directory: used as the template of a new
-        # run it must not send the new run there. Only --run-dir (or --resume) chooses one.
-        values.pop("run_dir", None)
-        base = from_dict(values, base)
-    cfg = dataclasses.replace(base, **given)
-    # a setting that cannot work must not cost the run --overwrite would delete; train()
-    # resolves again and says what the preset filled
-    validate(resolve(cfg, env_family(cfg.env)))
-    if args.overwrite:
-        check_env(cfg.env, cfg.algo)
-    if not cfg.run_dir:
-        cfg.run_dir = str(default_run_dir(cfg))
-    claim_run_dir(cfg.run_dir, resume=bool(args.resume), overwrite=args.overwrite)
-    summary = train(cfg, resume=bool(args.resume))
-    _print_summary(summary)
+    # validated before the run directory is claimed: a setting that cannot work must not cost
+    # the run --overwrite would delete
+    result = train(config=args.config, resume=args.resume, overwrite=args.overwrite, **given)
+    _print_summary(result.summary)
     return 0
 
 
@@ -246,6 +248,20 @@ def _print_summary(summary: dict[str, Any]) -> None:
     Console().print(table)
 
 
+@contextlib.contextmanager
+def _offscreen_pygame(on: bool) -> Iterator[None]:
+    """Classic-control envs render through pygame, whose SDL looks for a display (and prints an
+    error line where there is none) unless told to draw off-screen, as a video does."""
+    if not on or "SDL_VIDEODRIVER" in os.environ:
+        yield
+        return
+    os.environ["SDL_VIDEODRIVER"] = "dummy"
+    try:
+        yield
+    finally:
+        del os.environ["SDL_VIDEODRIVER"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from asyncrl.rundir import CheckpointWriteError
@@ -262,11 +278,22 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.episodes < 1:
             raise ConfigError(f"episodes: must be >= 1, got {args.episodes}")
-        result = evaluate(args.run_dir, args.episodes, not args.stochastic, args.seed)
+        with _offscreen_pygame(bool(args.video)):
+            result = evaluate(
+                args.run_dir,
+                args.episodes,
+                not args.stochastic,
+                args.seed,
+                checkpoint=args.checkpoint,
+                video=args.video,
+            )
         print(
             f"{result['mean_return']:.2f} +/- {result['std_return']:.2f} "
-            f"over {result['episodes']} episodes"
+            f"over {result['episodes']} episodes (mean length {result['mean_length']:.1f})"
         )
+        if args.video:
+            frames = sum(result["lengths"]) + result["episodes"]
+            print(f"video: {args.video} ({frames} frames)")
         print(json.dumps(result))
         return 0
     except ConfigError as e:

@@ -33,6 +33,7 @@ LR_SCHEDULES = ("constant", "linear")
 SYNC_MODES = ("shared", "synced")
 ACTIVATIONS = ("tanh", "relu")
 ON_ENV_ERROR = ("raise", "restart")
+DEVICES = ("cpu", "cuda", "auto")
 
 # Named presets: per algorithm, the values of the settings left unset (None). "classic" holds
 # the values asyncrl always had for classic control (CartPole, Pendulum), SAC's apart; "mujoco"
@@ -239,6 +240,20 @@ class TrainConfig:
     tensorboard: bool = _f(True, "write TensorBoard scalars to the run directory")
     threads_learner: int = _f(1, "torch threads of the learner")
     threads_actor: int = _f(1, "torch threads of each actor")
+    device: str = _f(
+        "cpu",
+        "where the learner's networks and updates run: cpu, cuda, or auto (cuda if there is "
+        "one); actors always act on the CPU and policy versions travel as CPU tensors",
+        choices=DEVICES,
+    )
+    # --- evaluation during training
+    eval_every: int = _f(
+        0,
+        "env steps between evaluations during training: deterministic episodes on separate "
+        "envs in a background process, logged as eval/* rows; the best policy so far is kept "
+        "as checkpoint-best.pt (0: off)",
+    )
+    eval_episodes: int = _f(10, "episodes per evaluation during training")
 
     # ------------------------------------------------------------------ derived quantities
     @property
@@ -487,8 +502,10 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
         "actor_restarts",
         "env_step_timeout",
         "reward_clip",
+        "eval_every",
     ):
         _need(getattr(cfg, name) >= 0, f"{name}: must be >= 0, got {getattr(cfg, name)}")
+    _need(cfg.eval_episodes >= 1, f"eval_episodes: must be >= 1, got {cfg.eval_episodes}")
     _need(cfg.vtrace_rho_bar > 0, f"vtrace_rho_bar: must be > 0, got {cfg.vtrace_rho_bar}")
     _need(cfg.vtrace_c_bar > 0, f"vtrace_c_bar: must be > 0, got {cfg.vtrace_c_bar}")
     _need(
@@ -514,6 +531,27 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
         _validate_sac(cfg)
     _need(cfg.threads_learner >= 1, f"threads_learner: must be >= 1, got {cfg.threads_learner}")
     _need(cfg.threads_actor >= 1, f"threads_actor: must be >= 1, got {cfg.threads_actor}")
+    _validate_device(cfg)
+
+
+def _validate_device(cfg: TrainConfig) -> None:
+    """Refuse a device the learner could not use, before anything starts (torch is imported
+    only for this question, so the config stays light for everything else)."""
+    if cfg.device != "cuda":
+        return
+    _need(
+        not cfg.hogwild,
+        "device: Hogwild! workers train the network in shared CPU memory; --device cuda "
+        "does not apply (use --device cpu)",
+    )
+    import torch
+
+    _need(
+        torch.cuda.is_available(),
+        "device: cuda asked for, but this torch sees no CUDA device ("
+        + ("no GPU or driver found" if torch.version.cuda else "it is a CPU-only build")
+        + "); use --device cpu or auto",
+    )
 
 
 def _validate_hogwild(cfg: TrainConfig) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -116,6 +117,17 @@ def check_env(env_id: str, algo: str = "ppo") -> EnvSpec:
         env = gym.make(env_id)
     except gym.error.DependencyNotInstalled as e:
         raise ConfigError(f"env: {env_id} needs a package that is not installed: {e}") from e
+    except Exception as e:
+        gl = os.environ.get("MUJOCO_GL")
+        if gl is None or "mujoco" not in str(gym.spec(env_id).entry_point):
+            raise
+        # mujoco loads the OpenGL library MUJOCO_GL names when it is imported
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        raise ConfigError(
+            f"env: {env_id} cannot be made with MUJOCO_GL={gl!r} ({type(e).__name__}: "
+            f"{lines[0] if lines else 'no detail'}); egl needs libEGL, osmesa needs libOSMesa; "
+            "training needs no MUJOCO_GL (unset it)"
+        ) from e
     try:
         spec = spec_from_spaces(env_id, env.observation_space, env.action_space)
     finally:
@@ -200,6 +212,15 @@ class GuardedEnv(gym.Wrapper):
         raise AssertionError("unreachable")
 
 
+def make_env(env_id: str, render_mode: str | None = None) -> gym.Env:
+    """One env, as evaluations step it (``render_mode="rgb_array"`` for videos); training
+    actors step vector envs (:func:`make_vector_env`)."""
+    env_id = _resolve_id(env_id)
+    if render_mode is None:  # not passed at all: an env need not take the argument
+        return gym.make(env_id)
+    return gym.make(env_id, render_mode=render_mode)
+
+
 def make_vector_env(
     env_id: str,
     num_envs: int,
@@ -242,3 +263,10 @@ def restart_seed(seed: int, actor_id: int, generation: int, index: int, restart:
     ``restart``-th time: drawn from its own stream, apart from the consecutive actor seeds."""
     entropy = [seed, 1, actor_id, generation, index, restart]
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def eval_seeds(seed: int, episodes: int) -> list[int]:
+    """Reset seeds of the episodes of every evaluation during training: the same episodes each
+    time, so evaluations of successive policies compare like with like, drawn from their own
+    stream, apart from the seeds of the training envs (:func:`actor_seed`)."""
+    return [int(s) for s in np.random.SeedSequence([seed, 2]).generate_state(episodes)]

@@ -169,6 +169,7 @@ class RowWindow:
             "iteration",
             "wall_seconds",
             "episodic_return",
+            "episodic_length",
             "gradient_steps",
             "replay_ratio_achieved",
             "insert_blocked_seconds",
@@ -212,8 +213,9 @@ class RowWindow:
 
 class EpisodeStats:
     """Finished episodes as the learner receives them: count, and the last 100 returns and
-    lengths. ``final_return`` is the mean of the last 20 (the figure the summary, the progress
-    bar and tests use), ``last100_return`` of the last 100 (CleanRL's benchmark metric)."""
+    lengths. ``final_return`` and ``final_length`` are the means of the last 20 (the figures the
+    summary, metrics rows, the progress bar and tests use), ``last100_return`` the mean return
+    of the last 100 (CleanRL's benchmark metric)."""
 
     FINAL = 20
 
@@ -242,6 +244,13 @@ class EpisodeStats:
     @property
     def last100_return(self) -> float:
         return float(np.mean(self.returns)) if self.returns else math.nan
+
+    @property
+    def final_length(self) -> float:
+        """Mean length of the same episodes as ``final_return``."""
+        if not self.lengths:
+            return math.nan
+        return float(np.mean(list(self.lengths)[-self.FINAL :]))
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -132,7 +132,7 @@ class ActorCritic(nn.Module):
         log_std = self.log_std.expand_as(out)
         if deterministic:
             return out, (-log_std - 0.5 * LOG_2PI).sum(-1)
-        noise = torch.randn(out.shape, generator=generator)
+        noise = torch.randn(out.shape, generator=generator, device=out.device)
         a = out + noise * log_std.exp()
         return a, (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(-1)
 
@@ -153,6 +153,14 @@ def build_acting_policy(cfg, spec: EnvSpec) -> nn.Module:
     return build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
 
 
+def learner_device(name: str) -> torch.device:
+    """The device of ``--device``: ``auto`` is CUDA where torch sees it, else the CPU.
+    (``config.validate`` has refused ``cuda`` on a machine without it.)"""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
 def floating_state(module: nn.Module) -> list[torch.Tensor]:
     """Every floating-point parameter and buffer of ``module``, in state-dict order."""
     return [t for t in module.state_dict(keep_vars=True).values() if t.is_floating_point()]
@@ -162,7 +170,8 @@ class FlatParams:
     """All floating-point state of a module (parameters and buffers) as one flat vector.
 
     This is the unit a policy version is published in: one contiguous float32 copy per version,
-    whatever the transport (shared memory here, a network message later).
+    whatever the transport (shared memory here, a network message later). The vector is always
+    in CPU memory; a learner on a GPU copies its tensors there when it publishes.
     """
 
     def __init__(self, module: nn.Module):
@@ -181,7 +190,8 @@ class FlatParams:
 
     def make_contiguous(self) -> bool:
         """Move the state into one float32 vector of its own (values kept), so that
-        ``write_to`` is a single copy; False, and nothing changed, if not all float32."""
+        ``write_to`` is a single copy; False, and nothing changed, if not all float32 CPU
+        tensors."""
         vector = np.empty(self.numel, np.float32)
         self.write_to(vector)
         return self.view_into(vector)
@@ -194,14 +204,14 @@ class FlatParams:
         i = 0
         for t in self.tensors:
             n = t.numel()
-            out[i : i + n] = t.detach().reshape(-1).to(torch.float32).numpy()
+            out[i : i + n] = t.detach().reshape(-1).to("cpu", torch.float32).numpy()
             i += n
 
     def view_into(self, flat: np.ndarray) -> bool:
         """Make every tensor a view of ``flat`` (float32 state only): whatever is written there
         is the module's state at once, with no copy. False, and nothing changed, if some tensor
-        is not float32."""
-        if any(t.dtype != torch.float32 for t in self.tensors):
+        is not float32 or not in CPU memory."""
+        if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in self.tensors):
             return False
         src = torch.from_numpy(flat)
         i = 0

@@ -18,6 +18,10 @@ link costs neither disk space nor time -- a checkpoint with a replay buffer can 
 disk that is nearly full -- and since no checkpoint file is ever changed in place, the two names
 cannot disagree. On a filesystem without hard links it is a copy, written like every file here.
 
+``checkpoint-best.pt`` (with ``--eval-every``) holds the policy that scored the best mean
+return in the evaluations during training so far, with its evaluation: written like every
+file here, replaced only by a better one, never numbered or pruned.
+
 Loading never runs code from the file: checkpoints are read with ``weights_only=True``, which
 accepts tensors, numbers, strings and containers of them and refuses everything else.
 """
@@ -42,6 +46,7 @@ from asyncrl.config import ConfigError, TrainConfig, from_dict, load_yaml
 
 CONFIG = "config.yaml"
 CHECKPOINT = "checkpoint.pt"
+BEST_CHECKPOINT = "checkpoint-best.pt"
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tb"
@@ -49,7 +54,7 @@ KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state witho
 
 _NUMBERED = re.compile(r"^checkpoint-(\d+)\.pt$")
 # what _atomic_write leaves behind if the process dies between writing and renaming
-_TEMP = re.compile(r"^\.(checkpoint(-\d+)?\.pt|config\.yaml|summary\.json)\.tmp\d+$")
+_TEMP = re.compile(r"^\.(checkpoint(-\d+|-best)?\.pt|config\.yaml|summary\.json)\.tmp\d+$")
 
 
 class CheckpointWriteError(OSError):
@@ -123,7 +128,8 @@ def claim_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
 
 
 def _run_files(run_dir: Path) -> list[Path]:
-    named = [run_dir / n for n in (CONFIG, CHECKPOINT, METRICS, SUMMARY, TENSORBOARD)]
+    names = (CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD)
+    named = [run_dir / n for n in names]
     return [p for p in named if p.exists() or p.is_symlink()] + [
         p for _, p in _numbered_checkpoints(run_dir)
     ]
@@ -251,6 +257,21 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int | None
     return path
 
 
+def save_best_checkpoint(run_dir: str | Path, state: dict[str, Any]) -> Path:
+    """Write ``state`` as ``checkpoint-best.pt`` in place of the one before, atomically (see the
+    module doc); raises :class:`CheckpointWriteError` as :func:`save_checkpoint` does, leaving
+    the earlier best as it was."""
+    path = Path(run_dir) / BEST_CHECKPOINT
+    safe = _weights_only_safe(state)
+    try:
+        _atomic_write(path, lambda p: _torch_save(safe, p))
+    except OSError as e:
+        raise CheckpointWriteError(
+            e.errno, f"checkpoint not written: {e.strerror or e}", str(path)
+        ) from e
+    return path
+
+
 def _point_newest_at(path: Path) -> None:
     newest = path.with_name(CHECKPOINT)
     tmp = path.with_name(f".{CHECKPOINT}.tmp{os.getpid()}")
@@ -322,6 +343,24 @@ def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
             )
     tried = ", ".join(f.name for f in files)
     raise ConfigError(f"run_dir: {run_dir} holds no checkpoint that loads (tried {tried})")
+
+
+def load_best_checkpoint(run_dir: str | Path) -> dict[str, Any]:
+    """``checkpoint-best.pt`` of ``run_dir``; a ConfigError if there is none or it does not
+    load (there is no older one to fall back to: the latest checkpoint is another policy)."""
+    path = Path(run_dir) / BEST_CHECKPOINT
+    if not path.is_file():
+        raise ConfigError(
+            f"checkpoint: {run_dir} holds no {BEST_CHECKPOINT} (a run keeps one when it "
+            "evaluates during training: --eval-every)"
+        )
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict):
+            raise ValueError(f"holds a {type(state).__name__}, not a checkpoint's mapping")
+    except Exception as e:
+        raise ConfigError(f"checkpoint: {path} does not load ({_why(e)})") from e
+    return state
 
 
 def _why(e: Exception) -> str:

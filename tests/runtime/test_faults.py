@@ -85,6 +85,9 @@ HOGWILD = ("--hogwild", "2")
         # Hogwild!: workers, global parameters and counters in shared memory
         (signal.SIGINT, "sync", "ppo", HOGWILD),
         (signal.SIGTERM, "sync", "sac", (*HOGWILD, "--sync-mode", "synced", "--sync-every", "4")),
+        # with the evaluator process of evaluation during training
+        (signal.SIGINT, "async", "ppo", ("--eval-every", "300")),
+        (signal.SIGTERM, "sync", "ppo", (*HOGWILD, "--eval-every", "300")),
     ],
 )
 def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode, algo, topology):
@@ -95,6 +98,8 @@ def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode, al
     _wait_for_training(proc, run)
     children = descendants(proc.pid)
     assert len(children) >= 2  # the actors (and multiprocessing's resource tracker)
+    if "--eval-every" in topology:  # and the evaluator
+        assert len(children) >= 3
     assert shm_segments(proc.pid)
     # Ctrl+C in a terminal reaches the whole process group; send it the same way.
     proc.send_signal(sig)

@@ -45,6 +45,7 @@ class PPO:
     def __init__(self, policy: ActorCritic, cfg: PPOConfig, lr: float, compile: bool = False):
         self.policy, self.cfg = policy, cfg
         params = [p for p in policy.parameters() if p.requires_grad]
+        self.device = params[0].device
         self.params = params
         self.optimizer = torch.optim.Adam(params, lr=lr, eps=1e-5, **_fast_adam())
         self._step = torch.compile(self._minibatch_step) if compile else self._minibatch_step
@@ -111,7 +112,7 @@ class PPO:
         if cfg.max_grad_norm > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm, foreach=True)
         else:
-            grad_norm = torch.zeros(())
+            grad_norm = torch.zeros((), device=self.device)
         self.optimizer.step()
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()  # the k3 estimator
@@ -142,11 +143,11 @@ class PPO:
             group["lr"] = lr
         n, mb = batch["adv"].shape[0], self.cfg.minibatch_size
         keys = ("features", "actions", "logp", "adv", "returns", "values")
-        clip = torch.tensor(self.cfg.clip_coef * clip_scale)
+        clip = torch.tensor(self.cfg.clip_coef * clip_scale, device=self.device)
         stats = []
         for _ in range(self.cfg.epochs):
             # one gather per field and epoch; minibatches are then contiguous slices
-            perm = torch.randperm(n, generator=generator)
+            perm = torch.randperm(n, generator=generator).to(self.device)
             shuffled = [batch[k][perm] for k in keys]
             for start in range(0, n - mb + 1, mb):  # a ragged tail minibatch would be noisier
                 self.before_step()

@@ -81,7 +81,7 @@ class SquashedGaussianActor(nn.Module):
         else:
             # u = mu + std * eps: the standardised (u - mu) / std is eps itself, a constant
             # (its derivative in mu and std is zero), so take it as it is
-            eps = torch.randn(mu.shape, generator=generator)
+            eps = torch.randn(mu.shape, generator=generator, device=mu.device)
             u = mu + eps * log_std.exp()
             log_n = -0.5 * eps.square() - log_std
         if not with_logp:
@@ -141,14 +141,27 @@ class QEnsemble(nn.Module):
 
 
 class SAC:
-    def __init__(self, obs_dim: int, act_dim: int, low, high, cfg: SACConfig):
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        low,
+        high,
+        cfg: SACConfig,
+        device: str | torch.device = "cpu",
+        generator: torch.Generator | None = None,
+    ):
         self.cfg = cfg
-        self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.hidden, low, high)
-        self.q = QEnsemble(obs_dim, act_dim, cfg.hidden)
-        self.q_target = QEnsemble(obs_dim, act_dim, cfg.hidden)
+        # draws the policy's samples in updates (None: torch's global generator); a learner
+        # passes its own, so that training leaves the global random state alone
+        self.generator = generator
+        # initialised on the CPU, then moved: the same initial networks on any device
+        self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.hidden, low, high).to(device)
+        self.q = QEnsemble(obs_dim, act_dim, cfg.hidden).to(device)
+        self.q_target = QEnsemble(obs_dim, act_dim, cfg.hidden).to(device)
         self.q_target.load_state_dict(self.q.state_dict())
         self.q_target.requires_grad_(False)
-        self.log_alpha = torch.zeros((), requires_grad=True)
+        self.log_alpha = torch.zeros((), device=device, requires_grad=True)
         self.target_entropy = -float(act_dim) if cfg.target_entropy is None else cfg.target_entropy
         self.q_opt = _fused_adam(self.q.parameters(), cfg.q_lr)
         self.actor_opt = _fused_adam(self.actor.parameters(), cfg.policy_lr)
@@ -159,7 +172,7 @@ class SAC:
     @torch.no_grad()
     def critic_target(self, b: dict[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
         """r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s')."""
-        next_a, next_logp = self.actor(b["next_obs"])
+        next_a, next_logp = self.actor(b["next_obs"], generator=self.generator)
         next_q = self.q_target(b["next_obs"], next_a).min(0).values - alpha * next_logp
         return b["reward"] + self.cfg.gamma * (1.0 - b["terminated"]) * next_q
 
@@ -180,7 +193,7 @@ class SAC:
         q_loss.backward()
         self.q_opt.step()
         # --- actor: alpha log pi(a|s) - min_i Q_i(s, a), critic weights detached
-        a, logp = self.actor(b["obs"])
+        a, logp = self.actor(b["obs"], generator=self.generator)
         q_pi = self.q(b["obs"], a, frozen=True).min(0).values
         actor_loss = (alpha * logp - q_pi).mean()
         self.actor_opt.zero_grad(set_to_none=True)
@@ -210,7 +223,9 @@ class SAC:
     STATS = ("loss/q", "loss/actor", "charts/alpha", "charts/entropy", "charts/q_mean")
 
     def state_dict(self) -> dict:
+        extra = {} if self.generator is None else {"generator": self.generator.get_state()}
         return {
+            **extra,
             "actor": self.actor.state_dict(),
             "q": self.q.state_dict(),
             "q_target": self.q_target.state_dict(),
@@ -221,6 +236,8 @@ class SAC:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        if self.generator is not None and "generator" in state:  # older checkpoints: none
+            self.generator.set_state(state["generator"])
         self.actor.load_state_dict(state["actor"])
         self.q.load_state_dict(state["q"])
         self.q_target.load_state_dict(state["q_target"])

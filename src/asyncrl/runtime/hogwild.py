@@ -18,8 +18,10 @@ temperature, PPO's observation statistics (their change is summed like any other
 approximation of merging the workers' statistics). Optimizer state stays per worker.
 
 The parent process owns the shared memory and the workers, logs what they report (per-worker
-and total env steps, return over the episodes of all workers), checkpoints the global network
-and stops everyone on the step budget, the time limit, Ctrl+C or SIGTERM.
+and total env steps, return over the episodes of all workers), hands the global network to the
+evaluations during training, checkpoints it and stops everyone on the step budget, the time
+limit, the caller's callback, Ctrl+C or SIGTERM (``trainer.train`` handles that signal and
+restores the process's settings around this run).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import os
 import queue
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +49,7 @@ from asyncrl.rundir import restore_learner, save_checkpoint, save_summary
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import ActorError, Restarts, is_env_error
 from asyncrl.runtime.backends.process import POLL, ChildProcesses, die_with_parent, report_failure
+from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)
@@ -212,10 +216,18 @@ def worker_main(
         status.close()
 
 
-def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) -> dict[str, Any]:
-    """The parent's side of a Hogwild! run; ``trainer.train`` has validated ``cfg`` and made
-    the run directory. Returns the summary (also written to summary.json)."""
-    from asyncrl.runtime.trainer import Interrupted, _on_sigterm, make_learner
+def train_hogwild(
+    cfg: TrainConfig,
+    spec: EnvSpec,
+    run_dir: Path,
+    resume: bool,
+    callback: Callable[[dict[str, Any]], Any] | None = None,
+) -> dict[str, Any]:
+    """The parent's side of a Hogwild! run; ``trainer.train`` has validated ``cfg``, made the
+    run directory and handles SIGTERM around it. ``callback(row)`` is called with every
+    worker iteration's row; ``False`` stops the workers and the run ends as a finished one
+    does. Returns the summary (also written to summary.json)."""
+    from asyncrl.runtime.trainer import Interrupted, make_learner
 
     M = cfg.hogwild
     ctx = mp.get_context("spawn")
@@ -232,12 +244,12 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
     reports = ctx.Queue()
     stop = ctx.Event()
     episodes = holder.episode_stats
-    log = progress = None
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    interrupted = False
+    log = progress = evals = None
+    interrupted = stopped = False
     try:
         flat.write_to(params.array)
         log = MetricsLog(run_dir, cfg.tensorboard)
+        evals = Evaluations(cfg, spec, run_dir, log, steps_before, resume)
         progress = ProgressDisplay(cfg.total_steps, cfg.progress, steps_before)
         meter = Throughput(cfg.envs_per_actor)
 
@@ -285,6 +297,11 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
         def total_steps() -> int:
             return steps_before + int(counters.array[:, STEPS].sum())
 
+        def global_policy() -> np.ndarray:
+            """The acting policy of the global network as it is now, as a published vector."""
+            flat.read_from(params.array.copy())
+            return holder.policy_vector()
+
         def checkpoint() -> None:
             nonlocal last_ckpt
             last_ckpt = time.perf_counter()
@@ -293,6 +310,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
             holder.iterations = int(counters.array[:, ITERATIONS].sum())
             state = {
                 "learner": holder.state_dict(),
+                "policy": holder.policy.state_dict(),  # what acts (shares the tensors)
                 "config": cfg.to_dict(),
                 "wall_seconds": earlier_seconds + meter.wall,
                 "hogwild": counters.array.tolist(),
@@ -306,7 +324,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
 
         def receive(deadline: float = math.inf) -> None:
             """Handle reports until every worker has said it is done (or the deadline)."""
-            nonlocal finished, learn_seconds, first, t_wait
+            nonlocal finished, learn_seconds, first, t_wait, stopped
             while finished < M and time.perf_counter() < deadline:
                 supervise()
                 try:
@@ -326,6 +344,7 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
                 if first is None and updates > 0:  # rates from the first gradient step on
                     first = (meter.last, updates)
                 row["episodic_return"] = episodes.final_return
+                row["episodic_length"] = episodes.final_length
                 row[f"worker_env_steps/{worker}"] = int(counters.array[worker, STEPS])
                 row["gradient_steps"] = updates
                 row["wall_seconds"] = earlier_seconds + meter.wall
@@ -335,6 +354,11 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
                 progress.update(steps, episodes.final_return, row["eps"], sps, lag)
                 if cfg.max_seconds and meter.wall >= cfg.max_seconds:
                     stop.set()
+                evaluated = evals.step(steps, global_policy)
+                if not stopped and callback is not None:
+                    if callback({"env_steps": steps, **row, **evaluated}) is False:
+                        stopped = True
+                        stop.set()  # the workers push their work and say goodbye
                 if cfg.checkpoint_every and time.perf_counter() - last_ckpt > cfg.checkpoint_every:
                     checkpoint()
                 t_wait = time.perf_counter()
@@ -365,13 +389,16 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
             steady = (int(counters.array[:, UPDATES].sum()) - first[1]) / (meter.last - first[0])
         summary = _summary(cfg, meter, counters.array, total_steps() - steps_before, episodes)
         summary.update(health())
+        evals.finish(wait=not interrupted)  # the evaluation in progress, off the run's clock
+        summary.update(evals.summary())
         summary.update(
             learn_seconds=learn_seconds / M,
             gradient_steps_per_second_steady=steady,
             env_steps=total_steps(),
             interrupted=interrupted,
+            stopped_by_callback=stopped,
             resumed=resume,
-            time_limited=total_steps() < cfg.total_steps and not interrupted,
+            time_limited=total_steps() < cfg.total_steps and not (interrupted or stopped),
             run_dir=str(run_dir),
         )
         save_summary(run_dir, summary)
@@ -379,10 +406,11 @@ def train_hogwild(cfg: TrainConfig, spec: EnvSpec, run_dir: Path, resume: bool) 
             raise Interrupted("interrupted")
         return summary
     finally:
-        signal.signal(signal.SIGTERM, previous)
         stop.set()
         if progress is not None:
             progress.close()
+        if evals is not None:
+            evals.close()
         children.close((reports,))
         if log is not None:
             log.close()
@@ -415,6 +443,7 @@ def _summary(
         # mean of the last 20 episodes of all workers: a return against *total* frames
         "final_return": episodes.final_return,
         "last100_return": episodes.last100_return,
+        "final_length": episodes.final_length,
         # lag is in each worker's own versions: it trains on what its copy just collected
         **meter.summary(new_steps, cfg.hogwild),
         "worker_env_steps": counters[:, STEPS].tolist(),

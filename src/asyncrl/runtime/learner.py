@@ -19,7 +19,7 @@ from asyncrl.algos.reward_norm import RewardNormalizer
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats
-from asyncrl.nets import FlatParams, build_policy
+from asyncrl.nets import FlatParams, build_policy, learner_device
 from asyncrl.runtime.transport import Slot
 
 ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
@@ -35,6 +35,11 @@ class EpisodeCounters:
         return self.episode_stats.final_return
 
     @property
+    def final_length(self) -> float:
+        """Mean length of the last 20 finished episodes (those of ``final_return``)."""
+        return self.episode_stats.final_length
+
+    @property
     def episodes(self) -> int:
         return self.episode_stats.episodes
 
@@ -42,9 +47,15 @@ class EpisodeCounters:
 class Learner(EpisodeCounters):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec):
         self.cfg, self.spec = cfg, spec
-        torch.manual_seed(cfg.seed)
+        self.device = learner_device(cfg.device)
+        # The network starts from cfg.seed as torch's global generator draws it; the global
+        # state is put back at once (updates draw from self.generator): training never changes
+        # the caller's random state. Initialised on the CPU: the same on any device.
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(cfg.seed)  # the CPU one: CUDA's untouched
+            policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
         self.generator = torch.Generator().manual_seed(cfg.seed + 7)
-        self.policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
+        self.policy = policy.to(self.device)
         ppo_cfg = PPOConfig(**{f.name: getattr(cfg, f.name) for f in fields(PPOConfig)})
         self.algo = PPO(self.policy, ppo_cfg, cfg.lr, compile=cfg.compile)
         self.flat = FlatParams(self.policy)
@@ -60,6 +71,13 @@ class Learner(EpisodeCounters):
         """Publish the current parameters as version ``self.version`` to ``store`` (a Backend,
         or a PolicyStore: anything with ``publish(version, write)``)."""
         store.publish(self.version, self.flat.write_to)
+
+    def policy_vector(self) -> np.ndarray:
+        """A copy of the policy as a published version holds it (float32, CPU): what an
+        evaluation during training acts with."""
+        out = np.empty(self.flat.numel, np.float32)
+        self.flat.write_to(out)
+        return out
 
     def work_ahead(self) -> None:
         """Nothing: an on-policy update needs the batch it waits for."""
@@ -85,8 +103,9 @@ class Learner(EpisodeCounters):
         """One training iteration on ``slots`` (joined along the env axis). The caller publishes
         the new version before the slots are refilled."""
         t0 = time.perf_counter()
-        rollout = {
-            k: torch.from_numpy(_join([getattr(s, k) for s in slots])) for k in ROLLOUT_FIELDS
+        rollout = {  # on the CPU, no copy; else one copy to the learner's device
+            k: torch.from_numpy(_join([getattr(s, k) for s in slots])).to(self.device)
+            for k in ROLLOUT_FIELDS
         }
         if self.reward_norm is not None:  # before GAE / V-trace; the slots stay as written
             rollout["rewards"] = torch.from_numpy(

@@ -33,21 +33,24 @@ from asyncrl.algos.sac import SAC, SACConfig
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats
-from asyncrl.nets import FlatParams
+from asyncrl.nets import FlatParams, learner_device
 from asyncrl.runtime.learner import EpisodeCounters
 from asyncrl.runtime.rate_limiter import LimiterClosed, RateLimiter
 from asyncrl.runtime.replay import ReplayBuffer
 from asyncrl.runtime.transport import Slot
 
 
-def as_update_batch(b: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    """A replay sample as the tensors ``SAC.update`` reads (no copies)."""
+def as_update_batch(
+    b: dict[str, np.ndarray], device: torch.device | None = None
+) -> dict[str, torch.Tensor]:
+    """A replay sample as the tensors ``SAC.update`` reads (no copies on the CPU; one copy
+    each to another ``device``)."""
     return {
-        "obs": torch.from_numpy(b["obs"]),
-        "action": torch.from_numpy(b["action"]),
-        "reward": torch.from_numpy(b["reward"]),
-        "next_obs": torch.from_numpy(b["next_obs"]),
-        "terminated": torch.from_numpy(b["terminated"]).float(),
+        "obs": torch.from_numpy(b["obs"]).to(device),
+        "action": torch.from_numpy(b["action"]).to(device),
+        "reward": torch.from_numpy(b["reward"]).to(device),
+        "next_obs": torch.from_numpy(b["next_obs"]).to(device),
+        "terminated": torch.from_numpy(b["terminated"]).to(device).float(),
     }
 
 
@@ -62,17 +65,24 @@ class OptimizerFailed(RuntimeError):
 class SACLearner(EpisodeCounters):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec):
         self.cfg, self.spec = cfg, spec
-        torch.manual_seed(cfg.seed)
-        self.sac = SAC(
-            spec.obs_dim,
-            spec.n_actions,
-            spec.action_low,
-            spec.action_high,
-            SACConfig(cfg.gamma, cfg.tau, cfg.policy_lr, cfg.q_lr, tuple(cfg.hidden)),
-        )
+        self.device = learner_device(cfg.device)
+        # The networks start from cfg.seed as torch's global generator draws them; the global
+        # state is put back at once, and the updates draw from the learner's own generator:
+        # training never changes the caller's random state.
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(cfg.seed)  # the CPU one: CUDA's untouched
+            self.sac = SAC(
+                spec.obs_dim,
+                spec.n_actions,
+                spec.action_low,
+                spec.action_high,
+                SACConfig(cfg.gamma, cfg.tau, cfg.policy_lr, cfg.q_lr, tuple(cfg.hidden)),
+                self.device,
+                torch.Generator(self.device).manual_seed(cfg.seed + 7),
+            )
         self.policy = self.sac.actor  # what actors act with
         self.flat = FlatParams(self.sac.actor)
-        self.flat.make_contiguous()  # publishing a version is then one copy
+        self.flat.make_contiguous()  # publishing a version is then one copy (CPU only)
         self.replay = ReplayBuffer(
             cfg.buffer_size, spec.obs_shape, np.float32, (spec.n_actions,), seed=cfg.seed
         )
@@ -113,7 +123,7 @@ class SACLearner(EpisodeCounters):
         with self._replay_lock:
             if idx is None:
                 idx = self.replay.draw_indices(self.cfg.batch_size)
-            batch = as_update_batch(self.replay.take(idx))
+            batch = as_update_batch(self.replay.take(idx), self.device)
         t0 = time.perf_counter()
         if self.learning_began is None:
             self.learning_began = (t0, self.env_steps)
@@ -127,6 +137,14 @@ class SACLearner(EpisodeCounters):
             if self.async_ and self._store is not None:
                 self._store.publish(self.version, self.flat.write_to)
         self.learn_seconds += time.perf_counter() - t0
+
+    def policy_vector(self) -> np.ndarray:
+        """A copy of the actor as a published version holds it (float32, CPU), taken between
+        updates: what an evaluation during training acts with."""
+        out = np.empty(self.flat.numel, np.float32)
+        with self._update_lock:
+            self.flat.write_to(out)
+        return out
 
     def _optimizer_loop(self) -> None:
         torch.set_num_threads(self.cfg.threads_learner)

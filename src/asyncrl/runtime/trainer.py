@@ -7,15 +7,24 @@ Sync vs async is decided by how many slots a batch holds and when an actor may s
 rollout (the backends' SlotBook); the backend decides where actors run and how rollouts and
 policy versions travel, and supervises its actors. The loop itself owns the run directory, the
 periodic and final checkpoints and the summary, and adds the backend's fault counters
-(``health()``) to both.
+(``health()``) to both; it hands policies to the evaluations during training
+(``runtime/evaluator.py``) and asks the caller's callback after every iteration whether to go
+on.
+
+A run may be started from any thread and leaves its process as it found it
+(:func:`process_state_kept`): the torch thread count is restored, global random states are
+never changed, and a SIGTERM handler is installed only on the main thread, and the one before
+put back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +44,12 @@ from asyncrl.rundir import (
 )
 from asyncrl.runtime.backends import make_backend
 from asyncrl.runtime.backends.base import ActorError, Backend
+from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.learner import Learner
+
+Callback = Callable[[dict[str, Any]], Any]
+"""Called after every training iteration with that iteration's figures; returning ``False``
+(exactly ``False``, not any false value) ends the run early, as a finished one ends."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -44,6 +58,34 @@ class Interrupted(KeyboardInterrupt):
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise Interrupted(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def process_state_kept(cfg: TrainConfig) -> Iterator[None]:
+    """Run a training run inside: what it changes in its process is put back afterwards,
+    however it ends.
+
+    * the calling thread's torch thread count (set to ``threads_learner`` meanwhile);
+    * SIGTERM, which ends a run like Ctrl+C (checkpoint, actors stopped, memory freed), is
+      handled only when the run is on the main thread -- Python lets only that thread install
+      handlers, and only it receives signals -- and the handler before is restored.
+
+    Global random states are not restored here because a run does not change them: torch's
+    is used only to draw initial networks and put back at once (see the learners), every
+    other draw comes from a generator of the run's own, and numpy's and Python's global
+    states are never used. (Restoring them afterwards would rewind the draws a caller's other
+    threads made meanwhile.)
+    """
+    threads = torch.get_num_threads()
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if on_main else None
+    try:
+        torch.set_num_threads(cfg.threads_learner)
+        yield
+    finally:
+        if on_main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        torch.set_num_threads(threads)
 
 
 def make_learner(cfg: TrainConfig, spec):
@@ -59,12 +101,17 @@ def train(
     resume: bool = False,
     on_start: Callable[[Backend], None] | None = None,
     overwrite: bool = False,
+    callback: Callback | None = None,
 ) -> dict[str, Any]:
     """Train to ``cfg.total_steps`` env steps; returns the summary (also in summary.json).
     A ``cfg.run_dir`` that holds a run is refused unless ``resume`` (continue it) or
     ``overwrite`` (start over). ``on_start(backend)`` is called once the actors are started
-    (tools and fault tests watch the fleet through it). Settings left unset (None) are filled
-    from ``cfg.preset`` (auto: the env's family), and one line says which and with what."""
+    (tools and fault tests watch the fleet through it). ``callback(row)`` is called after every
+    training iteration (see :data:`Callback`); when it returns ``False`` the run ends as a
+    finished one does, with ``stopped_by_callback`` in the summary. May be called from any
+    thread; leaves the process's settings as they were (:func:`process_state_kept`).
+    Settings left unset (None) are filled from ``cfg.preset`` (auto: the env's family), and
+    one line says which and with what."""
     given, cfg = cfg, resolve(cfg, env_family(cfg.env))
     validate(cfg)
     spec = check_env(cfg.env, cfg.algo)  # before any process or segment exists
@@ -76,18 +123,30 @@ def train(
     line = preset_line(given, cfg)
     if line:
         print(line, flush=True)
-    torch.set_num_threads(cfg.threads_learner)
-    if cfg.hogwild:
-        from asyncrl.runtime.hogwild import train_hogwild
+    with process_state_kept(cfg):
+        if cfg.hogwild:
+            from asyncrl.runtime.hogwild import train_hogwild
 
-        return train_hogwild(cfg, spec, run_dir, resume)
+            return train_hogwild(cfg, spec, run_dir, resume, callback)
+        return _train_pipeline(cfg, spec, run_dir, resume, on_start, callback)
 
+
+def _train_pipeline(
+    cfg: TrainConfig,
+    spec: Any,
+    run_dir: Path,
+    resume: bool,
+    on_start: Callable[[Backend], None] | None,
+    callback: Callback | None,
+) -> dict[str, Any]:
+    """The actor-learner run of :func:`train`, which has checked ``cfg`` and claimed
+    ``run_dir``."""
     backend = None
     log = None
     progress = None
     learner = None
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    interrupted = False
+    evals = None
+    interrupted = stopped = False
     try:
         learner = make_learner(cfg, spec)
         earlier_seconds = restore_learner(run_dir, learner) if resume else 0.0
@@ -95,6 +154,7 @@ def train(
         backend = make_backend(cfg, spec, learner.flat.numel)
         learner.publish(backend)
         log = MetricsLog(run_dir, cfg.tensorboard)
+        evals = Evaluations(cfg, spec, run_dir, log, learner.env_steps, resume)
         progress = ProgressDisplay(cfg.total_steps, cfg.progress, learner.env_steps)
         meter = Throughput(cfg.envs_per_actor)
         window = RowWindow(cfg.envs_per_actor)
@@ -103,12 +163,18 @@ def train(
             on_start(backend)
         last_ckpt = time.perf_counter()
 
+        def counters() -> dict[str, Any]:
+            return {
+                **backend.health(),
+                "episodic_return": learner.final_return,
+                "episodic_length": learner.final_length,
+                "iteration": learner.iterations,
+                "wall_seconds": earlier_seconds + meter.wall,
+            }
+
         def write_row() -> None:
             row = window.fold()
-            row.update(backend.health())
-            row["episodic_return"] = learner.final_return
-            row["iteration"] = learner.iterations
-            row["wall_seconds"] = earlier_seconds + meter.wall
+            row.update(counters())
             log.write(learner.env_steps, row)
 
         def checkpoint() -> None:
@@ -116,6 +182,7 @@ def train(
                 run_dir,
                 {
                     "learner": learner.state_dict(),
+                    "policy": learner.policy.state_dict(),  # what acts (shares the tensors)
                     "config": cfg.to_dict(),
                     "wall_seconds": earlier_seconds + meter.wall,
                 },
@@ -146,6 +213,12 @@ def train(
                 window.add(row)
                 if learner.iterations % cfg.log_every == 0:
                     write_row()
+                evaluated = evals.step(learner.env_steps, learner.policy_vector)
+                if callback is not None:
+                    info = {"env_steps": learner.env_steps, **row, **counters(), **evaluated}
+                    if callback(info) is False:
+                        stopped = True
+                        break
                 if cfg.checkpoint_every and time.perf_counter() - last_ckpt > cfg.checkpoint_every:
                     last_ckpt = time.perf_counter()
                     try:
@@ -171,10 +244,13 @@ def train(
         checkpoint()
         summary = _summary(cfg, learner, meter, learner.env_steps - steps_at_start)
         summary.update(backend.health())
+        evals.finish(wait=not interrupted)  # the evaluation in progress, off the run's clock
+        summary.update(evals.summary())
         summary.update(
             interrupted=interrupted,
+            stopped_by_callback=stopped,
             resumed=resume,
-            time_limited=learner.env_steps < cfg.total_steps and not interrupted,
+            time_limited=learner.env_steps < cfg.total_steps and not (interrupted or stopped),
             run_dir=str(run_dir),
         )
         save_summary(run_dir, summary)
@@ -182,9 +258,10 @@ def train(
             raise KeyboardInterrupt
         return summary
     finally:
-        signal.signal(signal.SIGTERM, previous)
         if progress is not None:
             progress.close()
+        if evals is not None:
+            evals.close()
         if learner is not None and hasattr(learner, "close"):
             learner.close()
         if backend is not None:
@@ -207,6 +284,7 @@ def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: i
         "episodes": learner.episodes,
         "final_return": learner.final_return,
         "last100_return": learner.episode_stats.last100_return,
+        "final_length": learner.final_length,
         **meter.summary(new_steps, cfg.actors),
         "learn_seconds": learner.learn_seconds,
         **_off_policy_summary(learner, meter.wall),

@@ -42,6 +42,8 @@ def read_curve(run_dir: Path) -> Curve:
     with (Path(run_dir) / METRICS).open() as f:
         for line in f:
             row = json.loads(line)
+            if "eval/mean_return" in row:  # an evaluation during training, not a training row
+                continue
             elapsed += row.get("T", 0.0)
             steps.append(int(row["env_steps"]))
             walls.append(float(row.get("wall_seconds", elapsed)))

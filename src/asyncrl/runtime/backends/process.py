@@ -48,8 +48,8 @@ POLL = 0.2  # seconds between liveness checks of a blocked actor or an idle supe
 PR_SET_PDEATHSIG = 1
 
 
-class _Stopped(Exception):
-    pass
+class Stopped(Exception):
+    """Raised in a child by :func:`wait_for` when the run stops or its parent is gone."""
 
 
 def die_with_parent() -> None:
@@ -66,7 +66,7 @@ def wait_for(get: Any, stop: Any, parent: int) -> Any:
     """Block on ``get(timeout)`` until it succeeds, the run stops or the parent dies."""
     while True:
         if stop.is_set() or os.getppid() != parent:
-            raise _Stopped
+            raise Stopped
         try:
             return get(POLL)
         except queue.Empty:
@@ -121,7 +121,7 @@ def actor_main(
             slot_id = wait_for(todo.get, stop, parent)
             actor.collect(slots.slots[slot_id], waited=time.perf_counter() - t0)
             full.put(slot_id)
-    except _Stopped:
+    except Stopped:
         pass
     except BaseException as e:
         report_failure(errors, actor_id, generation, fatal=is_env_error(e))

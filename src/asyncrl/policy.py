@@ -1,0 +1,284 @@
+"""A trained policy outside training: load it from a run directory, act with it, evaluate it,
+record a video of it.
+
+:class:`Policy` is the one way asyncrl turns a checkpoint into actions: ``asyncrl eval``, the
+Python API's :func:`load` and the evaluations during training (``--eval-every``) all act
+through it, so they agree action for action on the same observations.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from asyncrl.config import ConfigError, TrainConfig
+from asyncrl.envs import EnvSpec, check_env, make_env
+from asyncrl.nets import FlatParams, build_acting_policy
+from asyncrl.rundir import load_best_checkpoint, load_checkpoint, load_run_config
+
+CHECKPOINTS = ("latest", "best")
+
+
+class VideoError(ConfigError):
+    """The env cannot render off-screen here; the message says in one line what it needs."""
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Returns and lengths of evaluated episodes, in the order they were run."""
+
+    returns: list[float]
+    lengths: list[int]
+
+    @property
+    def episodes(self) -> int:
+        """Episodes run."""
+        return len(self.returns)
+
+    @property
+    def mean_return(self) -> float:
+        """Mean episode return (NaN without episodes)."""
+        return float(np.mean(self.returns)) if self.returns else math.nan
+
+    @property
+    def std_return(self) -> float:
+        """Standard deviation of the episode returns."""
+        return float(np.std(self.returns)) if self.returns else math.nan
+
+    @property
+    def mean_length(self) -> float:
+        """Mean episode length in env steps."""
+        return float(np.mean(self.lengths)) if self.lengths else math.nan
+
+    @property
+    def std_length(self) -> float:
+        """Standard deviation of the episode lengths."""
+        return float(np.std(self.lengths)) if self.lengths else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures and the episodes as plain JSON-ready data."""
+        return {
+            "episodes": self.episodes,
+            "mean_return": self.mean_return,
+            "std_return": self.std_return,
+            "mean_length": self.mean_length,
+            "std_length": self.std_length,
+            "returns": list(self.returns),
+            "lengths": list(self.lengths),
+        }
+
+
+class Policy:
+    """A policy of a run, on the CPU, ready to act: PPO's actor-critic or SAC's actor, with the
+    observation normalisation it was trained with (its statistics are part of the saved policy).
+
+    Made by :func:`load` (or ``TrainResult.load``); ``config`` is the run's resolved config,
+    ``spec`` its env's shapes, ``env_steps`` the training env steps the weights had seen, and
+    ``evaluation`` the evaluation during training that made a best checkpoint best (else None).
+    """
+
+    def __init__(self, module: torch.nn.Module, config: TrainConfig, spec: EnvSpec, seed: int = 0):
+        self.module = module.eval().requires_grad_(False)
+        self.config, self.spec = config, spec
+        self.env_steps: int | None = None
+        self.evaluation: dict[str, Any] | None = None
+        self.generator = torch.Generator().manual_seed(seed)  # stochastic actions only
+        self._flat: FlatParams | None = None
+
+    @classmethod
+    def build(cls, config: TrainConfig, spec: EnvSpec, seed: int = 0) -> Policy:
+        """An untrained policy of the run's shape. Drawing its initial weights leaves the
+        global torch random state as it was (they are overwritten by what is loaded)."""
+        with torch.random.fork_rng(devices=[]):
+            module = build_acting_policy(config, spec)
+        return cls(module, config, spec, seed)
+
+    def load_vector(self, vector: np.ndarray) -> None:
+        """Take the parameters of a published policy version (the flat float32 vector actors
+        read): how evaluations during training receive the newest policy."""
+        if self._flat is None:
+            self._flat = FlatParams(self.module)
+        self._flat.read_from(vector)
+
+    def act(self, obs: Any, deterministic: bool = True) -> Any:
+        """The action for one observation, or actions for a batch of them.
+
+        ``obs`` of the env's observation shape gives one action: an ``int`` for a discrete
+        action space, an array of the action shape for a continuous one. A batch (an extra
+        leading axis) gives an array with the same leading axis. Continuous actions are
+        clipped to the action space, as the env receives them in training. ``deterministic``
+        takes the policy's mode (the mean; SAC: the squashed mean); otherwise actions are
+        sampled with this policy's own generator (the global random state is not used).
+        """
+        x = np.asarray(obs, dtype=np.float32)
+        shape = self.spec.obs_shape
+        single = x.shape == shape
+        if not single and x.shape[1:] != shape:
+            raise ValueError(
+                f"obs of shape {x.shape}: expected {shape} (one observation) or "
+                f"(batch, {', '.join(map(str, shape))}) (a batch)"
+            )
+        batch = torch.from_numpy(x[None] if single else x)
+        with torch.no_grad():
+            action, _ = self.module.act(batch, deterministic, self.generator)
+        a = action.numpy()
+        if not self.spec.discrete:
+            a = np.clip(a, self.spec.action_low, self.spec.action_high)
+        if single:
+            return int(a[0]) if self.spec.discrete else a[0]
+        return a
+
+    def evaluate(
+        self,
+        episodes: int = 10,
+        seed: int = 10_000,
+        deterministic: bool = True,
+        video: str | Path | None = None,
+    ) -> EvalResult:
+        """Run ``episodes`` episodes on a fresh env of the run's id, episode ``i`` reset with
+        seed ``seed + i``; returns their returns and lengths. ``video``: also record them,
+        rendered off-screen, as an animated GIF at that path (one frame after each reset and
+        after every step: ``sum(lengths) + episodes`` frames). Raises :class:`VideoError`
+        (one line naming what is missing) if the env cannot render here."""
+        if episodes < 1:
+            raise ConfigError(f"episodes: must be >= 1, got {episodes}")
+        self.generator.manual_seed(seed)  # a stochastic evaluation repeats for its seed
+        seeds = range(seed, seed + episodes)
+        if video is None:
+            env = make_env(self.config.env)
+            try:
+                return run_episodes(self, env, seeds, deterministic)
+            finally:
+                env.close()
+        return self._record(Path(video), seeds, deterministic)
+
+    def _record(self, path: Path, seeds: Sequence[int], deterministic: bool) -> EvalResult:
+        from asyncrl.video import GifWriter
+
+        env_id = self.config.env
+        if not path.parent.is_dir():
+            raise VideoError(f"video: the directory {path.parent} does not exist")
+        try:  # the run's env made without rendering (load() did); what fails now is rendering
+            env = make_env(env_id, render_mode="rgb_array")
+        except Exception as e:
+            raise VideoError(_render_problem(env_id, e)) from None
+        writer = GifWriter(path, env.metadata.get("render_fps") or 30)
+
+        def record(env: Any) -> None:
+            try:
+                with warnings.catch_warnings():  # GLFW warns about a missing display, then fails
+                    warnings.filterwarnings("ignore", module="glfw")
+                    frame = env.render()
+            except Exception as e:  # what rendering needs is missing: say it in one line
+                raise VideoError(_render_problem(env_id, e)) from None
+            if frame is None:
+                raise VideoError(f"video: {env_id} rendered no rgb_array frame")
+            writer.add(frame)
+
+        try:
+            result = run_episodes(self, env, seeds, deterministic, record)
+            writer.close()
+            return result
+        except OSError as e:  # the file cannot be written (permissions, a full disk)
+            writer.abort()
+            raise VideoError(f"video: cannot write {path}: {e.strerror or e}") from e
+        except BaseException:
+            writer.abort()
+            raise
+        finally:
+            env.close()
+
+
+def _render_problem(env_id: str, err: BaseException) -> str:
+    """One line: why ``env_id`` cannot render off-screen, and what it needs."""
+    import gymnasium as gym
+
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    detail = f"{type(err).__name__}: {lines[0] if lines else 'no detail'}"
+    try:
+        entry = str(gym.spec(env_id.split(":")[-1]).entry_point)
+    except Exception:
+        entry = ""
+    if "mujoco" in entry:
+        gl = os.environ.get("MUJOCO_GL")
+        now = "MUJOCO_GL unset (glfw, which needs a display)" if gl is None else f"MUJOCO_GL={gl!r}"
+        return (
+            f"video: {env_id} cannot render off-screen with {now} ({detail}); MuJoCo renders "
+            "off-screen with MUJOCO_GL=egl (needs libEGL) or MUJOCO_GL=osmesa (needs libOSMesa)"
+        )
+    if "pygame" in detail:
+        return (
+            f"video: {env_id} renders with pygame, which is not installed; install it with "
+            'pip install "gymnasium[classic-control]"'
+        )
+    return f"video: {env_id} cannot render off-screen ({detail})"
+
+
+def run_episodes(
+    policy: Policy,
+    env: Any,
+    seeds: Sequence[int],
+    deterministic: bool = True,
+    record: Callable[[Any], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> EvalResult:
+    """One episode per seed on ``env`` (reset with that seed), acting with ``policy``.
+    ``record(env)`` is called after every reset and step; ``stop()``, if given, is asked before
+    every step and ends the evaluation early (the episodes finished so far are returned)."""
+    returns: list[float] = []
+    lengths: list[int] = []
+    for s in seeds:
+        obs, _ = env.reset(seed=int(s))
+        if record is not None:
+            record(env)
+        total, steps, done = 0.0, 0, False
+        while not done:
+            if stop is not None and stop():
+                return EvalResult(returns, lengths)
+            obs, reward, terminated, truncated, _ = env.step(policy.act(obs, deterministic))
+            total += float(reward)
+            steps += 1
+            done = bool(terminated or truncated)
+            if record is not None:
+                record(env)
+        returns.append(total)
+        lengths.append(steps)
+    return EvalResult(returns, lengths)
+
+
+def acting_state(state: dict[str, Any], algo: str) -> dict[str, Any]:
+    """The state dict of the acting policy in a checkpoint: its ``policy`` entry, or, in a
+    checkpoint written before checkpoints had one, where each algorithm's learner kept it."""
+    if "policy" in state:
+        return state["policy"]
+    learner = state["learner"]
+    return learner["sac"]["actor"] if algo == "sac" else learner["policy"]
+
+
+def load(run_dir: str | Path, checkpoint: str = "latest", seed: int = 0) -> Policy:
+    """The policy saved in ``run_dir``: its newest checkpoint (``"latest"``, falling back to an
+    older one if the newest is damaged) or the one that evaluated best during training
+    (``"best"``, kept with ``eval_every``). ``seed`` seeds the policy's own generator, used only
+    for stochastic actions. Raises ConfigError (naming the run directory or the checkpoint)
+    if there is no such run or checkpoint."""
+    if checkpoint not in CHECKPOINTS:
+        raise ConfigError(f"checkpoint: {checkpoint!r} is not one of {', '.join(CHECKPOINTS)}")
+    cfg = load_run_config(run_dir)
+    spec = check_env(cfg.env, cfg.algo)
+    state = load_best_checkpoint(run_dir) if checkpoint == "best" else load_checkpoint(run_dir)
+    policy = Policy.build(cfg, spec, seed)
+    policy.module.load_state_dict(acting_state(state, cfg.algo))
+    if "learner" in state:
+        policy.env_steps = int(state["learner"]["counters"]["env_steps"])
+    else:
+        policy.env_steps = int(state.get("env_steps", 0))
+    policy.evaluation = state.get("eval")
+    return policy
