@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Virtual environments of the baselines the benchmarks compare against, each apart from asyncrl's
-# own (Sample Factory 2.1.1 pins gymnasium<1.0). Idempotent. torch is pinned to the CPU build.
+# own (Sample Factory 2.1.1 pins gymnasium<1.0; RLlib's Ray and its deps stay out of asyncrl's).
+# Idempotent. torch is pinned to the CPU build.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 venvs="$here/../.venvs"
@@ -10,7 +11,8 @@ make_venv() {  # name, packages...
   local name=$1; shift
   if [ ! -x "$venvs/$name/bin/python" ]; then python3 -m venv "$venvs/$name"; fi
   "$venvs/$name/bin/pip" install --quiet -c "$constraints" torch==2.13.0 "$@"
-  echo "$name: $("$venvs/$name/bin/pip" list 2>/dev/null | grep -iE '^(torch|stable.baselines3|sample.factory|gymnasium|mujoco) ' | tr -s ' ' | paste -sd ';')"
+  echo "$name: $("$venvs/$name/bin/pip" list 2>/dev/null | grep -iE '^(torch|stable.baselines3|sample.factory|ray|gymnasium|mujoco) ' | tr -s ' ' | paste -sd ';')"
 }
 make_venv sb3 stable-baselines3 'gymnasium[mujoco]>=1.1'
 make_venv sf sample-factory==2.1.1 'gymnasium[mujoco]<1.0'
+make_venv rllib 'ray[rllib]==2.60.0' 'gymnasium[mujoco]>=1.1'
