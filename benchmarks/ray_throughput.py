@@ -89,7 +89,7 @@ def backends_side_by_side(steps: int, repeats: int) -> dict:
     res["ratio"] = res["ray"]["env_steps_per_second"] / res["process"]["env_steps_per_second"]
     res["round_ratios"] = [
         r["env_steps_per_second"] / p["env_steps_per_second"]
-        for r, p in zip(runs["ray"], runs["process"])
+        for r, p in zip(runs["ray"], runs["process"], strict=True)
     ]
     print(
         f"  ray / process = {res['ratio']:.2f} (target >= 0.8); round by round "
