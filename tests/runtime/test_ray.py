@@ -41,6 +41,7 @@ def cluster():
     tests = str(Path(__file__).parents[1])
     once = tempfile.mkdtemp(prefix="asyncrl-ray-test-")
     os.environ["ASYNCRL_TEST_BADOBS_FLAG"] = os.path.join(once, "bad-obs")
+    os.environ["ASYNCRL_TEST_HANG_FLAG"] = os.path.join(once, "hung")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (tests, os.environ.get("PYTHONPATH")) if p
     )
@@ -64,6 +65,7 @@ def cluster():
         c.shutdown()
         shutil.rmtree(once, ignore_errors=True)
         del os.environ["ASYNCRL_TEST_BADOBS_FLAG"]
+        del os.environ["ASYNCRL_TEST_HANG_FLAG"]
 
 
 def _cfg(tmp_path, **kw) -> TrainConfig:
@@ -178,6 +180,30 @@ def test_a_crashed_actor_is_replaced_and_counted(cluster, tmp_path):
     )
     assert s["env_steps"] >= 2_000
     assert s["actor_restarts"] == 1 and s["dropped_rollouts"] == 1, s
+
+
+@pytest.mark.slow
+def test_a_hung_env_step_gets_its_actor_killed_and_replaced(cluster, tmp_path):
+    """HangOnce sleeps a minute in one env step (once, across processes): the driver asks the
+    busy actor what it is doing, finds it stepping past --env-step-timeout, kills it and places
+    a new one; with one actor the run can only finish if that works."""
+    t0 = time.monotonic()
+    s = train(
+        _cfg(
+            tmp_path,
+            env="fake_envs:HangOnce-v0",
+            actors=1,
+            envs_per_actor=2,
+            rollout=8,
+            minibatch_size=16,
+            total_steps=2_000,
+            env_step_timeout=1.0,
+        )
+    )
+    assert os.path.exists(os.environ["ASYNCRL_TEST_HANG_FLAG"])  # an env did hang
+    assert s["env_steps"] >= 2_000
+    assert s["actor_restarts"] == 1 and s["dropped_rollouts"] == 1, s
+    assert time.monotonic() - t0 < 50  # not the minute the env slept
 
 
 @pytest.mark.slow
