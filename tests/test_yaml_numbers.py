@@ -78,3 +78,21 @@ def test_the_cli_trains_with_the_numbers_of_a_yaml_file(tmp_path, capsys, runs_s
     assert main(["train", "--config", str(path), "--run-dir", str(tmp_path / "run2")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["asyncrl: error: total_steps: expected a whole number, got 2.5"]
+
+
+@pytest.mark.parametrize("text, value", [("1e6", 1_000_000), ("1_000_000", 1_000_000), ("3", 3)])
+def test_integer_flags_take_numbers_as_people_write_them(text, value):
+    from asyncrl.cli import build_parser
+
+    args = build_parser().parse_args(["train", "--total-steps", text])
+    assert args.total_steps == value and isinstance(args.total_steps, int)
+
+
+@pytest.mark.parametrize("text", ["2.5", "1e-3", "inf", "nan", "many"])
+def test_integer_flags_refuse_what_is_not_a_whole_number(text, capsys):
+    from asyncrl.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--total-steps", text])
+    err = capsys.readouterr().err
+    assert "--total-steps" in err and "whole number" in err, err

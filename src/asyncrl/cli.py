@@ -71,6 +71,22 @@ def _or_auto(parse: Any) -> Any:
     return convert
 
 
+def _whole_number(text: str) -> int:
+    """An integer setting as people write it: ``1000000``, ``1_000_000`` or ``1e6`` (as YAML
+    files take it); ``2.5`` is refused, not rounded."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(value)
+
+
 def _add_config_flags(parser: argparse.ArgumentParser, owned: tuple[str, ...] = ()) -> None:
     """One flag per TrainConfig field, except those the command sets itself (``owned``). The
     flag parses the field's declared type (a preset-governed field is ``float | None``: None
@@ -87,7 +103,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, owned: tuple[str, ...] = 
         if kind is bool:
             kw["action"] = argparse.BooleanOptionalAction
         else:
-            kw["type"] = _int_list if kind is list else kind
+            kw["type"] = {list: _int_list, int: _whole_number}.get(kind, kind)
             if f.metadata.get("choices"):
                 kw["choices"] = f.metadata["choices"]
         if f.metadata.get("preset"):
