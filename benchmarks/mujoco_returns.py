@@ -103,10 +103,22 @@ def table(runs: list[dict], sb3: dict, steps: int, envs: list[str], modes: list[
     return "\n".join(lines)
 
 
+def _seeds(text: str) -> list[int]:
+    """``3`` is seeds 1, 2, 3; ``2,3`` is those two (to add seeds to runs made before)."""
+    if "," in text:
+        return [int(x) for x in text.split(",") if x.strip()]
+    return list(range(1, int(text) + 1))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--envs", default="HalfCheetah-v5,Hopper-v5,Walker2d-v5")
-    p.add_argument("--seeds", type=int, default=3, help="seeds 1..N per env and mode")
+    p.add_argument(
+        "--seeds",
+        type=_seeds,
+        default=[1, 2, 3],
+        help="N (seeds 1..N) or a list such as 2,3, per env and mode",
+    )
     p.add_argument("--steps", type=int, default=1_000_000, help="env steps per run")
     p.add_argument("--modes", default="async,sync")
     p.add_argument(
@@ -143,7 +155,7 @@ def main() -> None:
 
     for env in envs:
         for mode in modes:
-            for seed in range(1, args.seeds + 1):
+            for seed in args.seeds:
                 r = run_ours(env, mode, seed, args.steps, out)
                 results["runs"].append(r)
                 print(
