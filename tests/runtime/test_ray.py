@@ -103,7 +103,7 @@ def test_ppo_solves_cartpole_with_actors_on_two_nodes(cluster, tmp_path, mode):
         assert s["policy_lag_max"] >= 1
 
 
-def test_sync_ppo_on_ray_trains_exactly_as_inline(cluster, tmp_path):
+def test_sync_ppo_on_ray_trains_exactly_as_inline(cluster, tmp_path, capsys):
     """Sync mode is one computation: actors on other nodes change no parameter."""
     policies = {}
     for backend in ("inline", "ray"):
@@ -122,6 +122,9 @@ def test_sync_ppo_on_ray_trains_exactly_as_inline(cluster, tmp_path):
         policies[backend] = state["learner"]["policy"]
     for key, ref in policies["inline"].items():
         assert torch.equal(policies["ray"][key], ref), key
+    # this cluster was started with Ray's default worker niceness (15): the run says so, once
+    err = capsys.readouterr().err
+    assert err.count("RAY_worker_niceness=0") == 1, err
 
 
 @pytest.mark.slow
@@ -302,6 +305,8 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path):
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
         assert (run / "checkpoint.pt").exists(), out.decode()
+        # the instance asyncrl starts runs its actors at the learner's priority
+        assert "RAY_worker_niceness" not in out.decode(), out.decode()
         deadline = time.monotonic() + 20
         while _ray_processes(str(ray_tmp)) and time.monotonic() < deadline:
             time.sleep(0.2)
