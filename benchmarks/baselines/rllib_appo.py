@@ -79,6 +79,9 @@ ray.init(
     num_gpus=0,
     include_dashboard=False,
     _node_ip_address="127.0.0.1",
+    # as asyncrl's own local instance: env runners at the driver's priority, not Ray's nice 15
+    # (which would starve them whenever the learner trains on this 2-core machine)
+    _system_config={"worker_niceness": 0},
 )
 algo = None
 try:

@@ -27,6 +27,7 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from asyncrl.config import TrainConfig  # noqa: E402
+from asyncrl.runtime.backends.base import ActorError  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
@@ -248,6 +249,84 @@ def test_a_lost_node_is_replaced_and_the_run_reaches_its_budget(cluster, tmp_pat
     finally:
         if removed:  # give the module's cluster its third node back
             cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK)
+
+
+@pytest.mark.slow
+def test_a_replacement_no_node_can_take_ends_the_run_in_one_error(cluster, tmp_path, monkeypatch):
+    """Three actors fill the three 1-CPU nodes; one node is lost: its actor's replacement has
+    nowhere to go, and the run says so instead of waiting for it for ever (sync would)."""
+    import asyncrl.runtime.backends.ray as ray_backend
+
+    # restored afterwards; shortened only once all three were placed (start-up on a loaded
+    # machine can itself take seconds)
+    monkeypatch.setattr(ray_backend, "PLACEMENT_TIMEOUT", ray_backend.PLACEMENT_TIMEOUT)
+    seen: dict = {}
+    removed: list = []
+
+    def on_start(backend):
+        seen["backend"] = backend
+
+        def kill_a_node():
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                nodes = backend.actor_nodes()
+                if None not in nodes.values() and backend.version >= 2:
+                    node = next(n for n in cluster.worker_nodes if n.node_id == nodes[0])
+                    ray_backend.PLACEMENT_TIMEOUT = 5.0
+                    cluster.remove_node(node, allow_graceful=False)
+                    removed.append(node)
+                    return
+                time.sleep(0.05)
+
+        threading.Thread(target=kill_a_node, daemon=True).start()
+
+    cfg = _cfg(
+        tmp_path, mode="sync", actors=3, envs_per_actor=2, minibatch_size=64, total_steps=10**7
+    )
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ActorError, match="found no node to start it on") as err:
+            train(cfg, on_start=on_start)
+        assert removed, "the node was never removed"
+        assert "needs 1 CPUs" in str(err.value) and "add a node" in str(err.value)
+        assert time.monotonic() - t0 < 90
+    finally:
+        if removed:
+            cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK)
+
+
+@pytest.mark.slow
+def test_resume_eval_compare_and_tune_run_on_ray(cluster, tmp_path, capsys):
+    """The rest of the product on --backend ray: a run resumed on the cluster continues its
+    counters, ``eval`` reads it, and ``compare`` and ``tune --backends ray`` measure Ray runs."""
+    import csv
+    import json
+
+    from asyncrl.cli import main
+    from asyncrl.study.compare import compare
+    from asyncrl.study.tune import tune
+
+    run = tmp_path / "run"
+    small = dict(actors=2, envs_per_actor=4, rollout=16, minibatch_size=32, epochs=2)
+    first = train(_cfg(tmp_path, total_steps=2_000, checkpoint_every=60, **small))
+    assert main(["train", "--resume", str(run), "--total-steps", "4000", "--no-progress"]) == 0
+    second = json.loads((run / "summary.json").read_text())
+    assert second["backend"] == "ray" and second["resumed"] is True
+    assert first["env_steps"] < 4_000 <= second["env_steps"]
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "2"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["episodes"] == 2
+
+    base = TrainConfig(progress=False, tensorboard=False, backend="ray", **small)
+    runs = compare(base, [4], ["sync", "async"], steps=3_000, out=tmp_path / "cmp", echo=print)
+    assert [(r.mode, r.k) for r in runs] == [("sync", 4), ("async", 4)]
+    for r in runs:
+        assert r.summary["backend"] == "ray" and r.summary["env_steps"] >= 3_000
+
+    tune(base, [2], [4], ["process", "ray"], 24.0, tmp_path / "tune")
+    rows = {r["backend"]: r for r in csv.DictReader((tmp_path / "tune" / "tune.csv").open())}
+    assert set(rows) == {"process", "ray"}
+    assert int(rows["ray"]["iterations"]) >= 3 and float(rows["ray"]["env_steps_per_second"]) > 0
 
 
 def _ray_processes(marker: str) -> list[int]:

@@ -52,6 +52,9 @@ from asyncrl.runtime.backends.base import (
 from asyncrl.runtime.transport import Slot, SlotLayout
 
 POLL = 0.2  # seconds between looks at the calls in flight when none completes
+# an actor Ray has not started this long after it was asked to (no node with the CPUs it needs:
+# a lost node's replacement on a cluster with none free) ends the run rather than stall it
+PLACEMENT_TIMEOUT = 120.0
 
 
 class RolloutWorker:
@@ -153,7 +156,7 @@ class RayBackend(OwnedTransport):
         self.workers: list[Any] = [None] * cfg.actors
         self.generation = [0] * cfg.actors
         self.nodes: list[dict[str, Any] | None] = [None] * cfg.actors
-        # every call in flight, by its future: ("where", actor) or ("rollout", actor, slot, t);
+        # every call in flight, by its future: ("where", actor, t) or ("rollout", actor, slot, t);
         # a finished call's future is put on _done (by Ray's thread), for the supervisor
         self.pending: dict[Any, tuple] = {}
         self._done: queue.Queue = queue.Queue()
@@ -259,7 +262,7 @@ class RayBackend(OwnedTransport):
             actor, self.generation[actor], self.cfg, self.spec, self.numel
         )
         self.workers[actor] = w
-        self._track(w.where.remote(), ("where", actor))
+        self._track(w.where.remote(), ("where", actor, time.perf_counter()))
 
     def _track(self, ref: Any, what: tuple) -> None:
         """Holding the ledger's lock: watch a call; its future lands on ``_done`` when it ends
@@ -284,6 +287,7 @@ class RayBackend(OwnedTransport):
                 try:
                     fut = self._done.get(timeout=POLL)
                 except queue.Empty:
+                    self._check_placement()
                     self._kill_hung()
                     continue
                 self._arrived(fut)
@@ -346,6 +350,24 @@ class RayBackend(OwnedTransport):
         self._spawn(actor)
         self.book.resume(actor)
         self._send_grants()
+
+    def _check_placement(self) -> None:
+        """End the run if an actor has waited longer than PLACEMENT_TIMEOUT to be started."""
+        now = time.perf_counter()
+        with self.book.cond:
+            for what in self.pending.values():
+                if what[0] == "where" and now - what[2] > PLACEMENT_TIMEOUT:
+                    actor = what[1]
+                    free = self.ray.available_resources().get("CPU", 0.0)
+                    total = self.ray.cluster_resources().get("CPU", 0.0)
+                    self.failure = ActorError(
+                        f"{actor_label(self.cfg, actor)}: Ray found no node to start it on for "
+                        f"{PLACEMENT_TIMEOUT:g} s (it needs {self.cfg.ray_cpus_per_actor:g} "
+                        f"CPUs; the cluster has {free:g} of {total:g} free); add a node, or "
+                        "lower --actors or --ray-cpus-per-actor"
+                    )
+                    self.book.cond.notify_all()
+                    return
 
     def _kill_hung(self) -> None:
         timeout = self.cfg.env_step_timeout
