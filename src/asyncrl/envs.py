@@ -8,7 +8,7 @@ bootstrapped from the final observation. The vector env is Gymnasium's ``SyncVec
 gives it the same semantics (``--vectorizer envpool``).
 
 ALE ids (``ALE/Breakout-v5``, ...; ``asyncrl[atari]``) get the standard preprocessing unless
-``--atari-preprocessing off``: Gymnasium's ``AtariPreprocessing`` (no-op starts up to 30, frame
+``--no-atari-preprocessing``: Gymnasium's ``AtariPreprocessing`` (no-op starts up to 30, frame
 skip 4 with the max of the last two frames, 84x84 grayscale) on the id made with ``frameskip=1``,
 then ``FrameStackObservation`` of 4 frames: uint8 observations of shape (4, 84, 84). Training envs
 add, over the whole vector env, episodic life (a lost life ends the training episode, not the
@@ -299,7 +299,7 @@ def _need_cv2(env_id: str) -> None:
     if importlib.util.find_spec("cv2") is None:
         raise ConfigError(
             f"env: the Atari preprocessing of {env_id} resizes frames with OpenCV, which is not "
-            'installed: pip install "asyncrl[atari]" (or --atari-preprocessing off)'
+            'installed: pip install "asyncrl[atari]" (or --no-atari-preprocessing)'
         )
 
 
@@ -453,7 +453,7 @@ def envpool_task(env_id: str, atari_preprocessing: bool = True) -> tuple[str, di
         if not atari_preprocessing:
             raise ConfigError(
                 "atari_preprocessing: envpool always preprocesses Atari frames; with "
-                "--atari-preprocessing off use --vectorizer gymnasium"
+                "--no-atari-preprocessing use --vectorizer gymnasium"
             )
         task = env_id.removeprefix("ALE/")
         kwargs = gym.spec(env_id).kwargs
