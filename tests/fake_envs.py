@@ -119,3 +119,80 @@ class HangOnce(Countdown):
 gym.register("RaiseOnce-v0", entry_point=RaiseOnce, max_episode_steps=50)
 gym.register("BadObsOnce-v0", entry_point=BadObsOnce, max_episode_steps=50)
 gym.register("HangOnce-v0", entry_point=HangOnce, max_episode_steps=50)
+
+
+class DotSide(gym.Env):
+    """A pixel task that needs the pixels: a 12x12 one-channel image, black but for one white
+    dot at a random place in its left or right half; action 0 says left, 1 right, and earns 1
+    when right. Every step shows a new dot; 8 steps an episode (a TimeLimit truncates), so a
+    random policy returns 4 and a perfect one 8. ``hwc``: the image as 12x12x1 instead of
+    1x12x12. ``continuous``: one action in [-1, 1], its sign says the side (for SAC)."""
+
+    SIZE = 12
+
+    def __init__(self, hwc: bool = False, continuous: bool = False):
+        shape = (self.SIZE, self.SIZE, 1) if hwc else (1, self.SIZE, self.SIZE)
+        self.observation_space = gym.spaces.Box(0, 255, shape, np.uint8)
+        if continuous:
+            self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        else:
+            self.action_space = gym.spaces.Discrete(2)
+        self.hwc, self.continuous = hwc, continuous
+        self.side = 0
+
+    def _obs(self):
+        self.side = int(self.np_random.integers(2))
+        half = self.SIZE // 2
+        img = np.zeros((self.SIZE, self.SIZE), np.uint8)
+        row = int(self.np_random.integers(self.SIZE))
+        col = int(self.np_random.integers(half)) + half * self.side
+        img[row, col] = 255
+        return img[:, :, None] if self.hwc else img[None]
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        said = int(np.asarray(action).reshape(-1)[0] > 0) if self.continuous else int(action)
+        reward = float(said == self.side)
+        return self._obs(), reward, False, False, {}
+
+
+gym.register("DotSide-v0", entry_point=DotSide, max_episode_steps=8)
+gym.register("DotSideHWC-v0", entry_point=DotSide, max_episode_steps=8, kwargs={"hwc": True})
+gym.register(
+    "DotSideContinuous-v0", entry_point=DotSide, max_episode_steps=8, kwargs={"continuous": True}
+)
+
+
+class FakeLives(gym.Env):
+    """An Atari-like game with lives, for the Atari training wrapper: 3 lives, one lost every 5
+    steps, game over after 15; reward 3 every step (clipped to 1 for training, a score of 45 a
+    game); ``info["lives"]`` as ALE reports it. The observation is the step count."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, 255, (1,), np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def _lives(self):
+        return 3 - self.t // 5
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.t], np.uint8), {"lives": self._lives()}
+
+    def step(self, action):
+        self.t += 1
+        return (
+            np.array([self.t], np.uint8),
+            3.0,
+            self._lives() == 0,
+            False,
+            {"lives": self._lives()},
+        )
+
+
+gym.register("FakeLives-v0", entry_point=FakeLives)

@@ -172,7 +172,7 @@ def test_load_act_gives_the_actions_asyncrl_eval_takes(tmp_path, monkeypatch, en
     asyncrl.train(env_id, total_steps=2_048, backend="inline", run_dir=str(run), **SMALL, **extra)
     _Recorder.seen = []
     monkeypatch.setattr(
-        "asyncrl.policy.make_env", lambda env, render_mode=None: _Recorder(make_env(env))
+        "asyncrl.policy.make_env", lambda env, render_mode=None, **kw: _Recorder(make_env(env))
     )
     assert main(["eval", str(run), "--episodes", "2"]) == 0
     monkeypatch.undo()

@@ -123,10 +123,10 @@ def test_explicit_preset_needs_no_env_and_auto_needs_its_family():
 
 def test_bad_preset_in_yaml_is_one_line_naming_the_field(tmp_path, capsys):
     path = tmp_path / "c.yaml"
-    path.write_text("preset: atari\n")
+    path.write_text("preset: robots\n")
     assert main(["train", "--config", str(path), "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "asyncrl: error: preset: 'atari' is not one of auto, classic, mujoco"
+    assert err == "asyncrl: error: preset: 'robots' is not one of auto, classic, mujoco, atari"
     assert not (tmp_path / "r").exists()
 
 

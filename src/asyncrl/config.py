@@ -34,6 +34,8 @@ SYNC_MODES = ("shared", "synced")
 ACTIVATIONS = ("tanh", "relu")
 ON_ENV_ERROR = ("raise", "restart")
 DEVICES = ("cpu", "cuda", "auto")
+ENCODERS = ("auto", "mlp", "cnn")
+VECTORIZERS = ("gymnasium", "envpool")
 
 # Named presets: per algorithm, the values of the settings left unset (None). "classic" holds
 # the values asyncrl always had for classic control (CartPole, Pendulum), SAC's apart; "mujoco"
@@ -48,6 +50,11 @@ DEVICES = ("cpu", "cuda", "auto")
 # 64); an async iteration on one actor's 1,024 (16 minibatches), so each sample still takes
 # 10 x 1/64 gradient steps and the policy moves twice as often, by half as much. The figures of
 # issue 15 (HalfCheetah 1,585, Hopper 1,918 at 1M steps with --norm-obs, async) used it.
+#
+# "atari": CleanRL's ppo_atari (8 envs x 128 steps, 4 epochs of 4 minibatches -- 256 samples --,
+# Adam 2.5e-4 linearly annealed, clip 0.1, entropy 0.01, gamma 0.99, lambda 0.95, the Nature-CNN
+# torso with its 512-unit layer). Its SAC table only completes the config: SAC here needs
+# continuous actions, which ALE envs do not have.
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "classic": {
         "ppo": {
@@ -91,7 +98,33 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "norm_reward": False,
         },
     },
+    "atari": {
+        "ppo": {
+            "gamma": 0.99,
+            "gae_lambda": 0.95,
+            "lr": 2.5e-4,
+            "epochs": 4,
+            "minibatch_size": 256,
+            "rollout": 128,
+            "hidden": [512],
+            "norm_obs": False,
+            "norm_reward": False,
+            "clip_coef": 0.1,
+            "ent_coef": 0.01,
+        },
+        "sac": {
+            "gamma": 0.99,
+            "rollout": 1,
+            "hidden": [256, 256],
+            "learning_starts": 5000,
+            "norm_obs": False,
+            "norm_reward": False,
+        },
+    },
 }
+# Preset-governed settings a preset may leave out: it then has these values (asyncrl's
+# defaults before presets governed them).
+PRESET_DEFAULTS: dict[str, Any] = {"clip_coef": 0.2, "ent_coef": 0.0}
 PRESET_CHOICES = ("auto", *PRESETS)
 
 
@@ -118,10 +151,23 @@ class TrainConfig:
     # --- what to train
     algo: str = _f("ppo", "algorithm", choices=ALGOS)
     env: str = _f("CartPole-v1", "Gymnasium env id (any registered id, e.g. HalfCheetah-v5)")
+    vectorizer: str = _f(
+        "gymnasium",
+        "what steps an actor's K envs: gymnasium (a SyncVectorEnv in the actor's process) or "
+        "envpool (EnvPool's C++ batched envs, for MuJoCo v5 and Atari ids; "
+        "pip install 'asyncrl[envpool]')",
+        choices=VECTORIZERS,
+    )
+    atari_preprocessing: bool = _f(
+        True,
+        "ALE ids: the standard preprocessing (no-op starts, frame skip 4, 84x84 grayscale, 4 "
+        "stacked frames; for training also episodic life and reward clipping, while the logged "
+        "return stays the game's score); off: the raw env",
+    )
     preset: str = _f(
         "auto",
         "where unset settings take their values: classic (classic control), mujoco (MuJoCo and "
-        "PyBullet robots), or auto (chosen from the env's family)",
+        "PyBullet robots), atari (ALE ids), or auto (chosen from the env's family)",
         choices=PRESET_CHOICES,
     )
     seed: int = _f(1, "seed of envs, networks and sampling")
@@ -188,12 +234,12 @@ class TrainConfig:
     minibatch_size: int | None = _p("samples per gradient step")
     gamma: float | None = _p("discount")
     gae_lambda: float | None = _p("GAE lambda (also V-trace's lambda)")
-    clip_coef: float = _f(0.2, "PPO ratio clip")
+    clip_coef: float | None = _p("PPO ratio clip")
     clip_schedule: str = _f(
         "constant", "ratio-clip schedule over total_steps", choices=LR_SCHEDULES
     )
     value_clip: float = _f(0.0, "clip the value update to +/- this around the old value (0: off)")
-    ent_coef: float = _f(0.0, "entropy bonus coefficient")
+    ent_coef: float | None = _p("entropy bonus coefficient")
     vf_coef: float = _f(0.5, "value loss coefficient")
     max_grad_norm: float = _f(0.5, "clip the global gradient norm to this (0: off)")
     norm_adv: bool = _f(True, "normalise advantages per minibatch")
@@ -205,7 +251,17 @@ class TrainConfig:
         "saved in checkpoints; logged returns stay unscaled)"
     )
     reward_clip: float = _f(10.0, "with --norm-reward: clip scaled rewards to +/- this (0: off)")
-    hidden: list | None = _p("hidden layer sizes of the networks")
+    hidden: list | None = _p(
+        "hidden layer sizes of the networks (with --encoder cnn: the linear layers after the "
+        "convolutions)"
+    )
+    encoder: str = _f(
+        "auto",
+        "what reads the observations: mlp (flattened), cnn (the Nature-DQN convolutions; "
+        "images under 36 pixels a side get two 3x3 layers), or auto (cnn for uint8 images of "
+        "rank 3, mlp otherwise)",
+        choices=ENCODERS,
+    )
     activation: str = _f("tanh", "PPO: hidden activation", choices=ACTIVATIONS)
     correction: str = _f("none", "lag correction of value targets/advantages", choices=CORRECTIONS)
     vtrace_rho_bar: float = _f(1.0, "V-trace clip of importance weights in the TD errors")
@@ -376,7 +432,7 @@ def preset_values(preset: str, algo: str) -> dict[str, Any]:
     """Every preset-governed setting for ``algo`` under ``preset``. The settings ``algo`` does
     not read (SAC: lr, gae_lambda, epochs, minibatch_size; PPO: learning_starts) take the other
     algorithm's values of the same preset, so that a resolved config holds no unset value."""
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = dict(PRESET_DEFAULTS)
     for other, table in PRESETS[preset].items():
         if other != algo:
             values.update(table)
@@ -447,7 +503,11 @@ def preset_help(name: str) -> str:
     sac 0.99'."""
     parts = []
     for algo in ALGOS:
-        by_preset = {p: t[algo][name] for p, t in PRESETS.items() if name in t[algo]}
+        by_preset = {
+            p: t[algo].get(name, PRESET_DEFAULTS.get(name))
+            for p, t in PRESETS.items()
+            if name in t[algo] or name in PRESET_DEFAULTS
+        }
         if not by_preset:
             continue
         shown = {format_value(v) for v in by_preset.values()}
@@ -518,6 +578,18 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
         cfg.ray_cpus_per_actor > 0,
         f"ray_cpus_per_actor: must be > 0, got {cfg.ray_cpus_per_actor}",
     )
+    if cfg.vectorizer == "envpool":
+        import importlib.util
+
+        _need(
+            importlib.util.find_spec("envpool") is not None,
+            "vectorizer: envpool is not installed: pip install 'asyncrl[envpool]'",
+        )
+        _need(
+            cfg.on_env_error == "raise",
+            "on_env_error: restart recreates one Gymnasium env in place; EnvPool's envs cannot "
+            "be recreated one by one (use --vectorizer gymnasium, or --on-env-error raise)",
+        )
     if cfg.backend == "ray" and not cfg.hogwild:
         import importlib.util
 
@@ -532,6 +604,46 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
     _need(cfg.threads_learner >= 1, f"threads_learner: must be >= 1, got {cfg.threads_learner}")
     _need(cfg.threads_actor >= 1, f"threads_actor: must be >= 1, got {cfg.threads_actor}")
     _validate_device(cfg)
+
+
+def for_env(
+    cfg: TrainConfig, spec: Any, given: TrainConfig | None = None
+) -> tuple[TrainConfig, list[str]]:
+    """The settings that depend on the env's observations, checked and resolved against its
+    ``spec`` (an ``envs.EnvSpec``) before any process starts: ``encoder auto`` becomes cnn for
+    uint8 images of rank 3, else mlp; image observations are scaled by 1/255 in the network,
+    so ``norm_obs`` is refused for them if the user set it and turned off, with a line, if a
+    preset did. ``given``: the config as the user gave it (None: all settings given). Returns
+    the config and the lines to print."""
+    lines: list[str] = []
+    shape, uint8 = tuple(spec.obs_shape), spec.obs_dtype == "uint8"
+    image = uint8 and len(shape) == 3
+    encoder = cfg.encoder
+    if encoder == "auto":
+        encoder = "cnn" if image else "mlp"
+    if encoder == "cnn":
+        _need(
+            len(shape) == 3,
+            f"encoder: cnn needs image observations of rank 3 (channels x height x width, or "
+            f"height x width x channels); {cfg.env} has observations of shape {shape}",
+        )
+        _need(
+            sorted(shape)[1] >= 5,
+            f"encoder: cnn needs images of at least 5 x 5 pixels; {cfg.env} has {shape}",
+        )
+    changes: dict[str, Any] = {"encoder": encoder}
+    if cfg.norm_obs and uint8:
+        _need(
+            given is not None and given.norm_obs is None,
+            f"norm_obs: {cfg.env} has uint8 observations, which the network scales by 1/255 "
+            "instead; leave --norm-obs off",
+        )
+        changes["norm_obs"] = False
+        lines.append(
+            f"asyncrl: norm_obs off: {cfg.env} has uint8 observations, which the network "
+            f"scales by 1/255 instead (preset {cfg.preset} would normalise them)"
+        )
+    return dataclasses.replace(cfg, **changes), lines
 
 
 def _validate_device(cfg: TrainConfig) -> None:

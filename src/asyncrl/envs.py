@@ -1,15 +1,26 @@
 """Environments: what an actor steps, and what the learner must know about it beforehand.
 
-Every actor steps a Gymnasium vector env of K copies in *same-step* autoreset mode: when an
-episode ends, ``step`` returns the first observation of the next episode and puts the last one in
+Every actor steps a vector env of K copies in *same-step* autoreset mode: when an episode ends,
+``step`` returns the first observation of the next episode and puts the last one in
 ``info["final_obs"]``, so a rollout never contains a dead step and a time-limit truncation can be
-bootstrapped from the final observation.
+bootstrapped from the final observation. The vector env is Gymnasium's ``SyncVectorEnv``
+(``--vectorizer gymnasium``) or EnvPool's C++ batched env behind :class:`EnvPoolVectorEnv`, which
+gives it the same semantics (``--vectorizer envpool``).
+
+ALE ids (``ALE/Breakout-v5``, ...; ``asyncrl[atari]``) get the standard preprocessing unless
+``--no-atari-preprocessing``: Gymnasium's ``AtariPreprocessing`` (no-op starts up to 30, frame
+skip 4 with the max of the last two frames, 84x84 grayscale) on the id made with ``frameskip=1``,
+then ``FrameStackObservation`` of 4 frames: uint8 observations of shape (4, 84, 84). Training envs
+add, over the whole vector env, episodic life (a lost life ends the training episode, not the
+game) and reward clipping to -1, 0, 1 (:class:`AtariTraining`); the returns logged are the
+games' scores, unclipped, over all lives.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass
@@ -24,13 +35,28 @@ from asyncrl.config import ConfigError
 # Env ids that an optional extra registers on import, the module that registers them and the
 # extra that installs it. PyBullet's own ``pybullet_envs`` no longer imports with Gymnasium; the
 # maintained port ``pybullet_envs_gymnasium`` registers the same locomotion envs.
-OPTIONAL_ENV_PACKAGES = (("BulletEnv-", "pybullet_envs_gymnasium", "pybullet"),)
+OPTIONAL_ENV_PACKAGES = (
+    ("BulletEnv-", "pybullet_envs_gymnasium", "pybullet"),
+    # ale-py registers the ALE/... ids (and the older v0/v4 ones) on import; it ships the ROMs
+    ("ALE/", "ale_py", "atari"),
+    ("NoFrameskip-v4", "ale_py", "atari"),
+)
 
 # Env families by the package that implements the env (its registered entry point): the preset
 # ``--preset auto`` chooses (config.PRESETS). MuJoCo's and PyBullet's envs are continuous-control
 # robots, which CleanRL, SB3 and Sample Factory all train with one PPO recipe; any other env
 # keeps the classic-control values asyncrl has always had.
-ENV_FAMILIES = (("gymnasium.envs.mujoco", "mujoco"), ("pybullet_envs_gymnasium", "mujoco"))
+ENV_FAMILIES = (
+    ("gymnasium.envs.mujoco", "mujoco"),
+    ("pybullet_envs_gymnasium", "mujoco"),
+    ("ale_py", "atari"),
+)
+
+# The standard Atari preprocessing (Machado et al. 2018; CleanRL, SB3, Sample Factory, EnvPool)
+ATARI_FRAME_SKIP = 4
+ATARI_NOOP_MAX = 30
+ATARI_SCREEN = 84
+ATARI_STACK = 4
 
 
 @dataclass(frozen=True)
@@ -44,6 +70,9 @@ class EnvSpec:
     n_actions: int  # number of discrete actions, or the action dimension
     action_low: np.ndarray | None = None
     action_high: np.ndarray | None = None
+    # the dtype observations travel and rest in (slots, replay): uint8 for an env whose
+    # observations are uint8 (pixels), float32 for every other
+    obs_dtype: str = "float32"
 
     @property
     def obs_dim(self) -> int:
@@ -77,11 +106,15 @@ def _resolve_id(env_id: str) -> str:
     raise ConfigError(f"env: {env_id!r} is not a registered Gymnasium env id{hint}")
 
 
+def _entry_module(env_id: str) -> str:
+    entry = gym.spec(env_id).entry_point
+    return entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+
+
 def env_family(env_id: str) -> str:
     """The family of ``env_id`` (a key of config.PRESETS): from its registration alone, so no
     env is made; an id nothing registers is a ConfigError naming ``env``."""
-    entry = gym.spec(_resolve_id(env_id)).entry_point
-    module = entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+    module = _entry_module(_resolve_id(env_id))
     for package, family in ENV_FAMILIES:
         if module == package or module.startswith(package + "."):
             return family
@@ -93,8 +126,11 @@ def spec_from_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) ->
         raise ConfigError(
             f"env: {env_id} has observation space {obs_space}; PPO here needs a Box observation"
         )
+    obs_dtype = "uint8" if obs_space.dtype == np.uint8 else "float32"
     if isinstance(act_space, gym.spaces.Discrete):
-        return EnvSpec(env_id, tuple(obs_space.shape), True, (), int(act_space.n))
+        return EnvSpec(
+            env_id, tuple(obs_space.shape), True, (), int(act_space.n), obs_dtype=obs_dtype
+        )
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
         return EnvSpec(
             env_id,
@@ -104,17 +140,36 @@ def spec_from_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) ->
             int(act_space.shape[0]),
             act_space.low.astype(np.float32),
             act_space.high.astype(np.float32),
+            obs_dtype,
         )
     raise ConfigError(
         f"env: {env_id} has action space {act_space}; PPO handles Discrete and 1-D Box actions"
     )
 
 
-def check_env(env_id: str, algo: str = "ppo") -> EnvSpec:
-    """Make one env to learn its spaces; every env problem surfaces here as a ConfigError."""
+def is_atari(env_id: str) -> bool:
+    """An ALE env with image observations (what the Atari preprocessing applies to)."""
     env_id = _resolve_id(env_id)
+    module = _entry_module(env_id)
+    return (module == "ale_py" or module.startswith("ale_py.")) and gym.spec(env_id).kwargs.get(
+        "obs_type", "rgb"
+    ) in ("rgb", "grayscale")
+
+
+def check_env(
+    env_id: str,
+    algo: str = "ppo",
+    atari_preprocessing: bool = True,
+    vectorizer: str = "gymnasium",
+) -> EnvSpec:
+    """Make one env to learn its spaces (as an actor's env has them: preprocessed, for an ALE
+    id); every env problem surfaces here as a ConfigError. ``vectorizer envpool``: also that
+    EnvPool provides the id (:func:`envpool_task`)."""
+    env_id = _resolve_id(env_id)
+    if vectorizer == "envpool":
+        envpool_task(env_id, atari_preprocessing)
     try:
-        env = gym.make(env_id)
+        env = make_env(env_id, atari_preprocessing=atari_preprocessing)
     except gym.error.DependencyNotInstalled as e:
         raise ConfigError(f"env: {env_id} needs a package that is not installed: {e}") from e
     except Exception as e:
@@ -212,13 +267,40 @@ class GuardedEnv(gym.Wrapper):
         raise AssertionError("unreachable")
 
 
-def make_env(env_id: str, render_mode: str | None = None) -> gym.Env:
-    """One env, as evaluations step it (``render_mode="rgb_array"`` for videos); training
-    actors step vector envs (:func:`make_vector_env`)."""
+def make_env(
+    env_id: str, render_mode: str | None = None, atari_preprocessing: bool = True
+) -> gym.Env:
+    """One env, as evaluations step it (``render_mode="rgb_array"`` for videos): an ALE id
+    preprocessed as training sees it, but without episodic life or reward clipping, so that an
+    evaluation's return is the game's score. Training actors step vector envs
+    (:func:`make_vector_env`)."""
     env_id = _resolve_id(env_id)
-    if render_mode is None:  # not passed at all: an env need not take the argument
-        return gym.make(env_id)
-    return gym.make(env_id, render_mode=render_mode)
+    kwargs = {} if render_mode is None else {"render_mode": render_mode}
+    if atari_preprocessing and is_atari(env_id):
+        from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+        _need_cv2(env_id)
+        env = gym.make(env_id, frameskip=1, **kwargs)  # the wrapper skips frames
+        env = AtariPreprocessing(
+            env,
+            noop_max=ATARI_NOOP_MAX,
+            frame_skip=ATARI_FRAME_SKIP,
+            screen_size=ATARI_SCREEN,
+            terminal_on_life_loss=False,  # AtariTraining does it without resetting the game
+            grayscale_obs=True,
+            scale_obs=False,  # uint8; the network scales
+        )
+        return FrameStackObservation(env, ATARI_STACK)
+    # not passed at all: an env need not take the argument
+    return gym.make(env_id, **kwargs)
+
+
+def _need_cv2(env_id: str) -> None:
+    if importlib.util.find_spec("cv2") is None:
+        raise ConfigError(
+            f"env: the Atari preprocessing of {env_id} resizes frames with OpenCV, which is not "
+            'installed: pip install "asyncrl[atari]" (or --no-atari-preprocessing)'
+        )
 
 
 def make_vector_env(
@@ -227,26 +309,244 @@ def make_vector_env(
     on_error: str = "raise",
     seeds: Any = None,
     label: str = "actor",
-) -> gym.vector.VectorEnv:
-    """K envs stepped in this process (the actor is already the unit of parallelism), each a
-    :class:`GuardedEnv`; ``seeds(index, restart)`` gives a recreated env's seed."""
+    vectorizer: str = "gymnasium",
+    atari_preprocessing: bool = True,
+) -> Any:
+    """K envs stepped in this process (the actor is already the unit of parallelism): a
+    SyncVectorEnv of :class:`GuardedEnv` (``seeds(index, restart)`` gives a recreated env's
+    seed), or EnvPool's batched env (:class:`EnvPoolVectorEnv`). ALE ids, preprocessed, are
+    wrapped in :class:`AtariTraining`. Either is seeded by its first ``reset(seed=[...])``."""
     env_id = _resolve_id(env_id)
-    seen: set = set()
-    seeds = seeds or (lambda index, restart: None)
-    fns = [
-        (
-            lambda i=i: GuardedEnv(
-                lambda: gym.make(env_id), i, on_error == "restart", seeds, label, seen
-            )
-        )
-        for i in range(num_envs)
-    ]
-    return gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    if vectorizer == "envpool":
+        task, kwargs = envpool_task(env_id, atari_preprocessing)
+        envs: Any = EnvPoolVectorEnv(task, num_envs, kwargs)
+    else:
+        seen: set = set()
+        seeds = seeds or (lambda index, restart: None)
+
+        def make() -> gym.Env:
+            return make_env(env_id, atari_preprocessing=atari_preprocessing)
+
+        fns = [
+            (lambda i=i: GuardedEnv(make, i, on_error == "restart", seeds, label, seen))
+            for i in range(num_envs)
+        ]
+        envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    if atari_preprocessing and is_atari(env_id):
+        envs = AtariTraining(envs)
+    return envs
 
 
-def env_restarts(envs: gym.vector.VectorEnv) -> int:
+def env_restarts(envs: Any) -> int:
     """Envs recreated so far by ``--on-env-error restart`` in a vector env of GuardedEnvs."""
+    envs = getattr(envs, "inner", envs)
     return sum(getattr(e, "restarts", 0) for e in getattr(envs, "envs", ()))
+
+
+def _final_values(info: dict, key: str, done: np.ndarray, now: np.ndarray) -> np.ndarray:
+    """Per env, ``info[key]`` as the step left it: for an env whose episode ended (and was
+    reset in the same step) from ``info["final_info"]``, else the value now."""
+    out = np.array(now, copy=True)
+    final = info.get("final_info")
+    if final is not None and key in final:
+        mask = np.asarray(final.get(f"_{key}", done)) & done
+        out[mask] = np.asarray(final[key])[mask]
+    return out
+
+
+class AtariTraining:
+    """What training adds to preprocessed Atari envs, over a whole same-step vector env (so
+    both vectorisers share it): *episodic life*, a lost life ends the training episode
+    (``terminated``: no value is bootstrapped across it) while the game goes on, without a reset;
+    and *reward clipping* to its sign. The game's own score is what gets logged: when a game
+    ends (game over, or the time limit) ``info["episode_score"]`` holds its unclipped return
+    over all lives and ``info["episode_steps"]`` its length in agent steps (NaN and 0 for envs
+    whose game goes on), and actors log those instead of summing the rewards they see.
+
+    The wrapped env must report ``info["lives"]`` (ALE envs do); ``inner`` is the wrapped env.
+    """
+
+    def __init__(self, envs: Any):
+        self.inner = envs
+        self.num_envs = envs.num_envs
+        self.lives = np.zeros(self.num_envs, np.int64)
+        self.score = np.zeros(self.num_envs, np.float64)
+        self.steps = np.zeros(self.num_envs, np.int64)
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple[np.ndarray, dict]:
+        obs, info = self.inner.reset(seed=seed, options=options)
+        self.lives[:] = info["lives"]
+        self.score[:] = 0.0
+        self.steps[:] = 0
+        return obs, info
+
+    def step(self, actions: np.ndarray) -> tuple:
+        obs, reward, terminated, truncated, info = self.inner.step(actions)
+        reward = np.asarray(reward, np.float64)
+        game_over = np.asarray(terminated) | np.asarray(truncated)
+        lives_now = np.asarray(info["lives"])  # of the next game, where one ended
+        lives = _final_values(info, "lives", game_over, lives_now)
+        life_lost = (lives < self.lives) & ~game_over
+        self.lives[:] = lives_now
+        self.score += reward
+        self.steps += 1
+        info = dict(info)
+        info["episode_score"] = np.where(game_over, self.score, np.nan)
+        info["episode_steps"] = np.where(game_over, self.steps, 0)
+        self.score[game_over] = 0.0
+        self.steps[game_over] = 0
+        if life_lost.any():  # the training episode ends here, its last obs is this one
+            final = np.empty(self.num_envs, dtype=object)
+            if "final_obs" in info:
+                final[:] = list(info["final_obs"])
+            for i in np.flatnonzero(life_lost):
+                final[i] = obs[i]
+            info["final_obs"] = final
+            info["_final_obs"] = game_over | life_lost
+        return obs, np.sign(reward).astype(np.float32), terminated | life_lost, truncated, info
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+# ------------------------------------------------------------------------------- EnvPool
+# EnvPool's defaults that differ from the Gymnasium ids of the same name, set here to
+# Gymnasium's: Atari v5 ids have sticky actions (repeat_action_probability 0.25, which EnvPool
+# leaves at 0), and Gymnasium's AtariPreprocessing presses no FIRE on reset (EnvPool does for
+# games that have it). Episodic life and reward clipping stay off: AtariTraining does them for
+# both vectorisers.
+ENVPOOL_ATARI = {
+    "episodic_life": False,
+    "reward_clip": False,
+    "use_fire_reset": False,
+    "noop_max": ATARI_NOOP_MAX,
+    "frame_skip": ATARI_FRAME_SKIP,
+    "stack_num": ATARI_STACK,
+    "img_height": ATARI_SCREEN,
+    "img_width": ATARI_SCREEN,
+    "gray_scale": True,
+}
+
+
+def envpool_task(env_id: str, atari_preprocessing: bool = True) -> tuple[str, dict[str, Any]]:
+    """EnvPool's task id for the Gymnasium id ``env_id`` and the options that make it match
+    (for MuJoCo v5 ids: the same id; for ``ALE/Name-v5``: ``Name-v5`` with the preprocessing
+    above); a ConfigError naming ``vectorizer`` for an id EnvPool does not provide."""
+    try:
+        import envpool
+    except ImportError as e:
+        raise ConfigError(
+            "vectorizer: envpool is not installed: pip install 'asyncrl[envpool]'"
+        ) from e
+    env_id = _resolve_id(env_id)
+    known = set(envpool.list_all_envs())
+    module = _entry_module(env_id)
+    refuse = (
+        f"vectorizer: envpool provides MuJoCo v5 and Atari v5 ids; {env_id} is not one of them "
+        "(use --vectorizer gymnasium)"
+    )
+    if module.startswith("gymnasium.envs.mujoco"):
+        if not env_id.endswith("-v5") or env_id not in known:
+            raise ConfigError(refuse)
+        return env_id, {}
+    if is_atari(env_id) and env_id.startswith("ALE/") and env_id.endswith("-v5"):
+        if not atari_preprocessing:
+            raise ConfigError(
+                "atari_preprocessing: envpool always preprocesses Atari frames; with "
+                "--no-atari-preprocessing use --vectorizer gymnasium"
+            )
+        task = env_id.removeprefix("ALE/")
+        kwargs = gym.spec(env_id).kwargs
+        if task not in known or kwargs.get("obs_type", "rgb") != "rgb":
+            raise ConfigError(refuse)
+        return task, {
+            **ENVPOOL_ATARI,
+            "repeat_action_probability": kwargs.get("repeat_action_probability", 0.25),
+            "full_action_space": kwargs.get("full_action_space", False),
+        }
+    raise ConfigError(refuse)
+
+
+class EnvPoolVectorEnv:
+    """EnvPool's batched env with the semantics of a same-step autoreset Gymnasium vector env.
+
+    EnvPool resets an ended env on its *next* step (that step's action is ignored and it
+    returns the reset observation with reward 0: a dead step). Here the ended envs are reset
+    at once instead, in the same call (EnvPool resets a subset of envs in sync mode), so that
+    ``step`` returns the first observation of the next episode, with the last one in
+    ``info["final_obs"]`` (and ``info["final_info"]["lives"]`` for Atari) -- what actors rely on:
+    no dead steps, terminated vs truncated as EnvPool reports them, and the final observation of
+    a truncated episode for its bootstrap.
+
+    The pool is made by the first :meth:`reset`, whose seeds it takes (env ``i`` is seeded with
+    ``seed[i]``; EnvPool cannot reseed an env later, so later seeds make a new pool). One
+    thread steps the K envs, as Gymnasium's SyncVectorEnv steps them in the actor's process.
+    """
+
+    def __init__(self, task: str, num_envs: int, kwargs: dict[str, Any] | None = None):
+        self.task, self.num_envs, self.kwargs = task, num_envs, dict(kwargs or {})
+        self.pool: Any = None
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple[np.ndarray, dict]:
+        import envpool
+
+        K = self.num_envs
+        if seed is None:
+            seeds = list(range(K))
+        elif isinstance(seed, int):
+            seeds = [seed + i for i in range(K)]
+        else:
+            seeds = [int(x) for x in seed]
+        if self.pool is not None:
+            self.pool.close()
+        self.pool = envpool.make(
+            self.task,
+            env_type="gymnasium",
+            num_envs=K,
+            batch_size=K,
+            num_threads=1,
+            seed=seeds[0],
+            env_seed=seeds,
+            **self.kwargs,
+        )
+        obs, info = self.pool.reset()
+        order = np.argsort(info["env_id"])
+        return obs[order], self._info(info, order)
+
+    @staticmethod
+    def _info(info: dict, order: np.ndarray) -> dict:
+        return {"lives": np.asarray(info["lives"])[order]} if "lives" in info else {}
+
+    def step(self, actions: np.ndarray) -> tuple:
+        K = self.num_envs
+        obs, reward, terminated, truncated, info = self.pool.step(
+            np.asarray(actions), np.arange(K, dtype=np.int32)
+        )
+        order = np.argsort(info["env_id"])
+        obs, reward = np.array(obs[order]), np.asarray(reward)[order]
+        terminated = np.asarray(terminated, bool)[order]
+        truncated = np.asarray(truncated, bool)[order]
+        out = self._info(info, order)
+        done = terminated | truncated
+        if done.any():
+            idx = np.flatnonzero(done)
+            final = np.empty(K, dtype=object)
+            for i in idx:
+                final[i] = obs[i].copy()
+            out["final_obs"], out["_final_obs"] = final, done
+            if "lives" in out:
+                out["final_info"] = {"lives": out["lives"].copy(), "_lives": done}
+            reset_obs, reset_info = self.pool.reset(idx.astype(np.int32))
+            ids = np.asarray(reset_info["env_id"])
+            obs[ids] = reset_obs
+            if "lives" in out:
+                out["lives"][ids] = np.asarray(reset_info["lives"])
+        return obs, reward, terminated, truncated, out
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
 
 def actor_seed(

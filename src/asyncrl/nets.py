@@ -1,4 +1,9 @@
-"""Policy and value networks, and the running observation normaliser they carry.
+"""Policy and value networks, the image encoder they put in front of pixels, and the running
+observation normaliser they carry.
+
+Observations reach a network in the env's own dtype: uint8 frames travel and rest as uint8 (a
+quarter of float32's bytes in every slot and replay buffer) and become floats in [0, 1] only in
+the network's first layer (:func:`as_float`).
 
 The normaliser's statistics are buffers of the policy module, so they travel with every
 published policy version and every checkpoint: an actor always normalises with exactly the
@@ -16,6 +21,105 @@ from torch import nn
 from asyncrl.envs import EnvSpec
 
 LOG_2PI = math.log(2 * math.pi)
+
+# The Nature-DQN torso (Mnih et al. 2015), as CleanRL's and Sample Factory's Atari agents have
+# it: (out channels, kernel, stride). It needs images of at least 36 x 36 pixels.
+NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+# Images smaller than that (test tasks, small grid worlds): two 3x3 stride-1 layers, which keep
+# the detail a few pixels carry.
+SMALL_CONVS = ((16, 3, 1), (32, 3, 1))
+NATURE_MIN_SIDE = 36
+
+
+def is_image(spec: EnvSpec) -> bool:
+    """Image-shaped observations: uint8 of rank 3 (channels and two spatial axes)."""
+    return spec.obs_dtype == "uint8" and len(spec.obs_shape) == 3
+
+
+def choose_encoder(name: str, spec: EnvSpec) -> str:
+    """The encoder ``--encoder`` names: ``auto`` is ``cnn`` for image observations (uint8,
+    rank 3), ``mlp`` for anything else."""
+    if name == "auto":
+        return "cnn" if is_image(spec) else "mlp"
+    return name
+
+
+def channels_last(shape: tuple[int, ...]) -> bool:
+    """Whether a rank-3 image is height x width x channels (HWC, as RGB frames come) rather than
+    channels x height x width (CHW, as stacked frames come: the stack is the channel axis). An
+    image has fewer channels than pixels on a side, so the smaller end axis holds the channels;
+    a tie is read as CHW."""
+    return shape[-1] < shape[0]
+
+
+def as_float(obs: torch.Tensor) -> torch.Tensor:
+    """The network's view of observations: uint8 pixels scaled to [0, 1], floats as they are.
+    This is where uint8 observations stop being uint8."""
+    if obs.dtype == torch.uint8:
+        return obs.float().mul_(1.0 / 255.0)
+    return obs.float() if obs.dtype != torch.float32 else obs
+
+
+class FlatEncoder(nn.Module):
+    """Observations flattened to vectors (as floats): the MLP path. No parameters."""
+
+    def __init__(self, obs_shape: tuple[int, ...]):
+        super().__init__()
+        self.out_dim = int(np.prod(obs_shape))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return as_float(obs).flatten(1)
+
+
+class ImageEncoder(nn.Module):
+    """Images to a feature vector: convolutions (the Nature-DQN torso, or :data:`SMALL_CONVS`
+    for images under 36 pixels a side), flattened, then the ``hidden`` linear layers, all with
+    ReLU. With ``hidden = [512]`` this is CleanRL's Atari network without its heads.
+
+    Channel-first inside: an HWC image is permuted here, so an env's layout never needs a
+    wrapper. Weights are orthogonal with gain sqrt(2), biases zero (CleanRL's ``layer_init``).
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], hidden: list[int] | tuple[int, ...]):
+        super().__init__()
+        if len(obs_shape) != 3:
+            raise ValueError(f"encoder: cnn needs rank-3 image observations, got {obs_shape}")
+        self.hwc = channels_last(obs_shape)
+        c, h, w = (obs_shape[2], *obs_shape[:2]) if self.hwc else obs_shape
+        convs = NATURE_CONVS if min(h, w) >= NATURE_MIN_SIDE else SMALL_CONVS
+        layers: list[nn.Module] = []
+        for out, kernel, stride in convs:
+            if min(h, w) < kernel:
+                raise ValueError(f"encoder: images of {h} x {w} pixels are too small for a CNN")
+            layers += [_orthogonal(nn.Conv2d(c, out, kernel, stride)), nn.ReLU()]
+            c, h, w = out, (h - kernel) // stride + 1, (w - kernel) // stride + 1
+        layers.append(nn.Flatten())
+        last = c * h * w
+        for size in hidden:
+            layers += [_orthogonal(nn.Linear(last, size)), nn.ReLU()]
+            last = size
+        self.net = nn.Sequential(*layers)
+        self.out_dim = last
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = as_float(obs)
+        if self.hwc:
+            x = x.permute(0, 3, 1, 2)
+        return self.net(x)
+
+
+def _orthogonal(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def make_encoder(kind: str, spec: EnvSpec, hidden: list[int] | tuple[int, ...]) -> nn.Module:
+    """The encoder of ``kind`` (mlp or cnn; resolve auto with :func:`choose_encoder` first):
+    ``FlatEncoder`` or ``ImageEncoder(spec.obs_shape, hidden)``."""
+    if kind == "cnn":
+        return ImageEncoder(spec.obs_shape, hidden)
+    return FlatEncoder(spec.obs_shape)
 
 
 class RunningNorm(nn.Module):
@@ -62,34 +166,60 @@ def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
 
 
 class ActorCritic(nn.Module):
-    """Separate policy and value MLPs over normalised observations.
+    """Separate policy and value MLPs over normalised observations (``encoder`` mlp), or one
+    image encoder shared by a linear policy head and a linear value head (``encoder`` cnn, as
+    CleanRL's Atari agent; ``hidden`` are then the encoder's linear layers after its
+    convolutions).
 
     Discrete actions: a categorical over logits. Continuous actions: a diagonal Gaussian with a
     state-independent log-std; the sampled (unclipped) action is what log-probs refer to, and the
     env receives it clipped to its bounds.
     """
 
-    def __init__(self, spec: EnvSpec, hidden: list[int], activation: str, norm_obs: bool):
+    def __init__(
+        self,
+        spec: EnvSpec,
+        hidden: list[int],
+        activation: str,
+        norm_obs: bool,
+        encoder: str = "auto",
+    ):
         super().__init__()
         self.discrete = spec.discrete
-        self.obs_norm = RunningNorm(spec.obs_shape)
-        self.obs_norm.enabled = norm_obs
-        sizes = [spec.obs_dim, *hidden]
+        self.encoder_kind = choose_encoder(encoder, spec)
+        if self.encoder_kind == "cnn":
+            if norm_obs:
+                raise ValueError("norm_obs: images are scaled by 1/255, not normalised")
+            self.obs_norm = None
+            self.encoder = ImageEncoder(spec.obs_shape, hidden)
+            sizes = [self.encoder.out_dim]
+        else:
+            self.obs_norm = RunningNorm(spec.obs_shape)
+            self.obs_norm.enabled = norm_obs
+            self.encoder = None
+            sizes = [spec.obs_dim, *hidden]
         self.pi = mlp([*sizes, spec.n_actions], activation, 0.01)
         self.v = mlp([*sizes, 1], activation, 1.0)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(spec.n_actions))
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Normalised, flattened observations: what both MLPs read. The learner computes them
-        once per update (the statistics do not move during one) instead of per minibatch."""
-        return self.obs_norm(obs).flatten(1)
+        """What the trainable layers read, computed once per update by the learner (it does not
+        change during one) instead of per minibatch: normalised, flattened observations for the
+        MLPs; the observations themselves, in their own dtype, for the image encoder (which
+        trains, so it runs per minibatch)."""
+        if self.encoder is not None:
+            return obs
+        return self.obs_norm(as_float(obs)).flatten(1)
+
+    def _trunk(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.encoder is None else self.encoder(x)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.v(self.features(obs)).squeeze(-1)
+        return self.v(self._trunk(self.features(obs))).squeeze(-1)
 
     def dist_params(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.pi(self.features(obs))
+        return self.pi(self._trunk(self.features(obs)))
 
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -100,6 +230,7 @@ class ActorCritic(nn.Module):
     def evaluate_features(
         self, x: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = self._trunk(x)
         out = self.pi(x)
         value = self.v(x).squeeze(-1)
         if self.discrete:
@@ -137,8 +268,10 @@ class ActorCritic(nn.Module):
         return a, (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(-1)
 
 
-def build_policy(spec: EnvSpec, hidden: list[int], activation: str, norm_obs: bool) -> ActorCritic:
-    return ActorCritic(spec, list(hidden), activation, norm_obs)
+def build_policy(
+    spec: EnvSpec, hidden: list[int], activation: str, norm_obs: bool, encoder: str = "auto"
+) -> ActorCritic:
+    return ActorCritic(spec, list(hidden), activation, norm_obs, encoder)
 
 
 def build_acting_policy(cfg, spec: EnvSpec) -> nn.Module:
@@ -148,9 +281,19 @@ def build_acting_policy(cfg, spec: EnvSpec) -> nn.Module:
         from asyncrl.algos.sac import SquashedGaussianActor
 
         return SquashedGaussianActor(
-            spec.obs_dim, spec.n_actions, tuple(cfg.hidden), spec.action_low, spec.action_high
+            spec.obs_dim,
+            spec.n_actions,
+            tuple(cfg.hidden),
+            spec.action_low,
+            spec.action_high,
+            encoder=make_encoder(choose_encoder(encoder_of(cfg), spec), spec, ()),
         )
-    return build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
+    return build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs, encoder_of(cfg))
+
+
+def encoder_of(cfg) -> str:
+    """``cfg.encoder``; ``auto`` for a config saved before there was the setting."""
+    return getattr(cfg, "encoder", "auto")
 
 
 def learner_device(name: str) -> torch.device:

@@ -118,7 +118,7 @@ class Policy:
         takes the policy's mode (the mean; SAC: the squashed mean); otherwise actions are
         sampled with this policy's own generator (the global random state is not used).
         """
-        x = np.asarray(obs, dtype=np.float32)
+        x = np.asarray(obs, dtype=self.spec.obs_dtype)  # as actors hand it over
         shape = self.spec.obs_shape
         single = x.shape == shape
         if not single and x.shape[1:] != shape:
@@ -153,7 +153,7 @@ class Policy:
         self.generator.manual_seed(seed)  # a stochastic evaluation repeats for its seed
         seeds = range(seed, seed + episodes)
         if video is None:
-            env = make_env(self.config.env)
+            env = make_env(self.config.env, atari_preprocessing=self.config.atari_preprocessing)
             try:
                 return run_episodes(self, env, seeds, deterministic)
             finally:
@@ -167,7 +167,11 @@ class Policy:
         if not path.parent.is_dir():
             raise VideoError(f"video: the directory {path.parent} does not exist")
         try:  # the run's env made without rendering (load() did); what fails now is rendering
-            env = make_env(env_id, render_mode="rgb_array")
+            env = make_env(
+                env_id,
+                render_mode="rgb_array",
+                atari_preprocessing=self.config.atari_preprocessing,
+            )
         except Exception as e:
             raise VideoError(_render_problem(env_id, e)) from None
         writer = GifWriter(path, env.metadata.get("render_fps") or 30)
@@ -272,7 +276,7 @@ def load(run_dir: str | Path, checkpoint: str = "latest", seed: int = 0) -> Poli
     if checkpoint not in CHECKPOINTS:
         raise ConfigError(f"checkpoint: {checkpoint!r} is not one of {', '.join(CHECKPOINTS)}")
     cfg = load_run_config(run_dir)
-    spec = check_env(cfg.env, cfg.algo)
+    spec = check_env(cfg.env, cfg.algo, cfg.atari_preprocessing)
     state = load_best_checkpoint(run_dir) if checkpoint == "best" else load_checkpoint(run_dir)
     policy = Policy.build(cfg, spec, seed)
     policy.module.load_state_dict(acting_state(state, cfg.algo))

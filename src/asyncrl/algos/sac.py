@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from asyncrl.nets import floating_state
+from asyncrl.nets import FlatEncoder, floating_state
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -46,10 +47,23 @@ def _fused_adam(params, lr: float) -> torch.optim.Adam:
 
 class SquashedGaussianActor(nn.Module):
     """a = low + (tanh(u) + 1) / 2 * (high - low), u ~ N(mu(s), sigma(s)); log-probs carry the
-    change-of-variables correction of both the tanh and the affine rescaling."""
+    change-of-variables correction of both the tanh and the affine rescaling.
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], low, high):
+    ``encoder`` turns observations into the ``obs_dim`` features the hidden layers read: by
+    default they are flattened (as floats); an image encoder (nets.ImageEncoder) for pixels."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: tuple[int, ...],
+        low,
+        high,
+        encoder: nn.Module | None = None,
+    ):
         super().__init__()
+        self.encoder = encoder if encoder is not None else FlatEncoder((obs_dim,))
+        obs_dim = self.encoder.out_dim
         layers: list[nn.Module] = []
         last = obs_dim
         for h in hidden:
@@ -73,7 +87,7 @@ class SquashedGaussianActor(nn.Module):
         generator: torch.Generator | None = None,
         with_logp: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        x = self.trunk(obs.flatten(1))
+        x = self.trunk(self.encoder(obs))
         mu = self.mu(x)
         log_std = torch.clamp(self.log_std(x), LOG_STD_MIN, LOG_STD_MAX)
         if deterministic:
@@ -101,11 +115,21 @@ class SquashedGaussianActor(nn.Module):
 
 
 class QEnsemble(nn.Module):
-    """``n`` Q networks over (obs, action) evaluated as one: weights [n, in, out]."""
+    """``n`` Q networks over (obs, action) evaluated as one: weights [n, in, out]. An
+    ``encoder`` (for pixels: nets.ImageEncoder) is shared by the ``n`` members; by default
+    observations are flattened."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], n: int = 2):
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: tuple[int, ...],
+        n: int = 2,
+        encoder: nn.Module | None = None,
+    ):
         super().__init__()
-        sizes = [obs_dim + act_dim, *hidden, 1]
+        self.encoder = encoder if encoder is not None else FlatEncoder((obs_dim,))
+        sizes = [self.encoder.out_dim + act_dim, *hidden, 1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
@@ -127,7 +151,12 @@ class QEnsemble(nn.Module):
         [n, B, h] activations (A/B on HalfCheetah sizes, same values; the critic's passes alone,
         in a hot loop, 15-30%). The weights are stored [n, in, out] all the same.
         """
-        x = torch.cat([obs.flatten(1), action], -1).T
+        if frozen:  # nor to the encoder: its features do not depend on the action
+            with torch.no_grad():
+                features = self.encoder(obs)
+        else:
+            features = self.encoder(obs)
+        x = torch.cat([features, action], -1).T
         x = x.unsqueeze(0).expand(self.weights[0].shape[0], -1, -1)  # [n, in, B]
         layers = list(zip(self.weights, self.biases, strict=True))
         if frozen:
@@ -150,15 +179,22 @@ class SAC:
         cfg: SACConfig,
         device: str | torch.device = "cpu",
         generator: torch.Generator | None = None,
+        encoder: Callable[[], nn.Module] | None = None,
     ):
+        """``encoder()`` makes a fresh observation encoder (one for the actor, one shared by the
+        critics, one for the target critics); None: observations are flattened vectors of
+        ``obs_dim``."""
         self.cfg = cfg
         # draws the policy's samples in updates (None: torch's global generator); a learner
         # passes its own, so that training leaves the global random state alone
         self.generator = generator
         # initialised on the CPU, then moved: the same initial networks on any device
-        self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.hidden, low, high).to(device)
-        self.q = QEnsemble(obs_dim, act_dim, cfg.hidden).to(device)
-        self.q_target = QEnsemble(obs_dim, act_dim, cfg.hidden).to(device)
+        enc = encoder or (lambda: None)
+        self.actor = SquashedGaussianActor(
+            obs_dim, act_dim, cfg.hidden, low, high, encoder=enc()
+        ).to(device)
+        self.q = QEnsemble(obs_dim, act_dim, cfg.hidden, encoder=enc()).to(device)
+        self.q_target = QEnsemble(obs_dim, act_dim, cfg.hidden, encoder=enc()).to(device)
         self.q_target.load_state_dict(self.q.state_dict())
         self.q_target.requires_grad_(False)
         self.log_alpha = torch.zeros((), device=device, requires_grad=True)

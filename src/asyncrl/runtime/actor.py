@@ -76,6 +76,8 @@ class Actor:
             cfg.on_env_error,
             lambda index, restart: restart_seed(cfg.seed, actor_id, generation, index, restart),
             f"actor {actor_id}",
+            vectorizer=getattr(cfg, "vectorizer", "gymnasium"),
+            atari_preprocessing=getattr(cfg, "atari_preprocessing", True),
         )
         self.env_restarts = 0
         self.off_policy = cfg.algo == "sac"
@@ -92,7 +94,8 @@ class Actor:
         first_seed = actor_seed(cfg.seed, actor_id, self.K, cfg.actors, generation)
         self.generator = torch.Generator().manual_seed(first_seed)
         obs, _ = self.envs.reset(seed=[first_seed + i for i in range(self.K)])
-        self.obs = torch.as_tensor(np.asarray(obs, dtype=np.float32))
+        self.obs_dtype = np.dtype(spec.obs_dtype)  # uint8 frames stay uint8 (nets.as_float)
+        self.obs = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype))
         self.ep_return = np.zeros(self.K, dtype=np.float64)
         self.ep_length = np.zeros(self.K, dtype=np.int64)
         if not spec.discrete:
@@ -141,10 +144,15 @@ class Actor:
             self.ep_return += reward
             self.ep_length += 1
             done = terminated | truncated
+            if "episode_score" in info:  # the env logs whole games (Atari: all lives, unclipped)
+                scored = np.flatnonzero(~np.isnan(info["episode_score"]))
+                slot.ep_returns[t, scored] = info["episode_score"][scored]
+                slot.ep_lengths[t, scored] = info["episode_steps"][scored]
             if done.any():
                 idx = np.flatnonzero(done)
-                slot.ep_returns[t, idx] = self.ep_return[idx]
-                slot.ep_lengths[t, idx] = self.ep_length[idx]
+                if "episode_score" not in info:
+                    slot.ep_returns[t, idx] = self.ep_return[idx]
+                    slot.ep_lengths[t, idx] = self.ep_length[idx]
                 self.ep_return[idx] = 0.0
                 self.ep_length[idx] = 0
                 if off_policy:
@@ -153,9 +161,10 @@ class Actor:
                 else:
                     cut = np.flatnonzero(truncated & ~terminated)
                     if cut.size:
-                        final = np.stack([info["final_obs"][i] for i in cut]).astype(np.float32)
+                        final = np.stack([info["final_obs"][i] for i in cut])
+                        final = final.astype(self.obs_dtype, copy=False)
                         slot.trunc_values[t, cut] = policy.value(torch.from_numpy(final)).numpy()
-            self.obs = torch.as_tensor(np.asarray(obs, dtype=np.float32))
+            self.obs = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype))
         slot.obs[self.cfg.rollout] = self.obs.numpy()
         restarts = env_restarts(envs)
         slot.env_restarts[0], self.env_restarts = restarts - self.env_restarts, restarts

@@ -82,7 +82,7 @@ def evaluator_main(
     env = None
     try:
         policy = Policy.build(cfg, spec)
-        env = make_env(cfg.env)
+        env = make_env(cfg.env, atari_preprocessing=cfg.atari_preprocessing)
         seeds = eval_seeds(cfg.seed, cfg.eval_episodes)
         while True:
             env_steps, vector = wait_for(requests.get, stop, parent)

@@ -19,7 +19,7 @@ from asyncrl.algos.reward_norm import RewardNormalizer
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats
-from asyncrl.nets import FlatParams, build_policy, learner_device
+from asyncrl.nets import FlatParams, build_policy, encoder_of, learner_device
 from asyncrl.runtime.transport import Slot
 
 ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
@@ -53,7 +53,7 @@ class Learner(EpisodeCounters):
         # the caller's random state. Initialised on the CPU: the same on any device.
         with torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(cfg.seed)  # the CPU one: CUDA's untouched
-            policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs)
+            policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs, encoder_of(cfg))
         self.generator = torch.Generator().manual_seed(cfg.seed + 7)
         self.policy = policy.to(self.device)
         ppo_cfg = PPOConfig(**{f.name: getattr(cfg, f.name) for f in fields(PPOConfig)})

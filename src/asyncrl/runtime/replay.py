@@ -72,8 +72,21 @@ class ReplayBuffer:
     @property
     def bytes_per_transition(self) -> int:
         """Exact storage cost of one slot, to size ``capacity`` against available memory."""
-        obs = int(np.prod(self.obs_shape, dtype=np.int64)) * self.obs_dtype.itemsize
-        act = int(np.prod(self.action_shape, dtype=np.int64)) * self.action_dtype.itemsize
+        return self.transition_bytes(
+            self.obs_shape, self.obs_dtype, self.action_shape, self.action_dtype
+        )
+
+    @staticmethod
+    def transition_bytes(
+        obs_shape: tuple[int, ...],
+        obs_dtype: np.dtype | type | str,
+        action_shape: tuple[int, ...],
+        action_dtype: np.dtype | type | str = np.float32,
+    ) -> int:
+        """Bytes one transition takes in a buffer of these shapes and dtypes (obs and next_obs,
+        action, reward, two flags), known before any buffer is made."""
+        obs = int(np.prod(obs_shape, dtype=np.int64)) * np.dtype(obs_dtype).itemsize
+        act = int(np.prod(action_shape, dtype=np.int64)) * np.dtype(action_dtype).itemsize
         return 2 * obs + act + REWARD_DTYPE.itemsize + 2 * FLAG_DTYPE.itemsize
 
     @property

@@ -33,7 +33,7 @@ from asyncrl.algos.sac import SAC, SACConfig
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats
-from asyncrl.nets import FlatParams, learner_device
+from asyncrl.nets import FlatParams, choose_encoder, encoder_of, learner_device, make_encoder
 from asyncrl.runtime.learner import EpisodeCounters
 from asyncrl.runtime.rate_limiter import LimiterClosed, RateLimiter
 from asyncrl.runtime.replay import ReplayBuffer
@@ -69,6 +69,7 @@ class SACLearner(EpisodeCounters):
         # The networks start from cfg.seed as torch's global generator draws them; the global
         # state is put back at once, and the updates draw from the learner's own generator:
         # training never changes the caller's random state.
+        kind = choose_encoder(encoder_of(cfg), spec)
         with torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(cfg.seed)  # the CPU one: CUDA's untouched
             self.sac = SAC(
@@ -79,12 +80,13 @@ class SACLearner(EpisodeCounters):
                 SACConfig(cfg.gamma, cfg.tau, cfg.policy_lr, cfg.q_lr, tuple(cfg.hidden)),
                 self.device,
                 torch.Generator(self.device).manual_seed(cfg.seed + 7),
+                encoder=lambda: make_encoder(kind, spec, ()),
             )
         self.policy = self.sac.actor  # what actors act with
         self.flat = FlatParams(self.sac.actor)
         self.flat.make_contiguous()  # publishing a version is then one copy (CPU only)
         self.replay = ReplayBuffer(
-            cfg.buffer_size, spec.obs_shape, np.float32, (spec.n_actions,), seed=cfg.seed
+            cfg.buffer_size, spec.obs_shape, spec.obs_dtype, (spec.n_actions,), seed=cfg.seed
         )
         self.limiter = self._new_limiter()
         self.async_ = cfg.mode == "async" and cfg.backend != "inline"

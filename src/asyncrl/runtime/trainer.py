@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from asyncrl.config import TrainConfig, preset_line, resolve, validate
+from asyncrl.config import TrainConfig, for_env, preset_line, resolve, validate
 from asyncrl.envs import check_env, env_family
 from asyncrl.metrics import MetricsLog, ProgressDisplay, RowWindow, Throughput
 from asyncrl.rundir import (
@@ -46,6 +46,7 @@ from asyncrl.runtime.backends import make_backend
 from asyncrl.runtime.backends.base import ActorError, Backend
 from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.learner import Learner
+from asyncrl.runtime.transport import memory_line
 
 Callback = Callable[[dict[str, Any]], Any]
 """Called after every training iteration with that iteration's figures; returning ``False``
@@ -114,15 +115,17 @@ def train(
     one line says which and with what."""
     given, cfg = cfg, resolve(cfg, env_family(cfg.env))
     validate(cfg)
-    spec = check_env(cfg.env, cfg.algo)  # before any process or segment exists
+    # before any process or segment exists
+    spec = check_env(cfg.env, cfg.algo, cfg.atari_preprocessing, cfg.vectorizer)
+    cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
     cfg.run_dir = str(run_dir)
     claim_run_dir(run_dir, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(run_dir, cfg)
     line = preset_line(given, cfg)
-    if line:
-        print(line, flush=True)
+    for text in ([line] if line else []) + env_lines + [memory_line(cfg, spec)]:
+        print(text, flush=True)
     with process_state_kept(cfg):
         if cfg.hogwild:
             from asyncrl.runtime.hogwild import train_hogwild

@@ -50,11 +50,12 @@ class SlotLayout:
     ) -> SlotLayout:
         """On-policy slots carry behaviour log-probs and truncation bootstrap values; off-policy
         slots carry the final observation of every episode that ended (the replay buffer's
-        ``next_obs`` there), since the next row already holds the reset observation."""
+        ``next_obs`` there), since the next row already holds the reset observation.
+        Observations keep the env's dtype (``spec.obs_dtype``: uint8 frames stay uint8)."""
         T, K = rollout, num_envs
         act_dtype = "int64" if spec.discrete else "float32"
         if off_policy:
-            per_algo = (("final_obs", (T, K, *spec.obs_shape), "float32"),)
+            per_algo = (("final_obs", (T, K, *spec.obs_shape), spec.obs_dtype),)
         else:
             per_algo = (
                 ("logp", (T, K), "float32"),  # behaviour log-prob of each action
@@ -62,7 +63,7 @@ class SlotLayout:
             )
         return SlotLayout(
             (
-                ("obs", (T + 1, K, *spec.obs_shape), "float32"),  # row T: obs after the rollout
+                ("obs", (T + 1, K, *spec.obs_shape), spec.obs_dtype),  # row T: after the rollout
                 ("actions", (T, K, *spec.action_shape), act_dtype),
                 ("rewards", (T, K), "float32"),
                 ("terminated", (T, K), "bool"),
@@ -75,6 +76,13 @@ class SlotLayout:
             )
         )
 
+    def bytes_per_sample(self) -> float:
+        """Bytes of slot memory one sample (one env step of one env) takes, every field and
+        the row-T observation included: a slot's size over the T x K samples it holds."""
+        _, nbytes = self.offsets()
+        shape = dict((name, shape) for name, shape, _ in self.fields)["rewards"]
+        return nbytes / int(np.prod(shape))
+
     def offsets(self) -> tuple[list[tuple[str, tuple[int, ...], np.dtype, int]], int]:
         out, pos = [], 0
         for name, shape, dtype in self.fields:
@@ -83,6 +91,29 @@ class SlotLayout:
             out.append((name, shape, dt, pos))
             pos += int(np.prod(shape)) * dt.itemsize
         return out, max(pos, 1)
+
+
+def memory_line(cfg: Any, spec: EnvSpec) -> str:
+    """The start-up line on what observations cost: their dtype and bytes, the rollout slots'
+    bytes per sample and, for SAC, the replay buffer's per transition."""
+    from asyncrl.runtime.replay import ReplayBuffer
+
+    dtype = np.dtype(spec.obs_dtype)
+    obs = int(np.prod(spec.obs_shape)) * dtype.itemsize
+    shape = tuple(spec.obs_shape)
+    off_policy = cfg.algo == "sac"
+    layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, off_policy)
+    line = (
+        f"asyncrl: observations {dtype.name} {shape}, {obs:,} B each; rollout slots "
+        f"{layout.bytes_per_sample():,.0f} B per sample"
+    )
+    if off_policy:
+        per = ReplayBuffer.transition_bytes(spec.obs_shape, dtype, (spec.n_actions,))
+        line += (
+            f"; replay {per:,} B per transition, {per * cfg.buffer_size / 1e9:,.2f} GB for "
+            f"buffer_size {cfg.buffer_size:,}"
+        )
+    return line
 
 
 class Slot:
