@@ -52,7 +52,7 @@ def test_eval_during_training_logs_rows_and_keeps_the_best_checkpoint(tmp_path, 
         if "eval/mean_return" in row:
             received.append(row["eval/env_steps"])
         if row["env_steps"] >= every * (len(received) + 1):
-            time.sleep(0.1)
+            time.sleep(0.25)  # 0.1 s was not enough once, with two other sessions' work running
 
     result = asyncrl.train(
         total_steps=8_192,

@@ -129,14 +129,15 @@ def test_sync_ppo_on_ray_trains_exactly_as_inline(cluster, tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_sac_reaches_minus_250_on_pendulum(cluster, tmp_path, mode):
+def test_sac_reaches_minus_250_on_pendulum(cluster, tmp_path):
+    # async only: the sync/async semantics of SAC are the same code on every backend (the
+    # process backend's SAC tests run both); each run here is ~2 min of CI, mostly updates
     s = train(
         _cfg(
             tmp_path,
             algo="sac",
             env="Pendulum-v1",
-            mode=mode,
+            mode="async",
             actors=1,
             envs_per_actor=4,
             hidden=[64, 64],
