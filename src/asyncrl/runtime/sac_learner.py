@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from typing import Any
 
 import numpy as np
@@ -231,8 +232,12 @@ class SACLearner(EpisodeCounters):
         if (ahead or self._drawn is not None) and n != self._step_inserts:
             raise RuntimeError(f"sync batch of {n} transitions, expected {self._step_inserts}")
         if self.async_:
-            while not self.limiter.await_can_insert(n, timeout=0.5):
-                self._raise_if_failed()
+            try:
+                while not self.limiter.await_can_insert(n, timeout=0.5):
+                    self._raise_if_failed()
+            except LimiterClosed:
+                self._raise_if_failed()  # the optimizer's own error, not the closed limiter
+                raise
             with self._replay_lock:
                 self.replay.add_batch(**tr)
             self._raise_if_failed()
@@ -287,8 +292,12 @@ class SACLearner(EpisodeCounters):
         return dict(zip(SAC.STATS, mean, strict=True))
 
     def _raise_if_failed(self) -> None:
+        """Raise the optimizer thread's error, with its own traceback in the message (the
+        loop's traceback is of no use: the error happened in the other thread)."""
         if self._error is not None:
-            raise OptimizerFailed(f"SAC optimizer thread failed: {self._error!r}") from self._error
+            e = self._error
+            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+            raise OptimizerFailed(f"SAC optimizer thread failed: {e!r}\n{tb}") from e
 
     def learning_rate_of_env_steps(self) -> float:
         """Env steps per second since the first gradient step (warm-up left out)."""
