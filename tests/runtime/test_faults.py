@@ -111,7 +111,11 @@ def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode, al
                 pass
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "interrupted; checkpoint saved" in err
+    # one line says what happened and where the checkpoint is
+    name = signal.Signals(sig).name
+    ended = [line for line in err.splitlines() if line.startswith("asyncrl: interrupted")]
+    assert len(ended) == 1 and f"interrupted ({name}) at " in ended[0], err
+    assert "; checkpoint saved: " in ended[0] and str(run) in ended[0], err
     deadline = time.monotonic() + 10
     while any(alive(c) for c in children) and time.monotonic() < deadline:
         time.sleep(0.1)
