@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from asyncrl.config import TrainConfig, from_dict, load_yaml
+from asyncrl.config import TrainConfig, from_dict, load_yaml, underive
 from asyncrl.rundir import load_run_config
 
 if TYPE_CHECKING:
@@ -65,8 +65,8 @@ def make_config(
     wrong type raise ConfigError naming the setting; :func:`asyncrl.config.validate` (called
     by the trainer before anything starts) checks the rest."""
     settings = dict(settings)
-    if resume:
-        base = load_run_config(resume)
+    if resume:  # the run's settings, those resolve() derived left to derive again
+        base = underive(load_run_config(resume))
         settings["run_dir"] = str(resume)
     else:
         base = TrainConfig()

@@ -54,7 +54,9 @@ KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state witho
 
 _NUMBERED = re.compile(r"^checkpoint-(\d+)\.pt$")
 # what _atomic_write leaves behind if the process dies between writing and renaming
-_TEMP = re.compile(r"^\.(checkpoint(-\d+|-best)?\.pt|config\.yaml|summary\.json)\.tmp\d+$")
+_TEMP = re.compile(
+    r"^\.(checkpoint(-\d+|-best)?\.pt|config\.yaml|summary\.json|metrics\.jsonl)\.tmp\d+$"
+)
 
 
 class CheckpointWriteError(OSError):

@@ -46,7 +46,7 @@ from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
 from asyncrl.nets import FlatParams
-from asyncrl.rundir import restore_learner, save_checkpoint
+from asyncrl.rundir import restore_learner, save_checkpoint, save_config
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import ActorError, Restarts, is_env_error
 from asyncrl.runtime.backends.process import POLL, ChildProcesses, die_with_parent, report_failure
@@ -243,6 +243,7 @@ def train_hogwild(
     if resume:
         state, resumed_from = restore_learner(run_dir, holder)
         earlier_seconds = state.get("wall_seconds", 0.0)
+        save_config(run_dir, cfg)  # the checkpoint loaded: the run goes on with these
     steps_before = holder.env_steps
     flat = FlatParams.of(holder.shared_tensors())
     params = SharedArray((flat.numel,), "float32")
@@ -257,7 +258,7 @@ def train_hogwild(
     end = RunEnd(run_dir, signals, cfg.checkpoint_every, resumed_from, steps_before)
     try:
         flat.write_to(params.array)
-        log = MetricsLog(run_dir, cfg.tensorboard)
+        log = MetricsLog(run_dir, cfg.tensorboard, steps_before if resume else None)
         evals = Evaluations(cfg, spec, run_dir, log, steps_before, resume)
         progress = ProgressDisplay(cfg.total_steps, cfg.progress, steps_before)
         meter = Throughput(cfg.envs_per_actor)

@@ -338,6 +338,15 @@ class SACLearner(EpisodeCounters):
 
     def load_state_dict(self, state: dict) -> None:
         self.sac.load_state_dict(state["sac"])
+        # the optimizers' saved state holds the rates of the run before: the rates given now
+        # (--q-lr, --policy-lr, which may change on resume) take effect
+        for opt, lr in (
+            (self.sac.q_opt, self.cfg.q_lr),
+            (self.sac.actor_opt, self.cfg.policy_lr),
+            (self.sac.alpha_opt, self.cfg.policy_lr),
+        ):
+            for group in opt.param_groups:
+                group["lr"] = lr
         c = state["counters"]
         self.version, self.env_steps, self.iterations = (
             c["version"],

@@ -32,12 +32,13 @@ from typing import Any
 
 import torch
 
-from asyncrl.config import TrainConfig, preset_line, resolve, validate
+from asyncrl.config import TrainConfig, check_resume, preset_line, resolve, validate
 from asyncrl.envs import check_env, env_family
 from asyncrl.metrics import MetricsLog, ProgressDisplay, RowWindow, Throughput
 from asyncrl.rundir import (
     claim_run_dir,
     default_run_dir,
+    load_run_config,
     restore_learner,
     save_checkpoint,
     save_config,
@@ -111,9 +112,12 @@ def train(
     spec = check_env(cfg.env, cfg.algo)  # before any process or segment exists
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
     cfg.run_dir = str(run_dir)
+    if resume:  # before anything is written: a refused resume leaves the run as it was
+        check_resume(load_run_config(run_dir), cfg)
     claim_run_dir(run_dir, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(run_dir, cfg)
+    if not resume:  # a resumed run's, once its checkpoint has loaded
+        save_config(run_dir, cfg)
     line = preset_line(given, cfg)
     if line:
         print(line, flush=True)
@@ -140,15 +144,19 @@ def _train_pipeline(
     with contextlib.ExitStack() as cleanup:  # every close runs, even if one raises
         learner = make_learner(cfg, spec)
         cleanup.callback(_close_learner, learner)
-        earlier_seconds, resumed_from = 0.0, None
+        earlier_seconds, resumed_from, state = 0.0, None, {}
         if resume:
             state, resumed_from = restore_learner(run_dir, learner)
             earlier_seconds = state.get("wall_seconds", 0.0)
+            save_config(run_dir, cfg)  # the checkpoint loaded: the run goes on with these
         steps_at_start = learner.env_steps
         backend = make_backend(cfg, spec, learner.flat.numel)
         cleanup.callback(backend.close)
+        if "actors" in state:
+            backend.load_actor_state(state["actors"])
         learner.publish(backend)
-        log = MetricsLog(run_dir, cfg.tensorboard)
+        # a resumed run's curves go on from its checkpoint: rows written after it are dropped
+        log = MetricsLog(run_dir, cfg.tensorboard, learner.env_steps if resume else None)
         cleanup.callback(log.close)
         evals = Evaluations(cfg, spec, run_dir, log, learner.env_steps, resume)
         cleanup.callback(evals.close)
@@ -180,6 +188,7 @@ def _train_pipeline(
                     "policy": learner.policy.state_dict(),  # what acts (shares the tensors)
                     "config": cfg.to_dict(),
                     "wall_seconds": earlier_seconds + meter.wall,
+                    "actors": backend.actor_state(),
                 },
                 keep=cfg.keep_checkpoints,
             )
