@@ -191,6 +191,13 @@ def _torch_save(state: dict[str, Any], path: Path) -> None:
         try:
             torch.save(state, out)
         except Exception as e:
+            # Ctrl+C while torch writes: its zip writer's cleanup then fails on the half-written
+            # stream and raises a RuntimeError of its own in place of the interrupt
+            cause = e.__context__
+            while cause is not None and not isinstance(cause, KeyboardInterrupt):
+                cause = cause.__context__
+            if cause is not None:
+                raise cause from None
             if out.error is None:
                 raise
             raise OSError(out.error.errno, out.error.strerror, str(path)) from e

@@ -108,6 +108,7 @@ class SACLearner(EpisodeCounters):
         # when learning began (first gradient step), for rates that leave out the warm-up
         self.learning_began: tuple[float, int] | None = None
         self._before_step = self._after_step = _nothing  # Hogwild! workers sync here
+        self._samples_at_load = self._updates_at_load = 0  # the limiter's and ours at start
 
     def _new_limiter(self) -> RateLimiter:
         cfg = self.cfg
@@ -319,6 +320,10 @@ class SACLearner(EpisodeCounters):
             # updates done ahead are in the networks already: count them, or a resumed run
             # would do them again
             limiter["samples"] += self._ahead
+            if self.async_:
+                # the optimizer thread counts a sample before its update: one may be in flight
+                # now, not in the networks saved. Count the updates that are.
+                limiter["samples"] = self._samples_at_load + self.updates - self._updates_at_load
             state = {
                 "sac": self.sac.state_dict(),
                 "limiter": limiter,
@@ -358,4 +363,6 @@ class SACLearner(EpisodeCounters):
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
             self.limiter.load_state_dict(state["limiter"])
+            self._samples_at_load = int(state["limiter"]["samples"])
+        self._updates_at_load = self.updates
         # Without the saved data the replay starts empty: warm up again before sampling.
