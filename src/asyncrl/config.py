@@ -526,6 +526,8 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
         + (" x actors" if cfg.mode == "sync" else "")
         + "); lower it or raise the batch",
     )
+    # env seeds derive from it and Gymnasium takes no negative seed (an actor would fail)
+    _need(cfg.seed >= 0, f"seed: must be >= 0, got {cfg.seed}")
     _need(cfg.lr > 0, f"lr: must be > 0, got {cfg.lr}")
     _need(0 <= cfg.gamma <= 1, f"gamma: must be in [0, 1], got {cfg.gamma}")
     _need(0 <= cfg.gae_lambda <= 1, f"gae_lambda: must be in [0, 1], got {cfg.gae_lambda}")
