@@ -284,3 +284,5 @@ def test_resume_continues_the_global_network_and_the_total_step_count(tmp_path):
     # the second run's own steps are counted on top of the first's, per worker
     assert second["env_steps"] == first["env_steps"] + sum(second["worker_env_steps"])
     assert second["episodes"] > first["episodes"]
+    # the resumed workers' envs took the next generation's seeds, not the first ones again
+    assert load_checkpoint(tmp_path / "run")["actors"]["generations"] == [1, 1]

@@ -239,10 +239,13 @@ def train_hogwild(
     ctx = mp.get_context("spawn")
     # The global network starts as the first worker would have: seeded like a single learner.
     holder = make_learner(worker_config(cfg, 0), spec)
-    earlier_seconds, resumed_from = 0.0, None
+    earlier_seconds, resumed_from, first_generation = 0.0, None, 0
     if resume:
         state, resumed_from = restore_learner(run_dir, holder)
         earlier_seconds = state.get("wall_seconds", 0.0)
+        # the workers' envs go on to seeds no earlier worker had, not the first ones again
+        generations = (state.get("actors") or {}).get("generations") or [-1]
+        first_generation = max(generations) + 1
         save_config(run_dir, cfg)  # the checkpoint loaded: the run goes on with these
     steps_before = holder.env_steps
     flat = FlatParams.of(holder.shared_tensors())
@@ -318,6 +321,7 @@ def train_hogwild(
                 "config": cfg.to_dict(),
                 "wall_seconds": earlier_seconds + meter.wall,
                 "hogwild": counters.array.tolist(),
+                "actors": {"generations": [children.generation.get(w, 0) for w in range(M)]},
             }
             return save_checkpoint(run_dir, state, keep=cfg.keep_checkpoints)
 
@@ -381,7 +385,7 @@ def train_hogwild(
 
         try:
             for w in range(M):
-                spawn(w, 0)
+                spawn(w, first_generation)
             receive()
             end.should_stop(total_steps(), cfg.total_steps, meter.wall, cfg.max_seconds)
         except BaseException as e:
