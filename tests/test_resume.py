@@ -216,3 +216,14 @@ def test_metrics_rows_after_the_resumed_checkpoint_are_dropped(tmp_path):
     log.close()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["env_steps"], r["x"]) for r in rows] == [(100, 1), (200, 1), (300, 2)]
+
+
+def test_a_resume_whose_checkpoints_do_not_load_leaves_config_yaml_as_it_was(tmp_path, capsys):
+    run = tmp_path / "run"
+    asyncrl.train(total_steps=128, run_dir=str(run), **PPO)
+    config = (run / "config.yaml").read_bytes()
+    for path in run.glob("checkpoint-*.pt"):
+        path.write_bytes(path.read_bytes()[:100])  # truncated: a kill during a copy, say
+    assert cli_main(["train", "--resume", str(run), "--total-steps", "512"]) == 2
+    assert "holds no checkpoint that loads" in capsys.readouterr().err
+    assert (run / "config.yaml").read_bytes() == config  # still the run's: eval, resume work
