@@ -119,3 +119,14 @@ class HangOnce(Countdown):
 gym.register("RaiseOnce-v0", entry_point=RaiseOnce, max_episode_steps=50)
 gym.register("BadObsOnce-v0", entry_point=BadObsOnce, max_episode_steps=50)
 gym.register("HangOnce-v0", entry_point=HangOnce, max_episode_steps=50)
+
+
+class SlowSteps(Countdown):
+    """5 ms per step: an iteration long enough to signal a run in the middle of one."""
+
+    def step(self, action):
+        time.sleep(0.005)
+        return super().step(action)
+
+
+gym.register("SlowSteps-v0", entry_point=SlowSteps, max_episode_steps=50)

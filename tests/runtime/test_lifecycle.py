@@ -54,6 +54,11 @@ def test_stop_signals_flag_the_first_abort_on_the_second_and_restore_handlers():
             with pytest.raises(Aborted):
                 os.kill(os.getpid(), signal.SIGINT)
             os.kill(os.getpid(), signal.SIGINT)  # while aborting: ignored
+        ended = StopSignals()
+        with ended.installed():
+            os.kill(os.getpid(), signal.SIGINT)
+            ended.ending = True  # the final checkpoint is written: only cleanup is left
+            os.kill(os.getpid(), signal.SIGINT)  # ignored: it would cut the cleanup short
         assert all(signal.getsignal(s) is mine for s in StopSignals.SIGNALS)
     finally:
         for s, h in saved.items():

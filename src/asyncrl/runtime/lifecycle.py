@@ -63,10 +63,13 @@ class StopSignals:
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    # After the final checkpoint (or the abort) only cleanup is left -- stopping actors,
+    # freeing shared memory -- and a signal raising in there would leave those behind.
 
     def __init__(self) -> None:
         self.signal: str | None = None
         self.aborted = False
+        self.ending = False  # the run has ended: signals may no longer cut its cleanup short
 
     def __bool__(self) -> bool:
         return self.signal is not None
@@ -76,7 +79,7 @@ class StopSignals:
         if self.signal is None:
             self.signal = name
             return
-        if not self.aborted:
+        if not (self.aborted or self.ending):
             self.aborted = True
             raise Aborted(f"second signal ({self.signal}, then {name})")
 
@@ -227,6 +230,7 @@ class RunEnd:
                 kind, self.kind, self.error = "aborted", "aborted", e
             except CheckpointWriteError as e:
                 write_error = e
+        self.stop.ending = True  # what is left is cleanup: no signal cuts it short
         steps = env_steps()
         fields = {
             "ended": kind,
