@@ -227,3 +227,19 @@ def test_a_resume_whose_checkpoints_do_not_load_leaves_config_yaml_as_it_was(tmp
     assert cli_main(["train", "--resume", str(run), "--total-steps", "512"]) == 2
     assert "holds no checkpoint that loads" in capsys.readouterr().err
     assert (run / "config.yaml").read_bytes() == config  # still the run's: eval, resume work
+
+
+def test_tensorboard_steps_after_the_resumed_checkpoint_are_purged(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log = MetricsLog(tmp_path, tensorboard=True)
+    for step in (100, 200, 300, 400):
+        log.write(step, {"x": 1.0})
+    log.close()
+    log = MetricsLog(tmp_path, tensorboard=True, resume_at=200)
+    log.write(300, {"x": 2.0})
+    log.close()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    scalars = [(e.step, e.value) for e in events.Scalars("throughput/x")]
+    assert scalars == [(100, 1.0), (200, 1.0), (300, 2.0)]
