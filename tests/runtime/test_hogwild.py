@@ -286,3 +286,9 @@ def test_resume_continues_the_global_network_and_the_total_step_count(tmp_path):
     assert second["episodes"] > first["episodes"]
     # the resumed workers' envs took the next generation's seeds, not the first ones again
     assert load_checkpoint(tmp_path / "run")["actors"]["generations"] == [1, 1]
+    # the learning rate goes on from where it was -- the first run's linear schedule ended at
+    # 0 -- and does not jump back up for the larger total (it was 1 - 512 / 1024 of lr)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    before = [r["lr"] for r in rows if "lr" in r and r["env_steps"] <= first["env_steps"]]
+    after = [r["lr"] for r in rows if "lr" in r and r["env_steps"] > first["env_steps"]]
+    assert before and after and max(after) <= min(before[-2:]) + 1e-12, (before[-2:], after[:4])

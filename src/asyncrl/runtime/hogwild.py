@@ -51,6 +51,7 @@ from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import ActorError, Restarts, is_env_error
 from asyncrl.runtime.backends.process import POLL, ChildProcesses, die_with_parent, report_failure
 from asyncrl.runtime.evaluator import Evaluations
+from asyncrl.runtime.learner import continue_schedule
 from asyncrl.runtime.lifecycle import RunEnd, StopSignals
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore
 
@@ -142,6 +143,7 @@ def worker_main(
     stop: Any,
     parent: int,
     generation: int = 0,
+    schedule_from: tuple[int, float] = (0, 1.0),
 ) -> None:
     """Entry point of a worker process: collect, train with Hogwild! sync, report; repeat until
     all workers together have taken ``cfg.total_steps`` env steps or the parent says stop. A
@@ -160,6 +162,8 @@ def worker_main(
         row = counters.array[worker]
         # a resumed run's (or a replaced worker's) schedules go on where they were
         learner.env_steps = steps_before // cfg.hogwild + int(row[STEPS])
+        if cfg.algo == "ppo":  # its schedules' leg, in the worker's share of the steps
+            learner.schedule_from = schedule_from
         sync = HogwildSync(learner.shared_tensors(), params.array, cfg.sync_mode, cfg.sync_every)
         sync.pull()
         # Shared mode pushes after every step; only a change made outside the steps needs its
@@ -246,8 +250,15 @@ def train_hogwild(
         # the workers' envs go on to seeds no earlier worker had, not the first ones again
         generations = (state.get("actors") or {}).get("generations") or [-1]
         first_generation = max(generations) + 1
+        # PPO's schedules go on without a jump, in a worker's share of the steps (the saved
+        # leg is in those units: the holder's total is a worker's share)
+        saved = state["learner"].get("schedule")
+        if saved is not None:
+            share = holder.cfg.total_steps
+            holder.schedule_from = continue_schedule(saved, share, holder.env_steps // M)
         save_config(run_dir, cfg)  # the checkpoint loaded: the run goes on with these
     steps_before = holder.env_steps
+    schedule_from = holder.schedule_from if cfg.algo == "ppo" else (0, 1.0)  # SAC: none
     flat = FlatParams.of(holder.shared_tensors())
     params = SharedArray((flat.numel,), "float32")
     counters = SharedArray((M, 4), "int64")
@@ -269,9 +280,8 @@ def train_hogwild(
         def spawn(w: int, generation: int) -> None:
             status.array[w] = (ActorStatus.WAITING, time.monotonic())
             args = (w, cfg, spec, params, counters, status, steps_before, reports)
-            children.start(
-                worker_main, (*args, children.errors, stop, os.getpid(), generation), w, generation
-            )
+            rest = (children.errors, stop, os.getpid(), generation, schedule_from)
+            children.start(worker_main, (*args, *rest), w, generation)
 
         done: set[int] = set()  # workers that said goodbye (their exit is not a fault)
         hung: dict[int, float] = {}

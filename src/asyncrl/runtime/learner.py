@@ -194,14 +194,19 @@ class Learner(EpisodeCounters):
         # never back up, as a rate of 1 - env_steps / total_steps would with a larger total.
         sched = state.get("schedule")
         if sched is not None:
-            saved = (int(sched["from_steps"]), float(sched["from_remaining"]))
-            if int(sched["total_steps"]) == self.cfg.total_steps:
-                self.schedule_from = saved
-            else:
-                reached = _linear(saved, int(sched["total_steps"]), self.env_steps)
-                self.schedule_from = (self.env_steps, reached)
+            self.schedule_from = continue_schedule(sched, self.cfg.total_steps, self.env_steps)
         if self.reward_norm is not None and "reward_norm" in state:
             self.reward_norm.load_state_dict(state["reward_norm"])
+
+
+def continue_schedule(saved: dict, total_steps: int, env_steps: int) -> tuple[int, float]:
+    """The linear schedules' leg (start env steps, fraction there) of a run resumed at
+    ``env_steps`` with ``total_steps``, from the leg ``saved`` in its checkpoint: that leg if
+    the total is the same, else a new one from the fraction reached (see load_state_dict)."""
+    leg = (int(saved["from_steps"]), float(saved["from_remaining"]))
+    if int(saved["total_steps"]) == total_steps:
+        return leg
+    return env_steps, _linear(leg, int(saved["total_steps"]), env_steps)
 
 
 def _linear(start: tuple[int, float], total_steps: int, env_steps: int) -> float:
