@@ -196,3 +196,14 @@ class FakeLives(gym.Env):
 
 
 gym.register("FakeLives-v0", entry_point=FakeLives)
+
+
+class SlowSteps(Countdown):
+    """5 ms per step: an iteration long enough to signal a run in the middle of one."""
+
+    def step(self, action):
+        time.sleep(0.005)
+        return super().step(action)
+
+
+gym.register("SlowSteps-v0", entry_point=SlowSteps, max_episode_steps=50)

@@ -16,6 +16,8 @@ BAD = [
     (["--env", "NoSuchEnv-v9"], "env: 'NoSuchEnv-v9' is not a registered Gymnasium env id"),
     (["--envs-per-actor", "0"], "envs_per_actor: must be >= 1"),
     (["--actors", "0"], "actors: must be >= 1"),
+    # a negative seed reached an actor's env reset and failed there, after processes started
+    (["--seed", "-3"], "seed: must be >= 0, got -3"),
     (
         ["--minibatch-size", "4096", "--envs-per-actor", "2", "--rollout", "8"],
         "minibatch_size: 4096 is larger than the training batch of 16 samples",

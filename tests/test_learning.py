@@ -24,6 +24,7 @@ TIMING = {
     "learner_wait_seconds",
     "actor_wait_seconds",
     "run_dir",
+    "checkpoint",  # a path in run_dir
 }
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from asyncrl.config import TrainConfig, from_dict, load_yaml
+from asyncrl.config import TrainConfig, from_dict, load_yaml, underive
 from asyncrl.rundir import load_run_config
 
 if TYPE_CHECKING:
@@ -65,8 +65,8 @@ def make_config(
     wrong type raise ConfigError naming the setting; :func:`asyncrl.config.validate` (called
     by the trainer before anything starts) checks the rest."""
     settings = dict(settings)
-    if resume:
-        base = load_run_config(resume)
+    if resume:  # the run's settings, those resolve() derived left to derive again
+        base = underive(load_run_config(resume))
         settings["run_dir"] = str(resume)
     else:
         base = TrainConfig()
@@ -106,8 +106,9 @@ def train(
     and ``eval/env_steps`` (the env steps of the evaluated weights). Return ``False`` to end the
     run early (as Stable-Baselines3's callbacks do; ``None`` or anything else goes on): it ends
     as a finished run does -- final checkpoint, summary with ``stopped_by_callback: true``. An
-    exception raised by the callback ends the run (actors stopped, no final checkpoint) and
-    propagates. A Hogwild! run calls it once per worker iteration.
+    exception raised by the callback ends the run (actors stopped, final checkpoint written:
+    the learner is between iterations) and propagates. A Hogwild! run calls it once per worker
+    iteration.
 
     Raises ConfigError, naming the setting and what it allows, for an unknown setting or a
     value that cannot work, before any env, process or file is made.
@@ -115,8 +116,9 @@ def train(
     Works from any thread (a notebook's helper thread, say) and leaves the process as it
     found it: the calling thread's torch thread count is restored; torch's, numpy's and
     Python's global random states are not changed (the run draws from generators of its own);
-    and a SIGTERM handler (SIGTERM ends a run as Ctrl+C does, with a checkpoint) is installed
-    only when called on the main thread, and the previous one put back afterwards.
+    and SIGINT/SIGTERM handlers (which stop the run at the next iteration boundary, with a
+    final checkpoint; a second signal aborts) are installed only when called on the main
+    thread, and the previous ones put back afterwards.
     Processes are started with ``spawn``: a script that calls ``train`` must do so under
     ``if __name__ == "__main__":`` (notebooks need nothing).
     """

@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from asyncrl.rundir import CheckpointWriteError
     from asyncrl.runtime.backends.base import ActorError
+    from asyncrl.runtime.lifecycle import Aborted, Interrupted
 
     try:
         if args.command == "train":
@@ -321,8 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointWriteError as e:  # the final one; the newest earlier checkpoint stands
         print(f"asyncrl: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("asyncrl: interrupted; checkpoint saved", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        if not isinstance(e, Interrupted | Aborted):  # those said how the run ended
+            print("asyncrl: interrupted before training began", file=sys.stderr)
         return 130
 
 

@@ -474,6 +474,45 @@ def resolve(cfg: TrainConfig, family: str | None = None) -> TrainConfig:
     return dataclasses.replace(cfg, **changes)
 
 
+# settings derived by resolve() from others when left at these values
+DERIVED = {"actor_restarts": -1, "log_every": 0, "ratio_tolerance": 0}
+
+
+def underive(saved: TrainConfig) -> TrainConfig:
+    """A saved run's config with the settings :func:`resolve` derived set back to "derive",
+    so that a resumed run derives them again from its settings, some of which may change on
+    resume (a new ``replay_ratio`` gets its own ``ratio_tolerance``). A value that differs
+    from what resolve would derive was given by the user, and stays."""
+    changes = {}
+    for name, unset in DERIVED.items():
+        probe = dataclasses.replace(saved, **{name: unset})
+        if getattr(resolve(probe, None), name) == getattr(saved, name):
+            changes[name] = unset
+    return dataclasses.replace(saved, **changes)
+
+
+# What a checkpoint's networks and data are made of: a resumed run cannot change these.
+FIXED_ON_RESUME = ("algo", "env", "hidden", "activation", "norm_obs", "norm_reward")
+FIXED_ON_RESUME_SAC = ("buffer_size",)
+
+
+def check_resume(saved: TrainConfig, new: TrainConfig) -> None:
+    """Refuse, in one ConfigError naming them, the settings a resumed run changes that its
+    checkpoint depends on (the networks' shapes, the env, the replay's layout). Everything
+    else may change: total_steps, max_seconds, learning rates, logging, ..."""
+    names = FIXED_ON_RESUME + (FIXED_ON_RESUME_SAC if saved.algo == "sac" else ())
+    changed = [n for n in names if getattr(saved, n) != getattr(new, n)]
+    if changed:
+        what = ", ".join(
+            f"{n} {format_value(getattr(saved, n))} -> {format_value(getattr(new, n))}"
+            for n in changed
+        )
+        raise ConfigError(
+            f"{changed[0]}: cannot change on resume, the checkpoint was made with it ({what}); "
+            "resume with the run's settings, or start a new run"
+        )
+
+
 def preset_line(given: TrainConfig, resolved: TrainConfig) -> str | None:
     """The one line a run prints at its start: the preset and the values it filled for the
     algorithm (None if it filled none, as when a saved run resumes)."""
@@ -547,6 +586,8 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
         + (" x actors" if cfg.mode == "sync" else "")
         + "); lower it or raise the batch",
     )
+    # env seeds derive from it and Gymnasium takes no negative seed (an actor would fail)
+    _need(cfg.seed >= 0, f"seed: must be >= 0, got {cfg.seed}")
     _need(cfg.lr > 0, f"lr: must be > 0, got {cfg.lr}")
     _need(0 <= cfg.gamma <= 1, f"gamma: must be in [0, 1], got {cfg.gamma}")
     _need(0 <= cfg.gae_lambda <= 1, f"gae_lambda: must be in [0, 1], got {cfg.gae_lambda}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from collections import deque
@@ -269,13 +270,20 @@ class MetricsLog:
     """metrics.jsonl (one line per row of ``log_every`` iterations, see RowWindow) and
     TensorBoard scalars in the run directory."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool):
-        self.file = (run_dir / "metrics.jsonl").open("a")
+    def __init__(self, run_dir: Path, tensorboard: bool, resume_at: int | None = None):
+        """``resume_at``: the env steps of the checkpoint a resumed run starts from; the rows
+        written after it (by the run that went on past its checkpoint, then stopped) are
+        dropped from metrics.jsonl and hidden in TensorBoard, so curves never go backwards."""
+        path = run_dir / "metrics.jsonl"
+        if resume_at is not None and path.exists():
+            _drop_rows_after(path, resume_at)
+        self.file = path.open("a")
         self.tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(run_dir / "tb"))
+            purge = None if resume_at is None else resume_at + 1
+            self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge)
 
     def write(self, step: int, row: dict[str, Any]) -> None:
         self.file.write(json.dumps({"env_steps": step, **row}) + "\n")
@@ -289,6 +297,28 @@ class MetricsLog:
         self.file.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def _drop_rows_after(path: Path, env_steps: int) -> None:
+    """Keep the rows of metrics.jsonl up to ``env_steps`` (and any line that does not parse
+    as a row, such as a last line cut short by a kill, is dropped too); written to a temporary
+    file and renamed, so a kill meanwhile leaves the old file whole."""
+    kept = []
+    with path.open() as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and row.get("env_steps", 0) <= env_steps:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text("".join(kept))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _tb_name(key: str) -> str:

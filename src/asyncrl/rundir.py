@@ -54,7 +54,9 @@ KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state witho
 
 _NUMBERED = re.compile(r"^checkpoint-(\d+)\.pt$")
 # what _atomic_write leaves behind if the process dies between writing and renaming
-_TEMP = re.compile(r"^\.(checkpoint(-\d+|-best)?\.pt|config\.yaml|summary\.json)\.tmp\d+$")
+_TEMP = re.compile(
+    r"^\.(checkpoint(-\d+|-best)?\.pt|config\.yaml|summary\.json|metrics\.jsonl)\.tmp\d+$"
+)
 
 
 class CheckpointWriteError(OSError):
@@ -189,6 +191,13 @@ def _torch_save(state: dict[str, Any], path: Path) -> None:
         try:
             torch.save(state, out)
         except Exception as e:
+            # Ctrl+C while torch writes: its zip writer's cleanup then fails on the half-written
+            # stream and raises a RuntimeError of its own in place of the interrupt
+            cause = e.__context__
+            while cause is not None and not isinstance(cause, KeyboardInterrupt):
+                cause = cause.__context__
+            if cause is not None:
+                raise cause from None
             if out.error is None:
                 raise
             raise OSError(out.error.errno, out.error.strerror, str(path)) from e
@@ -325,6 +334,11 @@ def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     reported in one line on stderr and the next older one is tried; if none loads, or there is
     none, a ConfigError names the run directory. Nothing in a file is ever run as code.
     """
+    return load_checkpoint_file(run_dir)[0]
+
+
+def load_checkpoint_file(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
+    """:func:`load_checkpoint`, and the file it loaded."""
     run_dir = Path(run_dir)
     files = checkpoint_files(run_dir)
     if not files:
@@ -334,7 +348,7 @@ def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
             state = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(state, dict):
                 raise ValueError(f"holds a {type(state).__name__}, not a checkpoint's mapping")
-            return state
+            return state, path
         except Exception as e:
             then = f"falling back to {files[i + 1].name}" if i + 1 < len(files) else "none older"
             print(
@@ -376,12 +390,12 @@ def _why(e: Exception) -> str:
     return f"{type(e).__name__}: {first[:200]}"
 
 
-def restore_learner(run_dir: Path, learner: Any) -> float:
-    """Load the checkpointed learner state into ``learner``; returns the wall-clock seconds the
-    run had taken before, so a resumed run's clock continues."""
-    state = load_checkpoint(run_dir)
+def restore_learner(run_dir: Path, learner: Any) -> tuple[dict[str, Any], Path]:
+    """Load the newest checkpoint that loads into ``learner``; returns the whole checkpoint
+    (its ``wall_seconds`` continue a resumed run's clock) and the file it came from."""
+    state, path = load_checkpoint_file(run_dir)
     learner.load_state_dict(state["learner"])
-    return state.get("wall_seconds", 0.0)
+    return state, path
 
 
 def save_summary(run_dir: Path, summary: dict[str, Any]) -> None:

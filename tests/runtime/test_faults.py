@@ -111,7 +111,11 @@ def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode, al
                 pass
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "interrupted; checkpoint saved" in err
+    # one line says what happened and where the checkpoint is
+    name = signal.Signals(sig).name
+    ended = [line for line in err.splitlines() if line.startswith("asyncrl: interrupted")]
+    assert len(ended) == 1 and f"interrupted ({name}) at " in ended[0], err
+    assert "; checkpoint saved: " in ended[0] and str(run) in ended[0], err
     deadline = time.monotonic() + 10
     while any(alive(c) for c in children) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -120,3 +124,39 @@ def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode, al
     assert (run / "checkpoint.pt").exists()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["env_steps"] > 0
+
+
+@pytest.mark.slow
+def test_a_second_sigint_aborts_the_cli_at_once_claiming_no_checkpoint(tmp_path):
+    """Ctrl+C twice within an iteration (1.3 s of slow env steps): exit 130 at once, one line
+    naming the newest checkpoint written before (not one it did not write), and no process
+    or segment left (the process backend)."""
+    extra = ("--mode", "sync", "--rollout", "32", "--checkpoint-every", "0.1")
+    proc = _start_cli(tmp_path, *extra, env_id="fake_envs:SlowSteps-v0")
+    run = tmp_path / "run"
+    _wait_for_training(proc, run)
+    metrics = run / "metrics.jsonl"
+    rows = len(metrics.read_text().splitlines())
+    deadline = time.monotonic() + 30
+    while len(metrics.read_text().splitlines()) == rows and time.monotonic() < deadline:
+        time.sleep(0.005)
+    # a row is written at the end of an iteration; 0.5 s on, the loop waits for the next
+    # rollout (1.3 s of env steps)
+    time.sleep(0.5)
+    children = descendants(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.1)  # two signals pending at once are delivered as one
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    ended = [line for line in err.splitlines() if line.startswith("asyncrl: aborted")]
+    assert len(ended) == 1 and "no final checkpoint written" in ended[0], err
+    assert "checkpoint saved" not in err and "Traceback" not in err, err
+    newest = sorted(run.glob("checkpoint-*.pt"))[-1]
+    assert f"the newest checkpoint is {newest} (" in ended[0]
+    deadline = time.monotonic() + 10
+    while any(alive(c) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [c for c in children if alive(c)], "child processes left behind"
+    assert not shm_segments(proc.pid), "shared memory left behind"
+    assert not [p for p in run.iterdir() if ".tmp" in p.name]

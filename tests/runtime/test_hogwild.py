@@ -4,6 +4,7 @@ with M = 2 in both sync modes, and clear errors for impossible settings."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from asyncrl.cli import main
 from asyncrl.config import ConfigError, TrainConfig, validate
 from asyncrl.envs import check_env
 from asyncrl.nets import FlatParams
+from asyncrl.rundir import load_checkpoint
 from asyncrl.runtime.backends.base import ActorError
 from asyncrl.runtime.hogwild import HogwildSync, worker_config
 from asyncrl.runtime.trainer import make_learner, train
@@ -144,7 +146,7 @@ def test_two_workers_train_one_global_network_concurrently(tmp_path):
     assert [r["env_steps"] for r in rows] == sorted(r["env_steps"] for r in rows)
 
 
-def test_hogwild_worker_crash_names_the_worker_and_env(tmp_path):
+def test_hogwild_worker_crash_names_the_worker_and_env(tmp_path, capsys):
     cfg = _cfg(
         tmp_path,
         hogwild=2,
@@ -160,6 +162,12 @@ def test_hogwild_worker_crash_names_the_worker_and_env(tmp_path):
     msg = str(e.value)
     assert msg.startswith("hogwild worker ") and "(env fake_envs:CrashAfter-v0 x 4) failed" in msg
     assert "Traceback" in msg and "boom: simulated env failure" in msg
+    # the run's lifecycle, the pipeline's: the global network kept, one line saying so
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["ended"] == "actor_error" and summary["checkpoint"]
+    assert load_checkpoint(tmp_path / "run")["learner"]["counters"]["env_steps"] > 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("asyncrl: stopped")]
+    assert len(lines) == 1 and lines[0].endswith(f"checkpoint saved: {summary['checkpoint']}")
 
 
 @pytest.mark.parametrize(
@@ -283,3 +291,11 @@ def test_resume_continues_the_global_network_and_the_total_step_count(tmp_path):
     # the second run's own steps are counted on top of the first's, per worker
     assert second["env_steps"] == first["env_steps"] + sum(second["worker_env_steps"])
     assert second["episodes"] > first["episodes"]
+    # the resumed workers' envs took the next generation's seeds, not the first ones again
+    assert load_checkpoint(tmp_path / "run")["actors"]["generations"] == [1, 1]
+    # the learning rate goes on from where it was -- the first run's linear schedule ended at
+    # 0 -- and does not jump back up for the larger total (it was 1 - 512 / 1024 of lr)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    before = [r["lr"] for r in rows if "lr" in r and r["env_steps"] <= first["env_steps"]]
+    after = [r["lr"] for r in rows if "lr" in r and r["env_steps"] > first["env_steps"]]
+    assert before and after and max(after) <= min(before[-2:]) + 1e-12, (before[-2:], after[:4])

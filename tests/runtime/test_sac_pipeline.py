@@ -173,3 +173,28 @@ def test_sync_learner_publishes_only_a_new_version(tmp_path):
     learner.publish(store)
     assert len(writes) == 2 and store.version == 1
     store.close()
+
+
+def test_an_async_optimizer_error_surfaces_with_its_own_traceback(tmp_path, monkeypatch):
+    """The optimizer thread's exception is what the run raises -- its type, message and the
+    frame it was raised in -- not the closed rate limiter the loop then finds."""
+    from asyncrl.algos.sac import SAC
+    from asyncrl.runtime.sac_learner import OptimizerFailed
+
+    original = SAC.update
+    calls = []
+
+    def _sac_update_bug(self, batch):
+        calls.append(1)
+        if len(calls) == 5:
+            raise ZeroDivisionError("boom: sac update bug")
+        return original(self, batch)
+
+    monkeypatch.setattr(SAC, "update", _sac_update_bug)
+    cfg = _cfg(tmp_path, mode="async", backend="thread", learning_starts=32, total_steps=10**6)
+    with pytest.raises(OptimizerFailed) as e:
+        train(cfg)
+    assert isinstance(e.value.__cause__, ZeroDivisionError)
+    text = str(e.value)
+    assert "ZeroDivisionError('boom: sac update bug')" in text
+    assert "in _sac_update_bug" in text and "Traceback" in text  # the thread's own traceback

@@ -18,7 +18,15 @@ import numpy as np
 import torch
 
 from asyncrl.config import TrainConfig
-from asyncrl.envs import EnvSpec, actor_seed, env_restarts, make_vector_env, restart_seed
+from asyncrl.envs import (
+    EnvSpec,
+    actor_seed,
+    env_restarts,
+    env_state,
+    make_vector_env,
+    restart_seed,
+    set_env_state,
+)
 from asyncrl.nets import FlatParams, build_acting_policy
 from asyncrl.runtime.transport import PolicyStore, Slot
 
@@ -174,8 +182,47 @@ class Actor:
         slot.env_steps[0] = self.cfg.rollout * K
         ActorStatus.set(status, ActorStatus.WAITING)
 
+    # ---------------------------------------------------------------- checkpoint state
+    def state_dict(self) -> dict:
+        """Where this actor is, between rollouts: its envs' episodes, their observations and
+        running returns, and its random generator -- what a resumed run needs to go on exactly
+        as if it had not stopped (see :func:`asyncrl.envs.env_state`)."""
+        return {
+            "generator": self.generator.get_state(),
+            "obs": self.obs.clone(),
+            "ep_return": self.ep_return.copy(),
+            "ep_length": self.ep_length.copy(),
+            "env_restarts": self.env_restarts,
+            # EnvPool's C++ envs and the Atari training wrapper keep state this cannot read:
+            # those continue from fresh episodes
+            "envs": [env_state(e) for e in _env_list(self.envs)],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+        self.obs = torch.as_tensor(_array(state["obs"], self.obs_dtype))
+        self.ep_return = _array(state["ep_return"], np.float64)
+        self.ep_length = _array(state["ep_length"], np.int64)
+        self.env_restarts = int(state["env_restarts"])
+        envs = _env_list(self.envs)
+        if len(envs) == len(state["envs"]):
+            for env, layers in zip(envs, state["envs"], strict=True):
+                set_env_state(env, layers)
+
     def close(self) -> None:
         self.envs.close()
         # an in-place policy views the store's shared segment, the status row the status
         # segment: drop them, or those cannot close
         self.policy = self.flat = self.status = None
+
+
+def _env_list(envs) -> list:
+    """The Gymnasium envs inside an actor's vector env, if it is one that holds them."""
+    return list(getattr(envs, "envs", ()))
+
+
+def _array(value, dtype) -> np.ndarray:
+    """A copy of an array as saved: a checkpoint holds numpy arrays as tensors."""
+    if isinstance(value, torch.Tensor):
+        value = value.numpy()
+    return np.array(value, dtype=dtype)

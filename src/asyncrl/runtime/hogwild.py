@@ -20,12 +20,13 @@ approximation of merging the workers' statistics). Optimizer state stays per wor
 The parent process owns the shared memory and the workers, logs what they report (per-worker
 and total env steps, return over the episodes of all workers), hands the global network to the
 evaluations during training, checkpoints it and stops everyone on the step budget, the time
-limit, the caller's callback, Ctrl+C or SIGTERM (``trainer.train`` handles that signal and
-restores the process's settings around this run).
+limit, the caller's callback, Ctrl+C or SIGTERM; how it stops and ends is the lifecycle every
+run shares (:mod:`asyncrl.runtime.lifecycle`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import math
@@ -45,11 +46,13 @@ from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
 from asyncrl.nets import FlatParams
-from asyncrl.rundir import restore_learner, save_checkpoint, save_summary
+from asyncrl.rundir import restore_learner, save_checkpoint, save_config
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import ActorError, Restarts, is_env_error
 from asyncrl.runtime.backends.process import POLL, ChildProcesses, die_with_parent, report_failure
 from asyncrl.runtime.evaluator import Evaluations
+from asyncrl.runtime.learner import continue_schedule
+from asyncrl.runtime.lifecycle import RunEnd, StopSignals
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)
@@ -140,6 +143,7 @@ def worker_main(
     stop: Any,
     parent: int,
     generation: int = 0,
+    schedule_from: tuple[int, float] = (0, 1.0),
 ) -> None:
     """Entry point of a worker process: collect, train with Hogwild! sync, report; repeat until
     all workers together have taken ``cfg.total_steps`` env steps or the parent says stop. A
@@ -158,6 +162,8 @@ def worker_main(
         row = counters.array[worker]
         # a resumed run's (or a replaced worker's) schedules go on where they were
         learner.env_steps = steps_before // cfg.hogwild + int(row[STEPS])
+        if cfg.algo == "ppo":  # its schedules' leg, in the worker's share of the steps
+            learner.schedule_from = schedule_from
         sync = HogwildSync(learner.shared_tensors(), params.array, cfg.sync_mode, cfg.sync_every)
         sync.pull()
         # Shared mode pushes after every step; only a change made outside the steps needs its
@@ -222,19 +228,37 @@ def train_hogwild(
     run_dir: Path,
     resume: bool,
     callback: Callable[[dict[str, Any]], Any] | None = None,
+    signals: StopSignals | None = None,
 ) -> dict[str, Any]:
     """The parent's side of a Hogwild! run; ``trainer.train`` has validated ``cfg``, made the
-    run directory and handles SIGTERM around it. ``callback(row)`` is called with every
-    worker iteration's row; ``False`` stops the workers and the run ends as a finished one
-    does. Returns the summary (also written to summary.json)."""
-    from asyncrl.runtime.trainer import Interrupted, make_learner
+    run directory and installed the run's :class:`StopSignals` around it. ``callback(row)`` is
+    called with every worker iteration's row; ``False`` stops the workers and the run ends as a
+    finished one does. The run ends as every run does (:mod:`asyncrl.runtime.lifecycle`); the
+    global network is never half-updated from the parent's view, so every ending but an abort
+    keeps it. Returns the summary (also written to summary.json)."""
+    from asyncrl.runtime.trainer import make_learner
 
+    signals = signals if signals is not None else StopSignals()
     M = cfg.hogwild
     ctx = mp.get_context("spawn")
     # The global network starts as the first worker would have: seeded like a single learner.
     holder = make_learner(worker_config(cfg, 0), spec)
-    earlier_seconds = restore_learner(run_dir, holder) if resume else 0.0
+    earlier_seconds, resumed_from, first_generation = 0.0, None, 0
+    if resume:
+        state, resumed_from = restore_learner(run_dir, holder)
+        earlier_seconds = state.get("wall_seconds", 0.0)
+        # the workers' envs go on to seeds no earlier worker had, not the first ones again
+        generations = (state.get("actors") or {}).get("generations") or [-1]
+        first_generation = max(generations) + 1
+        # PPO's schedules go on without a jump, in a worker's share of the steps (the saved
+        # leg is in those units: the holder's total is a worker's share)
+        saved = state["learner"].get("schedule")
+        if saved is not None:
+            share = holder.cfg.total_steps
+            holder.schedule_from = continue_schedule(saved, share, holder.env_steps // M)
+        save_config(run_dir, cfg)  # the checkpoint loaded: the run goes on with these
     steps_before = holder.env_steps
+    schedule_from = holder.schedule_from if cfg.algo == "ppo" else (0, 1.0)  # SAC: none
     flat = FlatParams.of(holder.shared_tensors())
     params = SharedArray((flat.numel,), "float32")
     counters = SharedArray((M, 4), "int64")
@@ -242,13 +266,13 @@ def train_hogwild(
     children = ChildProcesses(ctx, "hogwild worker", cfg)
     restarts = Restarts(cfg.actor_restarts, "hogwild worker")
     reports = ctx.Queue()
-    stop = ctx.Event()
+    stop = ctx.Event()  # tells the workers to push their work and say goodbye
     episodes = holder.episode_stats
     log = progress = evals = None
-    interrupted = stopped = False
+    end = RunEnd(run_dir, signals, cfg.checkpoint_every, resumed_from, steps_before)
     try:
         flat.write_to(params.array)
-        log = MetricsLog(run_dir, cfg.tensorboard)
+        log = MetricsLog(run_dir, cfg.tensorboard, steps_before if resume else None)
         evals = Evaluations(cfg, spec, run_dir, log, steps_before, resume)
         progress = ProgressDisplay(cfg.total_steps, cfg.progress, steps_before)
         meter = Throughput(cfg.envs_per_actor)
@@ -256,12 +280,9 @@ def train_hogwild(
         def spawn(w: int, generation: int) -> None:
             status.array[w] = (ActorStatus.WAITING, time.monotonic())
             args = (w, cfg, spec, params, counters, status, steps_before, reports)
-            children.start(
-                worker_main, (*args, children.errors, stop, os.getpid(), generation), w, generation
-            )
+            rest = (children.errors, stop, os.getpid(), generation, schedule_from)
+            children.start(worker_main, (*args, *rest), w, generation)
 
-        for w in range(M):
-            spawn(w, 0)
         done: set[int] = set()  # workers that said goodbye (their exit is not a fault)
         hung: dict[int, float] = {}
 
@@ -292,8 +313,6 @@ def train_hogwild(
                 restarts.charge(label, cause, tb, dropped=1)
                 spawn(w, children.generation[w] + 1)
 
-        last_ckpt = time.perf_counter()
-
         def total_steps() -> int:
             return steps_before + int(counters.array[:, STEPS].sum())
 
@@ -302,9 +321,7 @@ def train_hogwild(
             flat.read_from(params.array.copy())
             return holder.policy_vector()
 
-        def checkpoint() -> None:
-            nonlocal last_ckpt
-            last_ckpt = time.perf_counter()
+        def checkpoint() -> Path:
             flat.read_from(params.array.copy())
             holder.env_steps = total_steps()
             holder.iterations = int(counters.array[:, ITERATIONS].sum())
@@ -314,18 +331,27 @@ def train_hogwild(
                 "config": cfg.to_dict(),
                 "wall_seconds": earlier_seconds + meter.wall,
                 "hogwild": counters.array.tolist(),
+                "actors": {"generations": [children.generation.get(w, 0) for w in range(M)]},
             }
-            save_checkpoint(run_dir, state, keep=cfg.keep_checkpoints)
+            return save_checkpoint(run_dir, state, keep=cfg.keep_checkpoints)
 
         finished = 0
         learn_seconds = 0.0
         first: tuple[float, int] | None = None  # (time, gradient steps) when learning began
         t_wait = time.perf_counter()
+        deadline = math.inf
 
-        def receive(deadline: float = math.inf) -> None:
-            """Handle reports until every worker has said it is done (or the deadline)."""
-            nonlocal finished, learn_seconds, first, t_wait, stopped
+        def receive() -> None:
+            """Handle reports until every worker has said it is done (or, once the run stops
+            on a signal, until a deadline: a worker ends the iteration it is in first)."""
+            nonlocal finished, learn_seconds, first, t_wait, deadline
             while finished < M and time.perf_counter() < deadline:
+                if not stop.is_set() and end.should_stop(
+                    total_steps(), cfg.total_steps, meter.wall, cfg.max_seconds
+                ):
+                    stop.set()  # the workers push their work and say goodbye
+                    if end.kind == "signal":
+                        deadline = time.perf_counter() + 10
                 supervise()
                 try:
                     worker, stats, ended = reports.get(timeout=POLL)
@@ -352,15 +378,12 @@ def train_hogwild(
                 log.write(steps, row)
                 sps, lag = row["env_steps_per_second"], row["policy_lag_mean"]
                 progress.update(steps, episodes.final_return, row["eps"], sps, lag)
-                if cfg.max_seconds and meter.wall >= cfg.max_seconds:
-                    stop.set()
                 evaluated = evals.step(steps, global_policy)
-                if not stopped and callback is not None:
+                if not stop.is_set() and callback is not None:
                     if callback({"env_steps": steps, **row, **evaluated}) is False:
-                        stopped = True
+                        end.stopped_by_callback()
                         stop.set()  # the workers push their work and say goodbye
-                if cfg.checkpoint_every and time.perf_counter() - last_ckpt > cfg.checkpoint_every:
-                    checkpoint()
+                end.periodic(checkpoint, steps)
                 t_wait = time.perf_counter()
 
         def health() -> dict[str, int]:
@@ -371,40 +394,44 @@ def train_hogwild(
             }
 
         try:
+            for w in range(M):
+                spawn(w, first_generation)
             receive()
-        except ActorError:
-            stop.set()
-            children.close((reports,))
-            checkpoint()  # the global network is intact in shared memory: keep it
-            raise
-        except KeyboardInterrupt:
-            interrupted = True
-            stop.set()
-            receive(deadline=time.perf_counter() + 10)  # let workers push and say goodbye
+            end.should_stop(total_steps(), cfg.total_steps, meter.wall, cfg.max_seconds)
+        except BaseException as e:
+            end.failed(e)
+            if end.consistent and not isinstance(e, ActorError):
+                # let the workers push what they learned and say goodbye
+                stop.set()
+                deadline = time.perf_counter() + 10
+                with contextlib.suppress(Exception):
+                    receive()
         stop.set()
         children.close((reports,))
-        checkpoint()
-        steady = math.nan
-        if first is not None and meter.last > first[0]:
-            steady = (int(counters.array[:, UPDATES].sum()) - first[1]) / (meter.last - first[0])
-        summary = _summary(cfg, meter, counters.array, total_steps() - steps_before, episodes)
-        summary.update(health())
-        evals.finish(wait=not interrupted)  # the evaluation in progress, off the run's clock
-        summary.update(evals.summary())
-        summary.update(
-            learn_seconds=learn_seconds / M,
-            gradient_steps_per_second_steady=steady,
-            env_steps=total_steps(),
-            interrupted=interrupted,
-            stopped_by_callback=stopped,
-            resumed=resume,
-            time_limited=total_steps() < cfg.total_steps and not (interrupted or stopped),
-            run_dir=str(run_dir),
-        )
-        save_summary(run_dir, summary)
-        if interrupted:
-            raise Interrupted("interrupted")
-        return summary
+        progress.close()  # before the line that says how the run ended
+
+        def summary(fields: dict[str, Any]) -> dict[str, Any]:
+            steady = math.nan
+            if first is not None and meter.last > first[0]:
+                steps = int(counters.array[:, UPDATES].sum()) - first[1]
+                steady = steps / (meter.last - first[0])
+            out = _summary(cfg, meter, counters.array, total_steps() - steps_before, episodes)
+            out.update(health())
+            # the evaluation in progress, off the run's clock; not waited for when stopping
+            evals.finish(wait=end.kind in ("budget", "time_limit", "callback"))
+            out.update(evals.summary())
+            out.update(
+                learn_seconds=learn_seconds / M,
+                gradient_steps_per_second_steady=steady,
+                env_steps=total_steps(),
+                resumed=resume,
+                run_dir=str(run_dir),
+                **fields,
+            )
+            return out
+
+        # the global network in shared memory is intact whatever ended the run
+        return end.conclude(total_steps, checkpoint, summary)
     finally:
         stop.set()
         if progress is not None:

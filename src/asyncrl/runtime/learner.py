@@ -66,6 +66,9 @@ class Learner(EpisodeCounters):
         self.iterations = 0
         self.learn_seconds = 0.0
         self.episode_stats = EpisodeStats()
+        # The linear schedules' current leg: from (env steps, fraction remaining) down to 0 at
+        # cfg.total_steps. A fresh run: (0, 1). See load_state_dict for a resumed one.
+        self.schedule_from = (0, 1.0)
 
     def publish(self, store: Any) -> None:
         """Publish the current parameters as version ``self.version`` to ``store`` (a Backend,
@@ -91,10 +94,14 @@ class Learner(EpisodeCounters):
         """Call ``before()`` and ``after()`` around every gradient step."""
         self.algo.before_step, self.algo.after_step = before, after
 
-    def _remaining(self, schedule: str) -> float:
+    def _remaining(self, schedule: str, env_steps: int | None = None) -> float:
+        """The fraction of the learning rate (or clip range) a linear schedule leaves at
+        ``env_steps`` (default: now): 1 - env_steps / total_steps in a run that was never
+        resumed with another total_steps (see :meth:`load_state_dict`)."""
         if schedule == "constant":
             return 1.0
-        return max(1.0 - self.env_steps / self.cfg.total_steps, 0.0)
+        steps = self.env_steps if env_steps is None else env_steps
+        return _linear(self.schedule_from, self.cfg.total_steps, steps)
 
     def lr_now(self) -> float:
         return self.cfg.lr * self._remaining(self.cfg.lr_schedule)
@@ -159,6 +166,11 @@ class Learner(EpisodeCounters):
                 "learn_seconds": self.learn_seconds,
             },
             "episodes": self.episode_stats.state_dict(),
+            "schedule": {
+                "from_steps": self.schedule_from[0],
+                "from_remaining": self.schedule_from[1],
+                "total_steps": self.cfg.total_steps,
+            },
         }
         if self.reward_norm is not None:
             state["reward_norm"] = self.reward_norm.state_dict()
@@ -176,8 +188,31 @@ class Learner(EpisodeCounters):
         )
         self.learn_seconds = c["learn_seconds"]
         self.episode_stats.load_state_dict(state["episodes"])
+        # Schedules go on without a jump. With the same total_steps the saved leg continues
+        # as it was (a resumed run is the run that did not stop). With another one, a new leg
+        # starts here at the fraction the run had reached and ends at 0 at the new total --
+        # never back up, as a rate of 1 - env_steps / total_steps would with a larger total.
+        sched = state.get("schedule")
+        if sched is not None:
+            self.schedule_from = continue_schedule(sched, self.cfg.total_steps, self.env_steps)
         if self.reward_norm is not None and "reward_norm" in state:
             self.reward_norm.load_state_dict(state["reward_norm"])
+
+
+def continue_schedule(saved: dict, total_steps: int, env_steps: int) -> tuple[int, float]:
+    """The linear schedules' leg (start env steps, fraction there) of a run resumed at
+    ``env_steps`` with ``total_steps``, from the leg ``saved`` in its checkpoint: that leg if
+    the total is the same, else a new one from the fraction reached (see load_state_dict)."""
+    leg = (int(saved["from_steps"]), float(saved["from_remaining"]))
+    if int(saved["total_steps"]) == total_steps:
+        return leg
+    return env_steps, _linear(leg, int(saved["total_steps"]), env_steps)
+
+
+def _linear(start: tuple[int, float], total_steps: int, env_steps: int) -> float:
+    steps0, frac0 = start
+    span = total_steps - steps0
+    return 0.0 if span <= 0 else max(frac0 * (1.0 - (env_steps - steps0) / span), 0.0)
 
 
 def _streams(slots: list[Slot]) -> np.ndarray:

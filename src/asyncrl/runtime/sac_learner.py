@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from typing import Any
 
 import numpy as np
@@ -109,6 +110,7 @@ class SACLearner(EpisodeCounters):
         # when learning began (first gradient step), for rates that leave out the warm-up
         self.learning_began: tuple[float, int] | None = None
         self._before_step = self._after_step = _nothing  # Hogwild! workers sync here
+        self._samples_at_load = self._updates_at_load = 0  # the limiter's and ours at start
 
     def _new_limiter(self) -> RateLimiter:
         cfg = self.cfg
@@ -233,8 +235,12 @@ class SACLearner(EpisodeCounters):
         if (ahead or self._drawn is not None) and n != self._step_inserts:
             raise RuntimeError(f"sync batch of {n} transitions, expected {self._step_inserts}")
         if self.async_:
-            while not self.limiter.await_can_insert(n, timeout=0.5):
-                self._raise_if_failed()
+            try:
+                while not self.limiter.await_can_insert(n, timeout=0.5):
+                    self._raise_if_failed()
+            except LimiterClosed:
+                self._raise_if_failed()  # the optimizer's own error, not the closed limiter
+                raise
             with self._replay_lock:
                 self.replay.add_batch(**tr)
             self._raise_if_failed()
@@ -289,8 +295,12 @@ class SACLearner(EpisodeCounters):
         return dict(zip(SAC.STATS, mean, strict=True))
 
     def _raise_if_failed(self) -> None:
+        """Raise the optimizer thread's error, with its own traceback in the message (the
+        loop's traceback is of no use: the error happened in the other thread)."""
         if self._error is not None:
-            raise OptimizerFailed(f"SAC optimizer thread failed: {self._error!r}") from self._error
+            e = self._error
+            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+            raise OptimizerFailed(f"SAC optimizer thread failed: {e!r}\n{tb}") from e
 
     def learning_rate_of_env_steps(self) -> float:
         """Env steps per second since the first gradient step (warm-up left out)."""
@@ -312,6 +322,10 @@ class SACLearner(EpisodeCounters):
             # updates done ahead are in the networks already: count them, or a resumed run
             # would do them again
             limiter["samples"] += self._ahead
+            if self.async_:
+                # the optimizer thread counts a sample before its update: one may be in flight
+                # now, not in the networks saved. Count the updates that are.
+                limiter["samples"] = self._samples_at_load + self.updates - self._updates_at_load
             state = {
                 "sac": self.sac.state_dict(),
                 "limiter": limiter,
@@ -331,6 +345,15 @@ class SACLearner(EpisodeCounters):
 
     def load_state_dict(self, state: dict) -> None:
         self.sac.load_state_dict(state["sac"])
+        # the optimizers' saved state holds the rates of the run before: the rates given now
+        # (--q-lr, --policy-lr, which may change on resume) take effect
+        for opt, lr in (
+            (self.sac.q_opt, self.cfg.q_lr),
+            (self.sac.actor_opt, self.cfg.policy_lr),
+            (self.sac.alpha_opt, self.cfg.policy_lr),
+        ):
+            for group in opt.param_groups:
+                group["lr"] = lr
         c = state["counters"]
         self.version, self.env_steps, self.iterations = (
             c["version"],
@@ -342,4 +365,6 @@ class SACLearner(EpisodeCounters):
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
             self.limiter.load_state_dict(state["limiter"])
+            self._samples_at_load = int(state["limiter"]["samples"])
+        self._updates_at_load = self.updates
         # Without the saved data the replay starts empty: warm up again before sampling.

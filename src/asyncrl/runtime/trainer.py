@@ -11,18 +11,20 @@ periodic and final checkpoints and the summary, and adds the backend's fault cou
 (``runtime/evaluator.py``) and asks the caller's callback after every iteration whether to go
 on.
 
+How a run stops and ends -- budget, time limit, callback, signal, a failing actor or learner,
+a disk that stays full -- is the same here and in Hogwild! (:mod:`asyncrl.runtime.lifecycle`):
+signals set a flag read at the iteration boundary, and every ending writes a final checkpoint
+when the learner's state is consistent and says so in one line.
+
 A run may be started from any thread and leaves its process as it found it
 (:func:`process_state_kept`): the torch thread count is restored, global random states are
-never changed, and a SIGTERM handler is installed only on the main thread, and the one before
-put back.
+never changed, and SIGINT/SIGTERM handlers are installed only on the main thread, and the ones
+before put back.
 """
 
 from __future__ import annotations
 
 import contextlib
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,46 +32,41 @@ from typing import Any
 
 import torch
 
-from asyncrl.config import TrainConfig, for_env, preset_line, resolve, validate
+from asyncrl.config import TrainConfig, check_resume, for_env, preset_line, resolve, validate
 from asyncrl.envs import check_env, env_family
 from asyncrl.metrics import MetricsLog, ProgressDisplay, RowWindow, Throughput
 from asyncrl.rundir import (
-    CheckpointWriteError,
     claim_run_dir,
     default_run_dir,
+    load_run_config,
     restore_learner,
     save_checkpoint,
     save_config,
-    save_summary,
 )
 from asyncrl.runtime.backends import make_backend
-from asyncrl.runtime.backends.base import ActorError, Backend
+from asyncrl.runtime.backends.base import Backend
 from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.learner import Learner
+from asyncrl.runtime.lifecycle import Interrupted, RunEnd, StopSignals
 from asyncrl.runtime.transport import memory_line
+
+__all__ = ["Callback", "Interrupted", "make_learner", "process_state_kept", "train"]
 
 Callback = Callable[[dict[str, Any]], Any]
 """Called after every training iteration with that iteration's figures; returning ``False``
 (exactly ``False``, not any false value) ends the run early, as a finished one ends."""
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl+C: checkpoint, stop the actors, free shared memory, exit."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise Interrupted(f"signal {signum}")
-
-
 @contextlib.contextmanager
-def process_state_kept(cfg: TrainConfig) -> Iterator[None]:
+def process_state_kept(cfg: TrainConfig) -> Iterator[StopSignals]:
     """Run a training run inside: what it changes in its process is put back afterwards,
-    however it ends.
+    however it ends; yields the run's :class:`StopSignals`.
 
     * the calling thread's torch thread count (set to ``threads_learner`` meanwhile);
-    * SIGTERM, which ends a run like Ctrl+C (checkpoint, actors stopped, memory freed), is
-      handled only when the run is on the main thread -- Python lets only that thread install
-      handlers, and only it receives signals -- and the handler before is restored.
+    * SIGINT and SIGTERM set the run's stop flag (the loop stops at its next iteration
+      boundary; a second signal aborts) only when the run is on the main thread -- Python
+      lets only that thread install handlers, and only it receives signals -- and the
+      handlers before are restored.
 
     Global random states are not restored here because a run does not change them: torch's
     is used only to draw initial networks and put back at once (see the learners), every
@@ -78,14 +75,12 @@ def process_state_kept(cfg: TrainConfig) -> Iterator[None]:
     threads made meanwhile.)
     """
     threads = torch.get_num_threads()
-    on_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if on_main else None
+    stop = StopSignals()
     try:
-        torch.set_num_threads(cfg.threads_learner)
-        yield
+        with stop.installed():
+            torch.set_num_threads(cfg.threads_learner)
+            yield stop
     finally:
-        if on_main:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
         torch.set_num_threads(threads)
 
 
@@ -120,18 +115,21 @@ def train(
     cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
     cfg.run_dir = str(run_dir)
+    if resume:  # before anything is written: a refused resume leaves the run as it was
+        check_resume(load_run_config(run_dir), cfg)
     claim_run_dir(run_dir, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(run_dir, cfg)
+    if not resume:  # a resumed run's, once its checkpoint has loaded
+        save_config(run_dir, cfg)
     line = preset_line(given, cfg)
     for text in ([line] if line else []) + env_lines + [memory_line(cfg, spec)]:
         print(text, flush=True)
-    with process_state_kept(cfg):
+    with process_state_kept(cfg) as stop:
         if cfg.hogwild:
             from asyncrl.runtime.hogwild import train_hogwild
 
-            return train_hogwild(cfg, spec, run_dir, resume, callback)
-        return _train_pipeline(cfg, spec, run_dir, resume, on_start, callback)
+            return train_hogwild(cfg, spec, run_dir, resume, callback, stop)
+        return _train_pipeline(cfg, spec, run_dir, resume, on_start, callback, stop)
 
 
 def _train_pipeline(
@@ -141,30 +139,35 @@ def _train_pipeline(
     resume: bool,
     on_start: Callable[[Backend], None] | None,
     callback: Callback | None,
+    stop: StopSignals | None = None,
 ) -> dict[str, Any]:
     """The actor-learner run of :func:`train`, which has checked ``cfg`` and claimed
-    ``run_dir``."""
-    backend = None
-    log = None
-    progress = None
-    learner = None
-    evals = None
-    interrupted = stopped = False
-    try:
+    ``run_dir``; it ends as :mod:`asyncrl.runtime.lifecycle` says."""
+    stop = stop if stop is not None else StopSignals()
+    with contextlib.ExitStack() as cleanup:  # every close runs, even if one raises
         learner = make_learner(cfg, spec)
-        earlier_seconds = restore_learner(run_dir, learner) if resume else 0.0
+        cleanup.callback(_close_learner, learner)
+        earlier_seconds, resumed_from, state = 0.0, None, {}
+        if resume:
+            state, resumed_from = restore_learner(run_dir, learner)
+            earlier_seconds = state.get("wall_seconds", 0.0)
+            save_config(run_dir, cfg)  # the checkpoint loaded: the run goes on with these
         steps_at_start = learner.env_steps
         backend = make_backend(cfg, spec, learner.flat.numel)
+        cleanup.callback(backend.close)
+        if "actors" in state:
+            backend.load_actor_state(state["actors"])
         learner.publish(backend)
-        log = MetricsLog(run_dir, cfg.tensorboard)
+        # a resumed run's curves go on from its checkpoint: rows written after it are dropped
+        log = MetricsLog(run_dir, cfg.tensorboard, learner.env_steps if resume else None)
+        cleanup.callback(log.close)
         evals = Evaluations(cfg, spec, run_dir, log, learner.env_steps, resume)
+        cleanup.callback(evals.close)
         progress = ProgressDisplay(cfg.total_steps, cfg.progress, learner.env_steps)
+        cleanup.callback(progress.close)
         meter = Throughput(cfg.envs_per_actor)
         window = RowWindow(cfg.envs_per_actor)
-        backend.start()
-        if on_start is not None:
-            on_start(backend)
-        last_ckpt = time.perf_counter()
+        end = RunEnd(run_dir, stop, cfg.checkpoint_every, resumed_from, learner.env_steps)
 
         def counters() -> dict[str, Any]:
             return {
@@ -180,29 +183,33 @@ def _train_pipeline(
             row.update(counters())
             log.write(learner.env_steps, row)
 
-        def checkpoint() -> None:
-            save_checkpoint(
+        def checkpoint() -> Path:
+            return save_checkpoint(
                 run_dir,
                 {
                     "learner": learner.state_dict(),
                     "policy": learner.policy.state_dict(),  # what acts (shares the tensors)
                     "config": cfg.to_dict(),
                     "wall_seconds": earlier_seconds + meter.wall,
+                    "actors": backend.actor_state(),
                 },
                 keep=cfg.keep_checkpoints,
             )
 
-        failed_writes = 0
-
         try:
-            while learner.env_steps < cfg.total_steps and not (
-                cfg.max_seconds and meter.wall >= cfg.max_seconds
+            backend.start()
+            if on_start is not None:
+                on_start(backend)
+            while not end.should_stop(
+                learner.env_steps, cfg.total_steps, meter.wall, cfg.max_seconds
             ):
-                learner.work_ahead()  # what it can do before the batch arrives
+                with end.updating():
+                    learner.work_ahead()  # what it can do before the batch arrives
                 t0 = time.perf_counter()
                 batch = backend.next_batch()
                 waited = time.perf_counter() - t0
-                stats = learner.train(batch)
+                with end.updating():
+                    stats = learner.train(batch)
                 learner.publish(backend)
                 backend.release(batch)
                 row = {**stats, **meter.iteration(waited, stats)}
@@ -220,57 +227,34 @@ def _train_pipeline(
                 if callback is not None:
                     info = {"env_steps": learner.env_steps, **row, **counters(), **evaluated}
                     if callback(info) is False:
-                        stopped = True
+                        end.stopped_by_callback()
                         break
-                if cfg.checkpoint_every and time.perf_counter() - last_ckpt > cfg.checkpoint_every:
-                    last_ckpt = time.perf_counter()
-                    try:
-                        checkpoint()
-                        failed_writes = 0
-                    except CheckpointWriteError as e:  # nothing half-written is left
-                        failed_writes += 1
-                        print(f"asyncrl: warning: {e}; will retry", file=sys.stderr, flush=True)
-                        if failed_writes >= 2:
-                            break  # the disk stays full: stop while a checkpoint may fit
-        except KeyboardInterrupt:
-            interrupted = True
-        except ActorError:
-            # the learner is between iterations, its state consistent: keep its work
-            if hasattr(learner, "close"):
-                learner.close()
-            checkpoint()
-            raise
-        if len(window):
-            write_row()
-        if hasattr(learner, "close"):
-            learner.close()  # stop async optimizers first, so the counters saved are final
-        checkpoint()
-        summary = _summary(cfg, learner, meter, learner.env_steps - steps_at_start)
-        summary.update(backend.health())
-        evals.finish(wait=not interrupted)  # the evaluation in progress, off the run's clock
-        summary.update(evals.summary())
-        summary.update(
-            interrupted=interrupted,
-            stopped_by_callback=stopped,
-            resumed=resume,
-            time_limited=learner.env_steps < cfg.total_steps and not (interrupted or stopped),
-            run_dir=str(run_dir),
+                end.periodic(checkpoint, learner.env_steps)
+            if len(window):
+                write_row()
+        except BaseException as e:
+            end.failed(e)
+
+        def summary(fields: dict[str, Any]) -> dict[str, Any]:
+            out = _summary(cfg, learner, meter, learner.env_steps - steps_at_start)
+            out.update(backend.health())
+            # the evaluation in progress, off the run's clock; not waited for when stopping
+            evals.finish(wait=end.kind in ("budget", "time_limit", "callback"))
+            out.update(evals.summary())
+            out.update(fields, resumed=resume, run_dir=str(run_dir))
+            return out
+
+        progress.close()  # before the line that says how the run ended
+        # async optimizers stop first, so the counters saved are final
+        return end.conclude(
+            lambda: learner.env_steps, checkpoint, summary, lambda: _close_learner(learner)
         )
-        save_summary(run_dir, summary)
-        if interrupted:
-            raise KeyboardInterrupt
-        return summary
-    finally:
-        if progress is not None:
-            progress.close()
-        if evals is not None:
-            evals.close()
-        if learner is not None and hasattr(learner, "close"):
-            learner.close()
-        if backend is not None:
-            backend.close()
-        if log is not None:
-            log.close()
+    raise AssertionError("unreachable")
+
+
+def _close_learner(learner: Any) -> None:
+    if hasattr(learner, "close"):
+        learner.close()
 
 
 def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: int) -> dict:

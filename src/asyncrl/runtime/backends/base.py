@@ -55,6 +55,14 @@ class Backend(Protocol):
     def close(self) -> None:
         """Stop the actors and free every resource; safe to call twice and on error paths."""
 
+    def actor_state(self) -> dict:
+        """What a checkpoint keeps of the actors, taken between iterations: their generations
+        (so a resumed run's envs take seeds no earlier actor had), and where the actors are
+        idle then (inline, sync) each actor's own state, so a resumed run continues exactly."""
+
+    def load_actor_state(self, state: dict) -> None:
+        """Before ``start``: continue from what :meth:`actor_state` returned."""
+
 
 class OwnedTransport:
     """What the backends here share: they own their slots and policy store, publish through
@@ -90,6 +98,18 @@ class OwnedTransport:
             "dropped_rollouts": self.restarts.dropped,
             "env_restarts": self.env_restarts,
         }
+
+    first_generation = 0  # a resumed run's actors start after every earlier generation
+
+    def _generations(self) -> list[int]:
+        """Each actor's generation now (how many actors held its id before)."""
+        return []
+
+    def actor_state(self) -> dict:
+        return {"generations": self._generations()}
+
+    def load_actor_state(self, state: dict) -> None:
+        self.first_generation = max(state.get("generations") or [-1]) + 1
 
     def _close_transport(self) -> None:
         self.slots.close()

@@ -55,6 +55,14 @@ class InlineBackend(OwnedTransport):
             for slot in slots:
                 self._collect(slot.index)
 
+    def actor_state(self) -> dict:
+        # sync: between iterations every actor is idle, its rollout trained on -- its state is
+        # exactly where a resumed run goes on. Async keeps rollouts waiting: generations only.
+        return self.fleet.state_dict(actors=self.cfg.mode == "sync")
+
+    def load_actor_state(self, state: dict) -> None:
+        self.fleet.load_state_dict(state)
+
     def close(self) -> None:
         self.fleet.close()
         self._close_transport()

@@ -27,6 +27,7 @@ class LocalFleet:
         self.status = ActorStatus(np.zeros((cfg.actors, 2)))
         self.generation = [0] * cfg.actors
         self.actors: list[Actor | None] = [None] * cfg.actors
+        self.restored: list[dict | None] = [None] * cfg.actors  # applied as actors are made
 
     def collect(self, i: int, slot: Slot, waited: float = 0.0) -> bool:
         """Fill ``slot`` with actor ``i``'s rollout (making the actor first if needed). False if
@@ -42,6 +43,9 @@ class LocalFleet:
                     generation=self.generation[i],
                     status=self.status.rows[i],
                 )
+                if self.restored[i] is not None:
+                    self.actors[i].load_state_dict(self.restored[i])
+                    self.restored[i] = None
             self.actors[i].collect(slot, waited)
             return True
         except Exception as e:
@@ -52,6 +56,30 @@ class LocalFleet:
                 raise ActorError(f"{label} failed:\n{tb}") from None
             self.restarts.charge(label, "raised", tb, dropped=1)
             return False
+
+    def state_dict(self, actors: bool) -> dict:
+        """The generations, and with ``actors`` each actor's state (only consistent while no
+        actor is in a rollout: the inline backend between iterations)."""
+        state: dict = {"generations": list(self.generation)}
+        if actors:
+            state["actors"] = [a.state_dict() if a is not None else None for a in self.actors]
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Actors' states saved with :meth:`state_dict` continue exactly; without them, every
+        actor starts as the generation after all the saved ones, with env seeds no earlier
+        actor had (a resumed run's envs continue to new episodes, not the first ones again)."""
+        saved = state.get("actors")
+        K = self.cfg.envs_per_actor
+        if (
+            saved is not None
+            and len(saved) == len(self.actors)
+            and all(a is None or len(a["envs"]) == K for a in saved)
+        ):  # the same layout of actors and envs (else they start anew, below)
+            self.generation = list(state["generations"])
+            self.restored = list(saved)
+        else:
+            self.generation = [max(state["generations"], default=-1) + 1] * len(self.actors)
 
     def hung(self) -> None:
         """Raise ActorError if an actor has been in one env step past ``--env-step-timeout``."""

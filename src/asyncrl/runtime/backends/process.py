@@ -256,7 +256,7 @@ class ProcessBackend(OwnedTransport):
     # ------------------------------------------------------------ what the learner calls
     def start(self) -> None:
         for i in range(self.cfg.actors):
-            self._spawn(i, 0)
+            self._spawn(i, self.first_generation)
         with self.book.cond:
             self._send_grants()
         self.supervisor = threading.Thread(
@@ -305,6 +305,9 @@ class ProcessBackend(OwnedTransport):
         self.status.close()
 
     # ------------------------------------------------------------ supervision
+    def _generations(self) -> list[int]:
+        return [self.children.generation.get(i, 0) for i in range(self.cfg.actors)]
+
     def _spawn(self, actor: int, generation: int) -> None:
         self.status.array[actor] = (ActorStatus.WAITING, time.monotonic())
         args = (

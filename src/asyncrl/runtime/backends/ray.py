@@ -256,6 +256,13 @@ class RayBackend(OwnedTransport):
         where = f" on node {node['ip']} ({node['node_id'][:12]})" if node else ""
         return actor_label(self.cfg, actor) + where
 
+    def _generations(self) -> list[int]:
+        return list(self.generation)
+
+    def load_actor_state(self, state: dict) -> None:
+        super().load_actor_state(state)
+        self.generation = [self.first_generation] * self.cfg.actors
+
     def _spawn(self, actor: int) -> None:
         cls = _remote_class()
         w = cls.options(num_cpus=self.cfg.ray_cpus_per_actor, scheduling_strategy="SPREAD").remote(

@@ -94,6 +94,12 @@ class ThreadBackend(OwnedTransport):
             self.book.release([s.index for s in slots])
             self._grant()
 
+    def actor_state(self) -> dict:
+        return self.fleet.state_dict(actors=False)  # actors may be mid-rollout meanwhile
+
+    def load_actor_state(self, state: dict) -> None:
+        self.fleet.load_state_dict(state)
+
     def actor_phase(self, actor: int) -> int:
         return self.fleet.status.phase(actor)
 

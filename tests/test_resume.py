@@ -1,0 +1,245 @@
+"""Resume is exact, or says why not.
+
+An inline sync run of 2S env steps, and a run stopped at S and resumed for S more, end with the
+same parameters, optimizer state, random states and counters, bit for bit: PPO, and SAC with
+--save-replay. What may change on resume takes effect (SAC's learning rates, derived settings)
+without a jump in the schedules; what the checkpoint depends on is refused in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import asyncrl
+from asyncrl.api import make_config
+from asyncrl.cli import main as cli_main
+from asyncrl.config import ConfigError, TrainConfig, resolve, underive
+from asyncrl.envs import check_env
+from asyncrl.metrics import MetricsLog
+from asyncrl.rundir import load_checkpoint, save_config
+from asyncrl.runtime.learner import Learner
+from asyncrl.runtime.lifecycle import Interrupted
+
+PPO = dict(
+    env="CartPole-v1",
+    backend="inline",
+    mode="sync",
+    actors=2,
+    envs_per_actor=4,
+    rollout=16,
+    minibatch_size=32,
+    epochs=2,
+    progress=False,
+    tensorboard=False,
+    checkpoint_every=0,
+    seed=3,
+)
+SAC = dict(
+    env="Pendulum-v1",
+    algo="sac",
+    backend="inline",
+    mode="sync",
+    actors=1,
+    envs_per_actor=2,
+    rollout=1,
+    hidden=[32, 32],
+    learning_starts=64,
+    batch_size=32,
+    buffer_size=1_000,  # full and wrapping by the end
+    save_replay=True,
+    progress=False,
+    tensorboard=False,
+    checkpoint_every=0,
+    seed=3,
+)
+TIMED = {"learn_seconds", "wall_seconds"}  # clocks, not state
+
+
+def _differences(a, b, path="") -> list[str]:
+    """Where two checkpoint states differ (empty: bit-identical), clocks left out."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return [f"{path}: keys {sorted(set(a) ^ set(b))}"]
+        return [d for k in a if k not in TIMED for d in _differences(a[k], b[k], f"{path}/{k}")]
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        if len(a) != len(b):
+            return [f"{path}: length {len(a)} vs {len(b)}"]
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differences(x, y, f"{path}/{i}")
+        ]
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        same = a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        return [] if same else [path]
+    if isinstance(a, float) and isinstance(b, float) and np.isnan(a) and np.isnan(b):
+        return []
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+def _final(run: Path) -> dict:
+    state = load_checkpoint(run)
+    return {"learner": state["learner"], "actors": state["actors"]}
+
+
+def _assert_same(run_a: Path, run_b: Path, skip: tuple[str, ...] = ()) -> None:
+    a, b = _final(run_a), _final(run_b)
+    assert a["learner"]["counters"]["env_steps"] == b["learner"]["counters"]["env_steps"]
+    for key in skip:
+        a["learner"].pop(key, None), b["learner"].pop(key, None)
+    assert _differences(a, b) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("settings", [PPO, SAC], ids=["ppo", "sac"])
+def test_s_steps_resumed_for_s_more_equal_2s_steps_bit_for_bit(tmp_path, settings):
+    """As a user does it: a run of S steps, then --resume with --total-steps 2S. Constant
+    schedules: a linear one ends at 0 at S by definition, and continues without a jump."""
+    S = 512 if settings is PPO else 300
+    same = dict(settings, lr_schedule="constant", clip_schedule="constant")
+    asyncrl.train(total_steps=2 * S, run_dir=str(tmp_path / "whole"), **same)
+    asyncrl.train(total_steps=S, run_dir=str(tmp_path / "halves"), **same)
+    asyncrl.train(resume=tmp_path / "halves", total_steps=2 * S)
+    # the schedules' bookkeeping differs (one leg over 2S vs a new leg from S), not used by
+    # constant schedules; everything else is the same
+    _assert_same(tmp_path / "whole", tmp_path / "halves", skip=("schedule",))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("settings", [PPO, SAC], ids=["ppo", "sac"])
+def test_a_run_interrupted_by_sigint_at_a_random_moment_resumes_bit_for_bit(tmp_path, settings):
+    """SIGINT from another thread at a random moment of a 2S run (linear schedules, the
+    default); the run stops at the next iteration boundary, and resuming it ends where an
+    uninterrupted run ends."""
+    total = 2048 if settings is PPO else 600
+    t0 = time.perf_counter()
+    asyncrl.train(total_steps=total, run_dir=str(tmp_path / "whole"), **settings)
+    # a random moment within the run (as long as the one before, on this machine now)
+    delay = random.Random().uniform(0.1, 0.7) * (time.perf_counter() - t0)
+    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(Interrupted):
+            asyncrl.train(total_steps=total, run_dir=str(tmp_path / "cut"), **settings)
+    finally:
+        timer.cancel()
+    stopped_at = load_checkpoint(tmp_path / "cut")["learner"]["counters"]["env_steps"]
+    assert 0 <= stopped_at < total, f"the signal came after the run (delay {delay:.2f} s)"
+    asyncrl.train(resume=tmp_path / "cut")
+    _assert_same(tmp_path / "whole", tmp_path / "cut")
+
+
+def _spec_and_cfg(**kw) -> tuple:
+    cfg = resolve(TrainConfig(**{**PPO, **kw}), "classic")
+    return check_env(cfg.env, cfg.algo), cfg
+
+
+def test_a_larger_total_steps_continues_the_schedule_from_where_it_was():
+    """The rule: with the same total_steps the schedule is the one of the run that did not
+    stop; with another, the fraction reached goes on linearly to 0 at the new total -- never
+    back up (it was 1 - env_steps / total_steps, which a larger total moved up)."""
+    spec, cfg = _spec_and_cfg(total_steps=1000)
+    before = Learner(cfg, spec)
+    before.env_steps = 600
+    lr_at_stop = before.lr_now()
+    assert lr_at_stop == pytest.approx(cfg.lr * 0.4)
+    state = before.state_dict()
+    for total in (1000, 2000, 700):
+        after = Learner(dataclasses.replace(cfg, total_steps=total), spec)
+        after.load_state_dict(state)
+        assert after.lr_now() == pytest.approx(lr_at_stop), total  # no jump
+        after.env_steps = total
+        assert after.lr_now() == 0.0
+    same = Learner(cfg, spec)
+    same.load_state_dict(state)
+    same.env_steps = 800
+    assert same.lr_now() == cfg.lr * (1.0 - 800 / 1000)  # exactly the unresumed rule
+
+
+def test_sacs_learning_rates_given_on_resume_take_effect(tmp_path):
+    run = tmp_path / "run"
+    asyncrl.train(total_steps=80, run_dir=str(run), **{**SAC, "learning_starts": 32})
+    asyncrl.train(resume=run, total_steps=120, q_lr=1e-4, policy_lr=2e-4)
+    sac = load_checkpoint(run)["learner"]["sac"]
+    assert [g["lr"] for g in sac["q_opt"]["param_groups"]] == [1e-4]
+    assert [g["lr"] for g in sac["actor_opt"]["param_groups"]] == [2e-4]
+    assert [g["lr"] for g in sac["alpha_opt"]["param_groups"]] == [2e-4]
+
+
+def test_a_resume_changing_the_network_or_data_is_refused_naming_them(tmp_path, capsys):
+    run = tmp_path / "run"
+    asyncrl.train(total_steps=128, run_dir=str(run), **PPO)
+    config = (run / "config.yaml").read_bytes()
+    code = cli_main(["train", "--resume", str(run), "--hidden", "16,16"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("asyncrl: error: hidden: cannot change on resume")
+    assert "hidden 64,64 -> 16,16" in err[0]
+    assert (run / "config.yaml").read_bytes() == config  # the run is left as it was
+    with pytest.raises(ConfigError, match=r"^env: .*env CartPole-v1 -> Acrobot-v1, activation"):
+        asyncrl.train(resume=run, env="Acrobot-v1", activation="relu")
+    assert (run / "config.yaml").read_bytes() == config
+
+
+def test_derived_settings_are_derived_again_on_resume(tmp_path):
+    saved = resolve(TrainConfig(**{**SAC, "replay_ratio": 1.0, "log_every": 0}), "classic")
+    save_config(tmp_path, saved)
+    cfg = resolve(make_config({"replay_ratio": 4.0}, resume=tmp_path), "classic")
+    assert (
+        cfg.ratio_tolerance
+        == resolve(TrainConfig(**{**SAC, "replay_ratio": 4.0}), "classic").ratio_tolerance
+    )
+    assert cfg.ratio_tolerance != saved.ratio_tolerance
+    # a value the user gave (not the derived one) stays
+    given = resolve(TrainConfig(**{**SAC, "ratio_tolerance": 7.0}), "classic")
+    assert underive(given).ratio_tolerance == 7.0
+
+
+def test_metrics_rows_after_the_resumed_checkpoint_are_dropped(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps({"env_steps": s, "x": 1}) + "\n" for s in (100, 200, 300, 400))
+        + '{"env_steps": 500, "x"'  # a last line cut short by a kill
+    )
+    log = MetricsLog(tmp_path, tensorboard=False, resume_at=200)
+    log.write(300, {"x": 2})
+    log.close()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["env_steps"], r["x"]) for r in rows] == [(100, 1), (200, 1), (300, 2)]
+
+
+def test_a_resume_whose_checkpoints_do_not_load_leaves_config_yaml_as_it_was(tmp_path, capsys):
+    run = tmp_path / "run"
+    asyncrl.train(total_steps=128, run_dir=str(run), **PPO)
+    config = (run / "config.yaml").read_bytes()
+    for path in run.glob("checkpoint-*.pt"):
+        path.write_bytes(path.read_bytes()[:100])  # truncated: a kill during a copy, say
+    assert cli_main(["train", "--resume", str(run), "--total-steps", "512"]) == 2
+    assert "holds no checkpoint that loads" in capsys.readouterr().err
+    assert (run / "config.yaml").read_bytes() == config  # still the run's: eval, resume work
+
+
+def test_tensorboard_steps_after_the_resumed_checkpoint_are_purged(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log = MetricsLog(tmp_path, tensorboard=True)
+    for step in (100, 200, 300, 400):
+        log.write(step, {"x": 1.0})
+    log.close()
+    log = MetricsLog(tmp_path, tensorboard=True, resume_at=200)
+    log.write(300, {"x": 2.0})
+    log.close()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    scalars = [(e.step, e.value) for e in events.Scalars("throughput/x")]
+    assert scalars == [(100, 1.0), (200, 1.0), (300, 2.0)]
