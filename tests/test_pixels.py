@@ -4,6 +4,9 @@ and EnvPool as a vectoriser with the semantics of Gymnasium's."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -325,6 +328,51 @@ def test_envpool_refuses_per_env_restarts():
     _need_envpool()
     with pytest.raises(ConfigError, match=r"^on_env_error: restart"):
         asyncrl.train("Hopper-v5", vectorizer="envpool", on_env_error="restart")
+
+
+_KEEPS_FRAME = """
+import gc, weakref
+from asyncrl.envs import import_envpool
+
+
+class Held:  # stands for the status row an actor holds while it first imports envpool
+    pass
+
+
+def first_import():
+    held = Held()
+    import_envpool()
+    return weakref.ref(held)
+
+
+ref = first_import()
+gc.collect()
+print("alive" if ref() is not None else "freed")
+"""
+
+
+def test_importing_envpool_keeps_no_frame_of_its_importer_alive():
+    # EnvPool keeps an ImportError (procgen without Qt) whose traceback held the importer's
+    # frames; in an actor those hold a view of shared memory (BufferError at exit). The first
+    # import is what counts, so it happens in a fresh interpreter.
+    _need_envpool()
+    out = subprocess.run(
+        [sys.executable, "-c", _KEEPS_FRAME], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "freed"
+
+
+@pytest.mark.slow
+def test_envpool_on_the_process_backend_closes_its_shared_memory_cleanly(tmp_path):
+    _need_envpool()
+    cmd = [sys.executable, "-m", "asyncrl.cli", "train", "--env", "HalfCheetah-v5"]
+    cmd += ["--vectorizer", "envpool", "--backend", "process", "--total-steps", "2048"]
+    cmd += ["--no-progress", "--no-tensorboard", "--run-dir", str(tmp_path / "r")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "r" / "summary.json").exists()
+    assert "BufferError" not in out.stderr, out.stderr[-2000:]
+    assert "Exception ignored" not in out.stderr, out.stderr[-2000:]
 
 
 def _episodes(envs, actions, steps: int, seeds: list[int]):
