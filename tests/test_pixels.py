@@ -138,6 +138,40 @@ def test_sac_replay_keeps_uint8_and_trains_on_it():
     assert len(learner.replay) == 16
 
 
+def test_a_replay_buffer_larger_than_the_memory_available_is_refused_before_the_run(
+    tmp_path, monkeypatch
+):
+    import asyncrl.config as config
+
+    per = 2 * DOT_BYTES + 4 + 4 + 2  # as the buffer allocates it (see the test above)
+    monkeypatch.setattr(config, "available_memory", lambda: (1000 * per - 1, "MemAvailable"))
+    kw = dict(algo="sac", backend="inline", actors=1, envs_per_actor=2, batch_size=8)
+    kw.update(learning_starts=8, total_steps=64)
+    with pytest.raises(ConfigError) as e:
+        asyncrl.train(
+            DOT.replace("DotSide", "DotSideContinuous"),
+            buffer_size=1000,
+            run_dir=str(tmp_path / "r"),
+            **kw,
+        )
+    msg = str(e.value)
+    assert (
+        msg.startswith("buffer_size: 1,000 transitions of 298 B need 298,000 B") and "\n" not in msg
+    )
+    assert "297,999 B (0.00 GB) is available (MemAvailable)" in msg
+    assert not (tmp_path / "r").exists()  # refused before the run dir, let alone a process
+    # one transition fewer than the memory holds is accepted
+    cfg, _ = _resolved(DOT.replace("DotSide", "DotSideContinuous"), buffer_size=999, **kw)
+    assert cfg.buffer_size == 999
+
+
+def test_available_memory_is_a_positive_figure_with_its_source():
+    from asyncrl.config import available_memory
+
+    avail, source = available_memory()
+    assert avail > 0 and source in ("MemAvailable", "free physical pages", "cgroup memory.max")
+
+
 def test_startup_line_states_bytes_per_sample(tmp_path, capsys):
     asyncrl.train(
         DOT,
