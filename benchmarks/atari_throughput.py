@@ -8,7 +8,7 @@ systems side by side with the same 2 workers x 8 envs where the system has worke
 - Stable-Baselines3 PPO with its Atari wrappers and rl-zoo's Atari settings, 8 envs in one
   process (its own venv, benchmarks/.venvs/sb3; see --sb3-python).
 
-    python benchmarks/atari_throughput.py --seconds 75
+    python benchmarks/atari_throughput.py            # ~7 min: 60 s a system after warm-up
 
 Every figure is *training* throughput: env frames the learner consumed, per second of wall
 time after warm-up (process start-up and the first training iteration left out), so the
@@ -204,7 +204,7 @@ def sb3_run(python: str, seconds: float, envs: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
-        "--seconds", type=float, default=75.0, help="training time per system, after warm-up"
+        "--seconds", type=float, default=60.0, help="training time per system, after warm-up"
     )
     p.add_argument("--actors", type=int, default=2)
     p.add_argument("--envs", type=int, default=8)
