@@ -12,7 +12,8 @@ systems side by side with the same 2 workers x 8 envs where the system has worke
 
 Every figure is *training* throughput: env frames the learner consumed, per second of wall
 time after warm-up (process start-up and the first training iteration left out), so the
-Nature-CNN learner on a CPU core is inside every figure. How each is read:
+Nature-CNN learner on a CPU core is inside every figure. asyncrl runs for --seconds in all
+(``max_seconds``), Sample Factory and SB3 for --seconds after their warm-up. How each is read:
 
 - asyncrl: ``env_steps_per_second`` of its summary (steps from the end of the first iteration
   to the last, over the time between them) x 4.
