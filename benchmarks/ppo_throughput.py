@@ -3,6 +3,7 @@
     python benchmarks/ppo_throughput.py                 # all parts
     python benchmarks/ppo_throughput.py --parts a,b     # some of them
     python benchmarks/ppo_throughput.py --quick         # smaller budgets, noisier
+    python benchmarks/ppo_throughput.py --parts c,d --vectorizers gymnasium,envpool
 
 Parts (issue 2, "done when" 3):
   a  HalfCheetah-v5 with SB3's PPO defaults (2048 samples/iteration, 10 epochs, minibatch 64,
@@ -15,6 +16,11 @@ Parts (issue 2, "done when" 3):
   e  The backends side by side (inline, thread, process) in both modes, same settings as b.
   d  Sample Factory 2.1.1's MuJoCo settings (rollout 64, 2 workers x 8 envs, each sample in 2
      epochs, 64x64 tanh, normalised inputs): asyncrl async >= 1.5x Sample Factory.
+
+--vectorizers gymnasium,envpool runs parts c and d with each of asyncrl's vectorisers (issue 16,
+"done when" 4), alternating run by run (repeat 1 with each, then repeat 2 with each, ...), and
+prints envpool/gymnasium ratios; part c's bare loop is measured with each vectoriser too. The
+other parts always use Gymnasium's. --no-baselines leaves out SB3 and Sample Factory.
 
 Baselines run in their own virtual environments (benchmarks/baselines/setup.sh makes them) as
 subprocesses, one run at a time, so nothing competes for the 2 cores. asyncrl's env steps/s are
@@ -38,7 +44,7 @@ import numpy as np
 import torch
 from cpu_cost import cpu_seconds, cpu_us_per_step
 
-from asyncrl.config import TrainConfig
+from asyncrl.config import ConfigError, TrainConfig
 from asyncrl.envs import check_env, make_vector_env
 from asyncrl.nets import build_policy
 from asyncrl.runtime.trainer import train
@@ -50,13 +56,28 @@ RESULTS = HERE / "results"
 
 def ours(cfg: TrainConfig, repeats: int) -> dict:
     """Median figures of ``repeats`` asyncrl runs of ``cfg``."""
-    runs = []
+    return _medians([_run(cfg) for _ in range(repeats)])
+
+
+def ours_by_vectorizer(cfg: TrainConfig, vectorizers: list[str], repeats: int) -> dict:
+    """Median figures of ``repeats`` asyncrl runs of ``cfg`` with each vectoriser, alternating
+    (one with each, then the next with each), so a change in the machine's load falls on all."""
+    runs: dict[str, list[dict]] = {v: [] for v in vectorizers}
     for _ in range(repeats):
-        with tempfile.TemporaryDirectory() as d:
-            before = cpu_seconds()
-            s = train(dataclasses.replace(cfg, run_dir=d))
-            s["cpu_us_per_step"] = cpu_us_per_step(before, s["env_steps"])
-            runs.append(s)
+        for v in vectorizers:
+            runs[v].append(_run(dataclasses.replace(cfg, vectorizer=v)))
+    return {v: _medians(r) for v, r in runs.items()}
+
+
+def _run(cfg: TrainConfig) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        before = cpu_seconds()
+        s = train(dataclasses.replace(cfg, run_dir=d))
+        s["cpu_us_per_step"] = cpu_us_per_step(before, s["env_steps"])
+    return s
+
+
+def _medians(runs: list[dict]) -> dict:
     keys = (
         "env_steps_per_second",
         "rollout_seconds",
@@ -116,7 +137,7 @@ def base_cfg(**kw) -> TrainConfig:
     return TrainConfig(**common)
 
 
-def part_a(steps: int, repeats: int, compile: bool) -> dict:
+def part_a(steps: int, repeats: int, compile: bool, baselines: bool = True) -> dict:
     print("\n[a] HalfCheetah-v5, SB3 PPO defaults: 2048 samples/iteration, 10 epochs, mb 64")
     env = "HalfCheetah-v5"
     s = base_cfg(
@@ -133,7 +154,10 @@ def part_a(steps: int, repeats: int, compile: bool) -> dict:
     )
     a = dataclasses.replace(s, mode="async", actors=2, rollout=256)  # one actor's batch: 2048
     res = {"sync": ours(s, repeats), "async": ours(a, repeats)}
-    res["sb3"] = baseline("sb3", "sb3_ppo.py", ["--steps", str(min(steps, 40_960))], repeats)
+    res["sb3"] = None
+    if baselines:
+        sb3_args = ["--steps", str(min(steps, 40_960))]
+        res["sb3"] = baseline("sb3", "sb3_ppo.py", sb3_args, repeats)
     sb3 = res["sb3"]["env_steps_per_second"] if res["sb3"] else float("nan")
     for k in ("sync", "async"):
         r = res[k]
@@ -195,12 +219,14 @@ def part_b(steps: int, repeats: int) -> dict:
 
 
 @torch.no_grad()
-def bare_loop_rate(env_id: str, envs: int, steps: int, hidden: list[int]) -> float:
+def bare_loop_rate(
+    env_id: str, envs: int, steps: int, hidden: list[int], vectorizer: str = "gymnasium"
+) -> float:
     """One core stepping ``envs`` envs with the policy: inference + env.step, nothing else."""
     torch.set_num_threads(1)
     spec = check_env(env_id)
     policy = build_policy(spec, hidden, "tanh", True)
-    vec = make_vector_env(env_id, envs)
+    vec = make_vector_env(env_id, envs, vectorizer=vectorizer)
     obs, _ = vec.reset(seed=0)
     n = steps // envs
     t0 = time.perf_counter()
@@ -212,12 +238,13 @@ def bare_loop_rate(env_id: str, envs: int, steps: int, hidden: list[int]) -> flo
     return rate
 
 
-def part_c(steps: int, repeats: int) -> dict:
+def part_c(steps: int, repeats: int, vectorizers: list[str]) -> dict:
     print("\n[c] Humanoid-v5, 1 epoch (env-bound): async vs one core's bare loop")
     K = 16
-    bare = statistics.median(
-        bare_loop_rate("Humanoid-v5", K, steps // 3, [64, 64]) for _ in range(repeats)
-    )
+    bares: dict[str, list[float]] = {v: [] for v in vectorizers}
+    for _ in range(repeats):
+        for v in vectorizers:
+            bares[v].append(bare_loop_rate("Humanoid-v5", K, steps // 3, [64, 64], v))
     cfg = base_cfg(
         env="Humanoid-v5",
         mode="async",
@@ -228,16 +255,35 @@ def part_c(steps: int, repeats: int) -> dict:
         minibatch_size=512,
         total_steps=steps,
     )
-    a = ours(cfg, repeats)
-    frac = a["env_steps_per_second"] / bare
-    print(
-        f"  bare loop {bare:.0f} steps/s; async {a['env_steps_per_second']:.0f} steps/s -> "
-        f"{frac:.2f} of bare (target >= 0.85)"
-    )
-    return {"bare": bare, "async": a, "fraction": frac, "target": ">= 0.85"}
+    runs = ours_by_vectorizer(cfg, vectorizers, repeats)
+    res: dict = {"target": ">= 0.85"}
+    for v in vectorizers:
+        bare, a = statistics.median(bares[v]), runs[v]
+        frac = a["env_steps_per_second"] / bare
+        print(
+            f"  {v:9s}: bare loop {bare:.0f} steps/s; async {a['env_steps_per_second']:.0f} "
+            f"steps/s -> {frac:.2f} of bare (target >= 0.85)"
+        )
+        key = "" if v == "gymnasium" else f"_{v}"
+        res.update({f"bare{key}": bare, f"async{key}": a, f"fraction{key}": frac})
+    _vectorizer_ratio(res, "bare", "async")
+    return res
 
 
-def part_d(steps: int, repeats: int) -> dict:
+def _rate(r: float | dict) -> float:
+    return r if isinstance(r, float) else r["env_steps_per_second"]
+
+
+def _vectorizer_ratio(res: dict, *keys: str) -> None:
+    """Prints and records envpool / gymnasium for each of ``keys`` (env steps/s) if both ran."""
+    for k in keys:
+        if k in res and f"{k}_envpool" in res:
+            ratio = _rate(res[f"{k}_envpool"]) / _rate(res[k])
+            res[f"{k}_envpool_over_gymnasium"] = ratio
+            print(f"  {k}: envpool / gymnasium = {ratio:.2f}")
+
+
+def part_d(steps: int, repeats: int, vectorizers: list[str], baselines: bool = True) -> dict:
     print("\n[d] HalfCheetah, Sample Factory 2.1.1 MuJoCo settings, 2 workers x 8 envs")
     cfg = base_cfg(
         env="HalfCheetah-v5",
@@ -250,26 +296,38 @@ def part_d(steps: int, repeats: int) -> dict:
         total_steps=steps,
         norm_obs=True,
     )
-    res = {
-        "async": ours(cfg, repeats),
-        "sync": ours(dataclasses.replace(cfg, mode="sync", minibatch_size=1024), repeats),
-    }
+    res: dict = {}
+    for mode, c in (
+        ("async", cfg),
+        ("sync", dataclasses.replace(cfg, mode="sync", minibatch_size=1024)),
+    ):
+        for v, r in ours_by_vectorizer(c, vectorizers, repeats).items():
+            res[mode if v == "gymnasium" else f"{mode}_{v}"] = r
     for mode in ("async", "sync"):
-        res[f"sf_{mode}"] = baseline(
-            "sf", "sf_appo.py", ["--async-rl", str(mode == "async"), "--steps", str(steps)], repeats
-        )
+        res[f"sf_{mode}"] = None
+        if baselines:
+            args = ["--async-rl", str(mode == "async"), "--steps", str(steps)]
+            res[f"sf_{mode}"] = baseline("sf", "sf_appo.py", args, repeats)
     sf = max(
         (res[f"sf_{m}"] or {}).get("env_steps_per_second", float("nan")) for m in ("async", "sync")
     )
     for k in ("async", "sync"):
-        print(
-            f"  asyncrl {k:5s}: {res[k]['env_steps_per_second']:8.0f} env steps/s, "
-            f"{res[k]['cpu_us_per_step']:.0f} us of CPU per env step"
-        )
+        for v in vectorizers:
+            r = res[k if v == "gymnasium" else f"{k}_{v}"]
+            print(
+                f"  asyncrl {k:5s} {v:9s}: {r['env_steps_per_second']:8.0f} env steps/s, "
+                f"{r['cpu_us_per_step']:.0f} us of CPU per env step"
+            )
         if res[f"sf_{k}"]:
             print(f"  SF {k:5s}     : {res[f'sf_{k}']['env_steps_per_second']:8.0f} env steps/s")
-    res["ratio"] = res["async"]["env_steps_per_second"] / sf
-    print(f"  asyncrl async / best Sample Factory = {res['ratio']:.2f} (target >= 1.5)")
+    for v in vectorizers:
+        key = "async" if v == "gymnasium" else f"async_{v}"
+        res["ratio" if v == "gymnasium" else f"ratio_{v}"] = res[key]["env_steps_per_second"] / sf
+        print(
+            f"  asyncrl async ({v}) / best Sample Factory = "
+            f"{res[key]['env_steps_per_second'] / sf:.2f} (target >= 1.5)"
+        )
+    _vectorizer_ratio(res, "async", "sync")
     return res
 
 
@@ -311,15 +369,34 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="smaller budgets, 1 repeat")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--compile", action="store_true", help="torch.compile the learner step in (a)")
+    p.add_argument(
+        "--vectorizers",
+        default="gymnasium",
+        help="parts c and d with each of these, alternating: gymnasium,envpool",
+    )
+    p.add_argument(
+        "--no-baselines", action="store_true", help="leave out SB3 and Sample Factory (parts a, d)"
+    )
     args = p.parse_args()
+    vectorizers = args.vectorizers.split(",")
+    bad = [v for v in vectorizers if v not in ("gymnasium", "envpool")]
+    if bad:
+        sys.exit(f"--vectorizers: {bad} unknown; choose from gymnasium,envpool")
+    if "envpool" in vectorizers:
+        from asyncrl.envs import import_envpool
+
+        try:
+            import_envpool()  # one clear line here if it is not installed, not a traceback later
+        except ConfigError as e:
+            sys.exit(str(e))
     repeats = 1 if args.quick else args.repeats
     scale = 0.4 if args.quick else 1.0
     budgets = {"a": 61_440, "b": 49_152, "c": 30_720, "d": 102_400, "e": 40_960}
     fns = {
-        "a": lambda n: part_a(n, repeats, args.compile),
+        "a": lambda n: part_a(n, repeats, args.compile, not args.no_baselines),
         "b": lambda n: part_b(n, repeats),
-        "c": lambda n: part_c(n, repeats),
-        "d": lambda n: part_d(n, repeats),
+        "c": lambda n: part_c(n, repeats, vectorizers),
+        "d": lambda n: part_d(n, repeats, vectorizers, not args.no_baselines),
         "e": lambda n: part_e(n, repeats),
     }
     results = {"torch": torch.__version__, "argv": sys.argv[1:]}

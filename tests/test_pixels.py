@@ -4,6 +4,9 @@ and EnvPool as a vectoriser with the semantics of Gymnasium's."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -133,6 +136,40 @@ def test_sac_replay_keeps_uint8_and_trains_on_it():
         store.close()
     assert learner.updates > 0 and set(seen) == {torch.uint8}
     assert len(learner.replay) == 16
+
+
+def test_a_replay_buffer_larger_than_the_memory_available_is_refused_before_the_run(
+    tmp_path, monkeypatch
+):
+    import asyncrl.config as config
+
+    per = 2 * DOT_BYTES + 4 + 4 + 2  # as the buffer allocates it (see the test above)
+    monkeypatch.setattr(config, "available_memory", lambda: (1000 * per - 1, "MemAvailable"))
+    kw = dict(algo="sac", backend="inline", actors=1, envs_per_actor=2, batch_size=8)
+    kw.update(learning_starts=8, total_steps=64)
+    with pytest.raises(ConfigError) as e:
+        asyncrl.train(
+            DOT.replace("DotSide", "DotSideContinuous"),
+            buffer_size=1000,
+            run_dir=str(tmp_path / "r"),
+            **kw,
+        )
+    msg = str(e.value)
+    assert (
+        msg.startswith("buffer_size: 1,000 transitions of 298 B need 298,000 B") and "\n" not in msg
+    )
+    assert "297,999 B (0.00 GB) is available (MemAvailable)" in msg
+    assert not (tmp_path / "r").exists()  # refused before the run dir, let alone a process
+    # one transition fewer than the memory holds is accepted
+    cfg, _ = _resolved(DOT.replace("DotSide", "DotSideContinuous"), buffer_size=999, **kw)
+    assert cfg.buffer_size == 999
+
+
+def test_available_memory_is_a_positive_figure_with_its_source():
+    from asyncrl.config import available_memory
+
+    avail, source = available_memory()
+    assert avail > 0 and source in ("MemAvailable", "free physical pages", "cgroup memory.max")
 
 
 def test_startup_line_states_bytes_per_sample(tmp_path, capsys):
@@ -325,6 +362,51 @@ def test_envpool_refuses_per_env_restarts():
     _need_envpool()
     with pytest.raises(ConfigError, match=r"^on_env_error: restart"):
         asyncrl.train("Hopper-v5", vectorizer="envpool", on_env_error="restart")
+
+
+_KEEPS_FRAME = """
+import gc, weakref
+from asyncrl.envs import import_envpool
+
+
+class Held:  # stands for the status row an actor holds while it first imports envpool
+    pass
+
+
+def first_import():
+    held = Held()
+    import_envpool()
+    return weakref.ref(held)
+
+
+ref = first_import()
+gc.collect()
+print("alive" if ref() is not None else "freed")
+"""
+
+
+def test_importing_envpool_keeps_no_frame_of_its_importer_alive():
+    # EnvPool keeps an ImportError (procgen without Qt) whose traceback held the importer's
+    # frames; in an actor those hold a view of shared memory (BufferError at exit). The first
+    # import is what counts, so it happens in a fresh interpreter.
+    _need_envpool()
+    out = subprocess.run(
+        [sys.executable, "-c", _KEEPS_FRAME], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "freed"
+
+
+@pytest.mark.slow
+def test_envpool_on_the_process_backend_closes_its_shared_memory_cleanly(tmp_path):
+    _need_envpool()
+    cmd = [sys.executable, "-m", "asyncrl.cli", "train", "--env", "HalfCheetah-v5"]
+    cmd += ["--vectorizer", "envpool", "--backend", "process", "--total-steps", "2048"]
+    cmd += ["--no-progress", "--no-tensorboard", "--run-dir", str(tmp_path / "r")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "r" / "summary.json").exists()
+    assert "BufferError" not in out.stderr, out.stderr[-2000:]
+    assert "Exception ignored" not in out.stderr, out.stderr[-2000:]
 
 
 def _episodes(envs, actions, steps: int, seeds: list[int]):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import types
 import typing
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 ALGOS = ("ppo", "sac")
@@ -647,12 +649,58 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
     _validate_device(cfg)
 
 
+# What one replay transition holds besides its observations; the replay buffer allocates with
+# these dtypes, and for_env checks the buffer's total against the memory available.
+REWARD_DTYPE = np.dtype(np.float32)
+FLAG_DTYPE = np.dtype(np.bool_)
+
+
+def transition_bytes(
+    obs_shape: tuple[int, ...],
+    obs_dtype: np.dtype | type | str,
+    action_shape: tuple[int, ...],
+    action_dtype: np.dtype | type | str = np.float32,
+) -> int:
+    """Bytes one replay transition takes (obs and next_obs, action, reward, two flags), known
+    before any buffer is made."""
+    obs = int(np.prod(obs_shape, dtype=np.int64)) * np.dtype(obs_dtype).itemsize
+    act = int(np.prod(action_shape, dtype=np.int64)) * np.dtype(action_dtype).itemsize
+    return 2 * obs + act + REWARD_DTYPE.itemsize + 2 * FLAG_DTYPE.itemsize
+
+
+def available_memory() -> tuple[int, str]:
+    """Bytes of memory a new allocation can have now, and where the figure comes from: Linux's
+    MemAvailable (free plus reclaimable cache; free pages alone would undercount), lowered to
+    what the cgroup's memory.max leaves, else free physical pages."""
+    avail, source = None, ""
+    try:
+        with open("/proc/meminfo") as f:
+            for row in f:
+                if row.startswith("MemAvailable:"):
+                    avail, source = int(row.split()[1]) * 1024, "MemAvailable"
+    except OSError:
+        pass
+    if avail is None:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        source = "free physical pages"
+    try:
+        limit = open("/sys/fs/cgroup/memory.max").read().strip()
+        used = int(open("/sys/fs/cgroup/memory.current").read())
+        if limit != "max" and int(limit) - used < avail:
+            avail, source = int(limit) - used, "cgroup memory.max"
+    except (OSError, ValueError):
+        pass
+    return avail, source
+
+
 def for_env(
     cfg: TrainConfig, spec: Any, given: TrainConfig | None = None
 ) -> tuple[TrainConfig, list[str]]:
     """The settings that depend on the env's observations, checked and resolved against its
     ``spec`` (an ``envs.EnvSpec``) before any process starts: ``encoder auto`` becomes cnn for
-    uint8 images of rank 3, else mlp; image observations are scaled by 1/255 in the network,
+    uint8 images of rank 3, else mlp; SAC's replay buffer must fit in the memory available
+    (a buffer of Atari frames at the default buffer_size would take ~56 GB); image
+    observations are scaled by 1/255 in the network,
     so ``norm_obs`` is refused for them if the user set it and turned off, with a line, if a
     preset did. ``given``: the config as the user gave it (None: all settings given). Returns
     the config and the lines to print."""
@@ -673,6 +721,16 @@ def for_env(
             f"encoder: cnn needs images of at least 5 x 5 pixels; {cfg.env} has {shape}",
         )
     changes: dict[str, Any] = {"encoder": encoder}
+    if cfg.algo == "sac":  # the replay buffer is allocated whole, up front
+        per = transition_bytes(shape, spec.obs_dtype, (spec.n_actions,))
+        need = per * cfg.buffer_size
+        avail, source = available_memory()
+        _need(
+            need <= avail,
+            f"buffer_size: {cfg.buffer_size:,} transitions of {per:,} B need {need:,} B "
+            f"({need / 1e9:,.2f} GB) of memory; {avail:,} B ({avail / 1e9:,.2f} GB) is available "
+            f"({source}): lower --buffer-size",
+        )
     if cfg.norm_obs and uint8:
         _need(
             given is not None and given.norm_obs is None,

@@ -428,16 +428,39 @@ ENVPOOL_ATARI = {
 }
 
 
-def envpool_task(env_id: str, atari_preprocessing: bool = True) -> tuple[str, dict[str, Any]]:
-    """EnvPool's task id for the Gymnasium id ``env_id`` and the options that make it match
-    (for MuJoCo v5 ids: the same id; for ``ALE/Name-v5``: ``Name-v5`` with the preprocessing
-    above); a ConfigError naming ``vectorizer`` for an id EnvPool does not provide."""
+def import_envpool() -> Any:
+    """``import envpool``, without the frames it would otherwise keep alive.
+
+    EnvPool 1.2.5's ``envpool.procgen`` keeps the ImportError of its Qt-linked extension (no Qt
+    here) in a module global, for a later, clearer error. That exception's traceback holds the
+    import's frames, and through their ``f_back`` every frame that was running when envpool was
+    first imported -- in an actor process, ``Actor.__init__`` with its status row, a numpy view
+    of a shared-memory segment -- until the interpreter exits, when the segment's ``__del__``
+    then fails with ``BufferError: cannot close exported pointers exist``. Dropping the
+    tracebacks of exceptions envpool's modules hold (their messages stay) frees those frames.
+    """
     try:
         import envpool
     except ImportError as e:
         raise ConfigError(
             "vectorizer: envpool is not installed: pip install 'asyncrl[envpool]'"
         ) from e
+    for name, module in list(sys.modules.items()):
+        if name == "envpool" or name.startswith("envpool."):
+            for value in list(vars(module).values()):
+                seen = set()
+                while isinstance(value, BaseException) and id(value) not in seen:
+                    seen.add(id(value))
+                    value.__traceback__ = None
+                    value = value.__cause__ or value.__context__
+    return envpool
+
+
+def envpool_task(env_id: str, atari_preprocessing: bool = True) -> tuple[str, dict[str, Any]]:
+    """EnvPool's task id for the Gymnasium id ``env_id`` and the options that make it match
+    (for MuJoCo v5 ids: the same id; for ``ALE/Name-v5``: ``Name-v5`` with the preprocessing
+    above); a ConfigError naming ``vectorizer`` for an id EnvPool does not provide."""
+    envpool = import_envpool()
     env_id = _resolve_id(env_id)
     known = set(envpool.list_all_envs())
     module = _entry_module(env_id)
@@ -488,8 +511,7 @@ class EnvPoolVectorEnv:
         self.pool: Any = None
 
     def reset(self, *, seed: Any = None, options: Any = None) -> tuple[np.ndarray, dict]:
-        import envpool
-
+        envpool = import_envpool()
         K = self.num_envs
         if seed is None:
             seeds = list(range(K))

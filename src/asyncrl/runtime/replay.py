@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from asyncrl.config import FLAG_DTYPE, REWARD_DTYPE, transition_bytes
+
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
-REWARD_DTYPE = np.dtype(np.float32)
-FLAG_DTYPE = np.dtype(np.bool_)
 
 
 class ReplayBuffer:
@@ -76,18 +76,8 @@ class ReplayBuffer:
             self.obs_shape, self.obs_dtype, self.action_shape, self.action_dtype
         )
 
-    @staticmethod
-    def transition_bytes(
-        obs_shape: tuple[int, ...],
-        obs_dtype: np.dtype | type | str,
-        action_shape: tuple[int, ...],
-        action_dtype: np.dtype | type | str = np.float32,
-    ) -> int:
-        """Bytes one transition takes in a buffer of these shapes and dtypes (obs and next_obs,
-        action, reward, two flags), known before any buffer is made."""
-        obs = int(np.prod(obs_shape, dtype=np.int64)) * np.dtype(obs_dtype).itemsize
-        act = int(np.prod(action_shape, dtype=np.int64)) * np.dtype(action_dtype).itemsize
-        return 2 * obs + act + REWARD_DTYPE.itemsize + 2 * FLAG_DTYPE.itemsize
+    # bytes of one transition, before any buffer is made (config checks the total against memory)
+    transition_bytes = staticmethod(transition_bytes)
 
     @property
     def nbytes(self) -> int:
