@@ -84,8 +84,8 @@ class Actor:
             cfg.on_env_error,
             lambda index, restart: restart_seed(cfg.seed, actor_id, generation, index, restart),
             f"actor {actor_id}",
-            vectorizer=getattr(cfg, "vectorizer", "gymnasium"),
-            atari_preprocessing=getattr(cfg, "atari_preprocessing", True),
+            vectorizer=cfg.vectorizer,
+            atari_preprocessing=cfg.atari_preprocessing,
         )
         self.env_restarts = 0
         self.off_policy = cfg.algo == "sac"
