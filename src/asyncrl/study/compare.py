@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asyncrl.config import MODES, ConfigError, TrainConfig, resolve, validate
+from asyncrl.config import MODES, ConfigError, TrainConfig, for_env, resolve, validate
 from asyncrl.rundir import default_study_dir, load_run_config
 from asyncrl.study.runs import Curve, read_curve, read_summary
 
@@ -112,14 +112,15 @@ def plan(
     return cfgs
 
 
-def _finished_same_run(cfg: TrainConfig) -> dict[str, Any] | None:
-    """The summary of the run in cfg.run_dir if it is finished and has the same settings."""
+def _finished_same_run(cfg: TrainConfig, spec: Any) -> dict[str, Any] | None:
+    """The summary of the run in cfg.run_dir if it is finished and has the same settings
+    (compared as the run saved them: resolved against the env's ``spec`` too)."""
     run_dir = Path(cfg.run_dir)
     summary = read_summary(run_dir)
     if summary is None:
         return None
     saved = load_run_config(run_dir).to_dict()
-    wanted = cfg.to_dict()
+    wanted = for_env(cfg, spec)[0].to_dict()
     same = all(saved.get(k) == v for k, v in wanted.items() if k not in ("run_dir", "progress"))
     return summary if same else None
 
@@ -141,7 +142,7 @@ def compare(
 
     out = Path(out) if out else default_study_dir("compare", base)
     cfgs = plan(base, ks, modes, steps, minutes, out)
-    check_env(base.env, base.algo)
+    spec = check_env(base.env, base.algo, base.atari_preprocessing, base.vectorizer)
     if not reuse:
         taken = [c.run_dir for c in cfgs if Path(c.run_dir).exists()]
         if taken:
@@ -152,7 +153,7 @@ def compare(
     runs = []
     for i, cfg in enumerate(cfgs, 1):
         label = f"[{i}/{len(cfgs)}] {cfg.mode} K={cfg.envs_per_actor}"
-        summary = _finished_same_run(cfg) if reuse else None
+        summary = _finished_same_run(cfg, spec) if reuse else None
         reused = summary is not None
         if reused:
             echo(f"{label}: reusing {cfg.run_dir}")
