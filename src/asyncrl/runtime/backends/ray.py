@@ -169,11 +169,13 @@ class RayBackend(OwnedTransport):
     # ------------------------------------------------------------ what the learner calls
     def publish(self, version: int, write: Any) -> None:
         self.store.publish(version, write)
-        # one object per version; every call after this carries its reference
-        params = np.empty(self.numel, dtype=np.float32)
-        self.store.read_if_newer(-1, lambda a: np.copyto(params, a))
+        # one object per version, put straight from the store's vector (ray.put copies it into
+        # the object store; this thread is the store's only writer); every call after this
+        # carries its reference
+        refs: list[Any] = []
+        self.store.read_if_newer(-1, lambda a: refs.append(self.ray.put(a)))
         with self.book.cond:
-            self.policy_ref = self.ray.put(params)
+            self.policy_ref = refs[-1]
 
     def start(self) -> None:
         with self.book.cond:
