@@ -25,7 +25,7 @@ from asyncrl.rundir import load_run_config
 MUJOCO_PPO_LINE = (
     "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: gamma 0.99, gae_lambda 0.95, "
     "lr 0.0003, epochs 10, minibatch_size 64, rollout 128, hidden 64,64, norm_obs on, "
-    "norm_reward on"
+    "norm_reward on, value_clip 0.2"
 )
 
 
@@ -87,6 +87,8 @@ def test_mujoco_ppo_is_cleanrls_recipe_with_a_2048_sample_sync_batch():
     cfg = resolve(TrainConfig(env="Hopper-v5"), env_family("Hopper-v5"))
     assert (cfg.gamma, cfg.gae_lambda, cfg.lr, cfg.lr_schedule) == (0.99, 0.95, 3e-4, "linear")
     assert (cfg.epochs, cfg.minibatch_size, cfg.norm_obs, cfg.norm_reward) == (10, 64, True, True)
+    assert (cfg.clip_coef, cfg.value_clip, cfg.ent_coef) == (0.2, 0.2, 0.0)  # clip_vloss
+    assert resolve(TrainConfig(env="CartPole-v1"), "classic").value_clip == 0.0
     assert cfg.actors * cfg.envs_per_actor * cfg.rollout == 2048
 
 
@@ -185,7 +187,7 @@ def test_flags_and_yaml_keys_given_win_and_are_not_reported(tmp_path, capsys):
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("asyncrl: preset")]
     assert line == [
         "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: lr 0.0003, epochs 10, "
-        "minibatch_size 64, hidden 64,64, norm_obs on"
+        "minibatch_size 64, hidden 64,64, norm_obs on, value_clip 0.2"
     ]
     saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
     assert (saved["gamma"], saved["gae_lambda"], saved["rollout"]) == (0.98, 0.8, 64)

@@ -43,7 +43,8 @@ VECTORIZERS = ("gymnasium", "envpool")
 # the values asyncrl always had for classic control (CartPole, Pendulum), SAC's apart; "mujoco"
 # those of the references for continuous-control robots (MuJoCo, PyBullet locomotion):
 # CleanRL's ppo_continuous_action and SB3's PPO defaults (gamma 0.99, lambda 0.95, Adam 3e-4
-# linearly annealed, 10 epochs of minibatch 64, observation and return normalisation); SAC as
+# linearly annealed, 10 epochs of minibatch 64, observation and return normalisation, and
+# CleanRL's clipped value loss, clip_vloss, at the ratio clip 0.2); SAC as
 # SB3 and CleanRL run it (gamma 0.99, 256x256, one update per env step), warming up for
 # CleanRL's 5,000 random steps on MuJoCo.
 #
@@ -90,6 +91,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "hidden": [64, 64],
             "norm_obs": True,
             "norm_reward": True,
+            "value_clip": 0.2,
         },
         "sac": {
             "gamma": 0.99,
@@ -126,7 +128,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 }
 # Preset-governed settings a preset may leave out: it then has these values (asyncrl's
 # defaults before presets governed them).
-PRESET_DEFAULTS: dict[str, Any] = {"clip_coef": 0.2, "ent_coef": 0.0}
+PRESET_DEFAULTS: dict[str, Any] = {"clip_coef": 0.2, "ent_coef": 0.0, "value_clip": 0.0}
 PRESET_CHOICES = ("auto", *PRESETS)
 
 
@@ -240,7 +242,7 @@ class TrainConfig:
     clip_schedule: str = _f(
         "constant", "ratio-clip schedule over total_steps", choices=LR_SCHEDULES
     )
-    value_clip: float = _f(0.0, "clip the value update to +/- this around the old value (0: off)")
+    value_clip: float | None = _p("clip the value update to +/- this around the old value (0: off)")
     ent_coef: float | None = _p("entropy bonus coefficient")
     vf_coef: float = _f(0.5, "value loss coefficient")
     max_grad_norm: float = _f(0.5, "clip the global gradient norm to this (0: off)")
