@@ -767,10 +767,26 @@ def _validate_device(cfg: TrainConfig) -> None:
     )
 
 
+def worker_config(cfg: TrainConfig, worker: int) -> TrainConfig:
+    """The config a Hogwild! worker runs: the synchronous single-actor loop on its own envs,
+    with its own seeds. Its schedules (learning rate, clip) run over its share of the total step
+    budget. (Here, not in runtime/hogwild.py, so that validation checks it without importing
+    the runtime.)"""
+    return dataclasses.replace(
+        cfg,
+        hogwild=0,
+        actors=1,
+        mode="sync",
+        backend="inline",
+        seed=cfg.seed + worker,
+        total_steps=max(1, math.ceil(cfg.total_steps / cfg.hogwild)),
+        progress=False,
+        tensorboard=False,
+    )
+
+
 def _validate_hogwild(cfg: TrainConfig) -> None:
     """A Hogwild! worker runs the synchronous one-actor loop: check the settings it will run."""
-    from asyncrl.runtime.hogwild import worker_config
-
     if cfg.sync_mode == "synced":
         _need(
             cfg.sync_every >= 1,

@@ -274,23 +274,6 @@ def build_policy(
     return ActorCritic(spec, list(hidden), activation, norm_obs, encoder)
 
 
-def build_acting_policy(cfg, spec: EnvSpec) -> nn.Module:
-    """The module an actor acts with and the learner publishes: PPO's actor-critic (actors also
-    need its value head, for truncation bootstraps), or SAC's squashed Gaussian actor."""
-    if cfg.algo == "sac":
-        from asyncrl.algos.sac import SquashedGaussianActor
-
-        return SquashedGaussianActor(
-            spec.obs_dim,
-            spec.n_actions,
-            tuple(cfg.hidden),
-            spec.action_low,
-            spec.action_high,
-            encoder=make_encoder(choose_encoder(encoder_of(cfg), spec), spec, ()),
-        )
-    return build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs, encoder_of(cfg))
-
-
 def encoder_of(cfg) -> str:
     """``cfg.encoder``; ``auto`` for a config saved before there was the setting."""
     return getattr(cfg, "encoder", "auto")

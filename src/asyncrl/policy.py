@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from asyncrl.algos.acting import build_acting_policy
 from asyncrl.config import ConfigError, TrainConfig
 from asyncrl.envs import EnvSpec, check_env, make_env
-from asyncrl.nets import FlatParams, build_acting_policy
+from asyncrl.nets import FlatParams
 from asyncrl.rundir import load_best_checkpoint, load_checkpoint, load_run_config
 
 CHECKPOINTS = ("latest", "best")

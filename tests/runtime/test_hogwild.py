@@ -12,12 +12,12 @@ import torch
 from torch import nn
 
 from asyncrl.cli import main
-from asyncrl.config import ConfigError, TrainConfig, validate
+from asyncrl.config import ConfigError, TrainConfig, validate, worker_config
 from asyncrl.envs import check_env
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import load_checkpoint
 from asyncrl.runtime.backends.base import ActorError
-from asyncrl.runtime.hogwild import HogwildSync, worker_config
+from asyncrl.runtime.hogwild import HogwildSync
 from asyncrl.runtime.trainer import make_learner, train
 
 

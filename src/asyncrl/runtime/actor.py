@@ -17,6 +17,7 @@ import time
 import numpy as np
 import torch
 
+from asyncrl.algos.acting import build_acting_policy
 from asyncrl.config import TrainConfig
 from asyncrl.envs import (
     EnvSpec,
@@ -27,7 +28,7 @@ from asyncrl.envs import (
     restart_seed,
     set_env_state,
 )
-from asyncrl.nets import FlatParams, build_acting_policy
+from asyncrl.nets import FlatParams
 from asyncrl.runtime.transport import PolicyStore, Slot
 
 

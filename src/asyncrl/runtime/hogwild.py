@@ -27,7 +27,6 @@ run shares (:mod:`asyncrl.runtime.lifecycle`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import math
 import multiprocessing as mp
@@ -42,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.config import TrainConfig
+from asyncrl.config import TrainConfig, worker_config
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
 from asyncrl.nets import FlatParams
@@ -108,22 +107,6 @@ class HogwildSync:
         self.push()
         self.pull()
         self.syncs += 1
-
-
-def worker_config(cfg: TrainConfig, worker: int) -> TrainConfig:
-    """A worker runs the synchronous single-actor loop on its own envs, with its own seeds. Its
-    schedules (learning rate, clip) run over its share of the total step budget."""
-    return dataclasses.replace(
-        cfg,
-        hogwild=0,
-        actors=1,
-        mode="sync",
-        backend="inline",
-        seed=cfg.seed + worker,
-        total_steps=max(1, math.ceil(cfg.total_steps / cfg.hogwild)),
-        progress=False,
-        tensorboard=False,
-    )
 
 
 def _stopping(stop: Any, parent: int) -> bool:
