@@ -26,9 +26,17 @@ ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated"
 
 
 class EpisodeCounters:
-    """What both learners report of finished episodes (they keep ``episode_stats``)."""
+    """What every learner offers the training loop beside its updates: counts of finished
+    episodes (from the ``episode_stats`` it keeps), its own summary figures, and ``close``."""
 
     episode_stats: EpisodeStats
+
+    def close(self) -> None:
+        """Stop what the learner runs beside the loop (SAC's optimizer thread); PPO: nothing."""
+
+    def summary_fields(self, wall: float) -> dict:
+        """The learner's own figures for summary.json (``wall``: the run's seconds)."""
+        return {}
 
     @property
     def final_return(self) -> float:

@@ -309,6 +309,19 @@ class SACLearner(EpisodeCounters):
         t0, steps0 = self.learning_began
         return (self.env_steps - steps0) / max(time.perf_counter() - t0, 1e-9)
 
+    def summary_fields(self, wall: float) -> dict:
+        lim = self.limiter
+        return {
+            "gradient_steps": self.updates,
+            "gradient_steps_per_second": self.updates / wall,
+            "env_steps_per_second_learning": self.learning_rate_of_env_steps(),
+            "update_seconds_mean": self.learn_seconds / max(self.updates, 1),
+            "replay_ratio": self.cfg.replay_ratio,
+            "replay_ratio_achieved": lim.achieved_ratio,
+            "insert_blocked_seconds": lim.insert_blocked_seconds,
+            "sample_blocked_seconds": lim.sample_blocked_seconds,
+        }
+
     def close(self) -> None:
         self.limiter.close()
         if self._thread is not None:

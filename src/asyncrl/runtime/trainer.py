@@ -146,7 +146,7 @@ def _train_pipeline(
     stop = stop if stop is not None else StopSignals()
     with contextlib.ExitStack() as cleanup:  # every close runs, even if one raises
         learner = make_learner(cfg, spec)
-        cleanup.callback(_close_learner, learner)
+        cleanup.callback(learner.close)
         earlier_seconds, resumed_from, state = 0.0, None, {}
         if resume:
             state, resumed_from = restore_learner(run_dir, learner)
@@ -246,15 +246,8 @@ def _train_pipeline(
 
         progress.close()  # before the line that says how the run ended
         # async optimizers stop first, so the counters saved are final
-        return end.conclude(
-            lambda: learner.env_steps, checkpoint, summary, lambda: _close_learner(learner)
-        )
+        return end.conclude(lambda: learner.env_steps, checkpoint, summary, learner.close)
     raise AssertionError("unreachable")
-
-
-def _close_learner(learner: Any) -> None:
-    if hasattr(learner, "close"):
-        learner.close()
 
 
 def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: int) -> dict:
@@ -274,21 +267,5 @@ def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: i
         "final_length": learner.final_length,
         **meter.summary(new_steps, cfg.actors),
         "learn_seconds": learner.learn_seconds,
-        **_off_policy_summary(learner, meter.wall),
-    }
-
-
-def _off_policy_summary(learner, wall: float) -> dict:
-    if not hasattr(learner, "limiter"):
-        return {}
-    lim = learner.limiter
-    return {
-        "gradient_steps": learner.updates,
-        "gradient_steps_per_second": learner.updates / wall,
-        "env_steps_per_second_learning": learner.learning_rate_of_env_steps(),
-        "update_seconds_mean": learner.learn_seconds / max(learner.updates, 1),
-        "replay_ratio": learner.cfg.replay_ratio,
-        "replay_ratio_achieved": lim.achieved_ratio,
-        "insert_blocked_seconds": lim.insert_blocked_seconds,
-        "sample_blocked_seconds": lim.sample_blocked_seconds,
+        **learner.summary_fields(meter.wall),
     }
