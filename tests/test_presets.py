@@ -70,7 +70,7 @@ def test_every_preset_resolves_every_governed_setting_to_a_valid_config(preset, 
     assert resolve(cfg) == cfg  # resolved is a fixed point: a saved run resolves to itself
 
 
-def test_classic_keeps_the_values_cartpole_always_had():
+def test_classic_has_cartpoles_values_with_several_minibatches_per_async_batch():
     cfg = resolve(TrainConfig(), env_family("CartPole-v1"))
     assert cfg.preset == "classic"
     assert (cfg.gamma, cfg.gae_lambda, cfg.lr, cfg.epochs, cfg.minibatch_size) == (
@@ -78,8 +78,9 @@ def test_classic_keeps_the_values_cartpole_always_had():
         0.8,
         5e-4,
         10,
-        256,
+        64,
     )
+    assert cfg.envs_per_actor * cfg.rollout // cfg.minibatch_size == 4  # per async batch
     assert (cfg.rollout, cfg.hidden, cfg.norm_obs, cfg.norm_reward) == (32, [64, 64], False, False)
 
 

@@ -45,7 +45,7 @@ OPTIONAL_ENV_PACKAGES = (
 # Env families by the package that implements the env (its registered entry point): the preset
 # ``--preset auto`` chooses (config.PRESETS). MuJoCo's and PyBullet's envs are continuous-control
 # robots, which CleanRL, SB3 and Sample Factory all train with one PPO recipe; any other env
-# keeps the classic-control values asyncrl has always had.
+# takes the classic-control values.
 ENV_FAMILIES = (
     ("gymnasium.envs.mujoco", "mujoco"),
     ("pybullet_envs_gymnasium", "mujoco"),

@@ -201,8 +201,9 @@ def test_cli_reports_a_bad_hogwild_setting_in_one_line(capsys):
 )
 def test_hogwild_ppo_solves_cartpole_within_150k_total_steps(tmp_path, sync_mode, every, lr):
     # Several minibatches per epoch: a worker's Adam momentum is stale when its next batch starts
-    # (the other worker moved the parameters meanwhile). With CartPole's default of one minibatch
-    # per epoch only 1 of 3 seeds solved within 150k steps; with 4, 3 of 3 did by ~60k.
+    # (the other worker moved the parameters meanwhile). With one minibatch per epoch (the
+    # classic preset's 256 then) only 1 of 3 seeds solved within 150k steps; with 4 (64, the
+    # preset's value now), 3 of 3 did by ~60k.
     # Shared: two workers apply two workers' steps to one vector, so the preset's lr 5e-4 is
     # twice the single learner's step rate. At 5e-4, 2 of 7 seeds fell back to a 20-episode
     # mean of 118 and 161 after solving (one CI run ended at 100); at 2.5e-4, 4 of 4 seeds
