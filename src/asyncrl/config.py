@@ -62,6 +62,16 @@ VECTORIZERS = ("gymnasium", "envpool")
 # Adam 2.5e-4 linearly annealed, clip 0.1, entropy 0.01, gamma 0.99, lambda 0.95, the Nature-CNN
 # torso with its 512-unit layer). Its SAC table only completes the config: SAC here needs
 # continuous actions, which ALE envs do not have.
+# SAC as SB3 and CleanRL run it on MuJoCo, with CleanRL's 5,000 random warm-up steps (the atari
+# preset's SAC table only completes the config: ALE envs have no continuous actions)
+_SAC_WITH_CLEANRL_WARMUP: dict[str, Any] = {
+    "gamma": 0.99,
+    "rollout": 1,
+    "hidden": [256, 256],
+    "learning_starts": 5000,
+    "norm_obs": False,
+    "norm_reward": False,
+}
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "classic": {
         "ppo": {
@@ -97,14 +107,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "norm_reward": True,
             "value_clip": 0.2,
         },
-        "sac": {
-            "gamma": 0.99,
-            "rollout": 1,
-            "hidden": [256, 256],
-            "learning_starts": 5000,
-            "norm_obs": False,
-            "norm_reward": False,
-        },
+        "sac": dict(_SAC_WITH_CLEANRL_WARMUP),
     },
     "atari": {
         "ppo": {
@@ -120,14 +123,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "clip_coef": 0.1,
             "ent_coef": 0.01,
         },
-        "sac": {
-            "gamma": 0.99,
-            "rollout": 1,
-            "hidden": [256, 256],
-            "learning_starts": 5000,
-            "norm_obs": False,
-            "norm_reward": False,
-        },
+        "sac": dict(_SAC_WITH_CLEANRL_WARMUP),
     },
 }
 # Preset-governed settings a preset may leave out: it then has these values (asyncrl's
