@@ -60,10 +60,10 @@ VECTORIZERS = ("gymnasium", "envpool")
 #
 # "atari": CleanRL's ppo_atari (8 envs x 128 steps, 4 epochs of 4 minibatches -- 256 samples --,
 # Adam 2.5e-4 linearly annealed, clip 0.1, entropy 0.01, gamma 0.99, lambda 0.95, the Nature-CNN
-# torso with its 512-unit layer). Its SAC table only completes the config: SAC here needs
-# continuous actions, which ALE envs do not have.
-# SAC as SB3 and CleanRL run it on MuJoCo, with CleanRL's 5,000 random warm-up steps (the atari
-# preset's SAC table only completes the config: ALE envs have no continuous actions)
+# torso with its 512-unit layer). Its SAC table, mujoco's, only completes the config: SAC here
+# needs continuous actions, which ALE envs do not have.
+
+# SAC as SB3 and CleanRL run it on MuJoCo, with CleanRL's 5,000 random warm-up steps
 _SAC_WITH_CLEANRL_WARMUP: dict[str, Any] = {
     "gamma": 0.99,
     "rollout": 1,
