@@ -14,6 +14,7 @@ from asyncrl.config import (
     ConfigError,
     TrainConfig,
     from_dict,
+    learner_threads,
     preset_line,
     preset_values,
     resolve,
@@ -91,6 +92,21 @@ def test_mujoco_ppo_is_cleanrls_recipe_with_a_2048_sample_sync_batch():
     assert (cfg.clip_coef, cfg.value_clip, cfg.ent_coef) == (0.2, 0.2, 0.0)  # clip_vloss
     assert resolve(TrainConfig(env="CartPole-v1"), "classic").value_clip == 0.0
     assert cfg.actors * cfg.envs_per_actor * cfg.rollout == 2048
+
+
+def test_the_atari_learner_takes_one_thread_per_cpu_the_others_one(monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})  # 3 CPUs allowed
+    atari = resolve(TrainConfig(env="ALE/Breakout-v5"), "atari")
+    assert atari.threads_learner == 0 and learner_threads(atari) == 3
+    assert "threads_learner 0 (one per CPU: 3)" in preset_line(TrainConfig(), atari)
+    given = resolve(TrainConfig(env="ALE/Breakout-v5", threads_learner=1), "atari")
+    assert learner_threads(given) == 1  # a flag wins
+    for family in ("classic", "mujoco"):
+        assert learner_threads(resolve(TrainConfig(), family)) == 1
+    # Hogwild! workers share the CPUs, at least one thread each
+    assert learner_threads(atari, learners=2) == 1 and learner_threads(atari, learners=5) == 1
+    with pytest.raises(ConfigError, match="threads_learner: must be >= 0"):
+        validate(resolve(TrainConfig(threads_learner=-1), "classic"))
 
 
 @pytest.mark.parametrize(("env", "warmup"), [("Pendulum-v1", 1000), ("HalfCheetah-v5", 5000)])

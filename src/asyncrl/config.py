@@ -122,13 +122,21 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "norm_reward": False,
             "clip_coef": 0.1,
             "ent_coef": 0.01,
+            # The Nature-CNN learner bounds Atari training on CPUs while the actors idle half
+            # the time: it takes every CPU (README, pixels).
+            "threads_learner": 0,
         },
         "sac": dict(_SAC_WITH_CLEANRL_WARMUP),
     },
 }
 # Preset-governed settings a preset may leave out: it then has these values (asyncrl's
 # defaults before presets governed them).
-PRESET_DEFAULTS: dict[str, Any] = {"clip_coef": 0.2, "ent_coef": 0.0, "value_clip": 0.0}
+PRESET_DEFAULTS: dict[str, Any] = {
+    "clip_coef": 0.2,
+    "ent_coef": 0.0,
+    "value_clip": 0.0,
+    "threads_learner": 1,
+}
 PRESET_CHOICES = ("auto", *PRESETS)
 
 
@@ -298,7 +306,9 @@ class TrainConfig:
     )
     progress: bool = _f(True, "show a live progress bar")
     tensorboard: bool = _f(True, "write TensorBoard scalars to the run directory")
-    threads_learner: int = _f(1, "torch threads of the learner")
+    threads_learner: int | None = _p(
+        "torch threads of the learner (0: as many as the CPUs this process may use)"
+    )
     threads_actor: int = _f(1, "torch threads of each actor")
     device: str = _f(
         "cpu",
@@ -526,8 +536,15 @@ def preset_line(given: TrainConfig, resolved: TrainConfig) -> str | None:
     if not filled:
         return None
     why = f" (auto: {given.env})" if given.preset == "auto" else ""
-    values = ", ".join(f"{name} {format_value(getattr(resolved, name))}" for name in filled)
+    values = ", ".join(f"{name} {_shown(name, resolved)}" for name in filled)
     return f"asyncrl: preset {resolved.preset}{why} for {resolved.algo}: {values}"
+
+
+def _shown(name: str, cfg: TrainConfig) -> str:
+    value = format_value(getattr(cfg, name))
+    if name == "threads_learner" and cfg.threads_learner == 0:
+        return f"{value} (one per CPU: {learner_threads(cfg)})"
+    return value
 
 
 def format_value(value: Any) -> str:
@@ -646,7 +663,10 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
         _validate_hogwild(cfg)
     elif cfg.algo == "sac":
         _validate_sac(cfg)
-    _need(cfg.threads_learner >= 1, f"threads_learner: must be >= 1, got {cfg.threads_learner}")
+    _need(
+        cfg.threads_learner >= 0,
+        f"threads_learner: must be >= 0 (0: one per CPU), got {cfg.threads_learner}",
+    )
     _need(cfg.threads_actor >= 1, f"threads_actor: must be >= 1, got {cfg.threads_actor}")
     _validate_device(cfg)
 
@@ -782,6 +802,10 @@ def worker_config(cfg: TrainConfig, worker: int) -> TrainConfig:
         total_steps=max(1, math.ceil(cfg.total_steps / cfg.hogwild)),
         progress=False,
         tensorboard=False,
+        # "one per CPU" among the workers: each worker's share
+        threads_learner=(
+            learner_threads(cfg, cfg.hogwild) if cfg.threads_learner == 0 else cfg.threads_learner
+        ),
     )
 
 
@@ -849,3 +873,16 @@ def _validate_sac(cfg: TrainConfig) -> None:
         f"{cfg.insert_batch} transitions at replay_ratio {cfg.replay_ratio}: it must be >= "
         f"{need:g} or neither side can make progress",
     )
+
+
+def learner_threads(cfg: TrainConfig, learners: int = 1) -> int:
+    """The torch threads a learner runs with: ``threads_learner``, or with 0 the CPUs this
+    process may use (its affinity mask, which containers and ``taskset`` narrow) shared among
+    ``learners`` (Hogwild! workers), at least one each."""
+    if cfg.threads_learner:
+        return cfg.threads_learner
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // learners)

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.config import TrainConfig, worker_config
+from asyncrl.config import TrainConfig, learner_threads, worker_config
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
 from asyncrl.nets import FlatParams
@@ -134,7 +134,7 @@ def worker_main(
     envs and optimizer, and counts on in its predecessor's row of the counters."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how the run ends
     die_with_parent()
-    torch.set_num_threads(cfg.threads_learner)
+    torch.set_num_threads(learner_threads(cfg, cfg.hogwild))
     from asyncrl.runtime.actor import Actor
     from asyncrl.runtime.trainer import make_learner
 

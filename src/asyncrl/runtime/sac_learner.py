@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from asyncrl.algos.sac import SAC, SACConfig
-from asyncrl.config import TrainConfig
+from asyncrl.config import TrainConfig, learner_threads
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats
 from asyncrl.nets import FlatParams, choose_encoder, encoder_of, learner_device, make_encoder
@@ -151,7 +151,7 @@ class SACLearner(EpisodeCounters):
         return out
 
     def _optimizer_loop(self) -> None:
-        torch.set_num_threads(self.cfg.threads_learner)
+        torch.set_num_threads(learner_threads(self.cfg))
         try:
             while True:
                 if self.limiter.await_can_sample(1, timeout=0.5):

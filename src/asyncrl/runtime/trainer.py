@@ -32,7 +32,15 @@ from typing import Any
 
 import torch
 
-from asyncrl.config import TrainConfig, check_resume, for_env, preset_line, resolve, validate
+from asyncrl.config import (
+    TrainConfig,
+    check_resume,
+    for_env,
+    learner_threads,
+    preset_line,
+    resolve,
+    validate,
+)
 from asyncrl.envs import check_env, env_family
 from asyncrl.metrics import MetricsLog, ProgressDisplay, RowWindow, Throughput
 from asyncrl.rundir import (
@@ -78,7 +86,7 @@ def process_state_kept(cfg: TrainConfig) -> Iterator[StopSignals]:
     stop = StopSignals()
     try:
         with stop.installed():
-            torch.set_num_threads(cfg.threads_learner)
+            torch.set_num_threads(learner_threads(cfg))
             yield stop
     finally:
         torch.set_num_threads(threads)
