@@ -30,7 +30,7 @@ import yaml
 ALGOS = ("ppo", "sac")
 MODES = ("sync", "async")
 BACKENDS = ("inline", "thread", "process", "ray")
-CORRECTIONS = ("none", "vtrace")
+CORRECTIONS = ("none", "vtrace", "decoupled")
 LR_SCHEDULES = ("constant", "linear")
 SYNC_MODES = ("shared", "synced")
 ACTIVATIONS = ("tanh", "relu")
@@ -275,8 +275,15 @@ class TrainConfig:
         choices=ENCODERS,
     )
     activation: str = _f("tanh", "PPO: hidden activation", choices=ACTIVATIONS)
-    correction: str = _f("none", "lag correction of value targets/advantages", choices=CORRECTIONS)
-    vtrace_rho_bar: float = _f(1.0, "V-trace clip of importance weights in the TD errors")
+    correction: str = _f(
+        "none",
+        "PPO's lag correction: vtrace (V-trace value targets and advantages) or decoupled (the "
+        "clip around the current policy, lagged samples importance-weighted to it)",
+        choices=CORRECTIONS,
+    )
+    vtrace_rho_bar: float = _f(
+        1.0, "truncation of importance weights (V-trace's TD errors; decoupled's sample weights)"
+    )
     vtrace_c_bar: float = _f(1.0, "V-trace clip of the trace-cutting coefficients")
     compile: bool = _f(False, "torch.compile the learner's minibatch step")
     # --- SAC

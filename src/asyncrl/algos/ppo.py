@@ -36,7 +36,7 @@ class PPOConfig:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5  # 0 disables clipping
     norm_adv: bool = True
-    correction: str = "none"  # or "vtrace"
+    correction: str = "none"  # or "vtrace", "decoupled"
     vtrace_rho_bar: float = 1.0
     vtrace_c_bar: float = 1.0
 
@@ -62,10 +62,21 @@ class PPO:
         flat_obs = r["obs"].flatten(0, 1)
         values = policy.value(flat_obs).view(T + 1, B)
         ends = (r["terminated"], r["truncated"], r["trunc_values"])
-        if cfg.correction == "vtrace":
+        behaviour_logp = r["logp"].flatten()
+        clip_from, weight = behaviour_logp, torch.ones_like(behaviour_logp)
+        if cfg.correction != "none":
             target_logp, _, _ = policy.log_prob_entropy(
                 flat_obs[: T * B], r["actions"].flatten(0, 1)
             )
+        if cfg.correction == "decoupled":
+            # Hilton et al. 2022 ("Batch size-invariance for policy optimization"): the clip
+            # holds the step near the policy as it is now (the proximal policy), not the one that
+            # acted some versions ago; the lagged samples are importance-weighted from the acting
+            # policy to the proximal one (truncated at vtrace_rho_bar, as V-trace truncates).
+            # With no lag both policies are one: PPO's own objective.
+            clip_from = target_logp
+            weight = (target_logp - behaviour_logp).exp().clamp(max=cfg.vtrace_rho_bar)
+        if cfg.correction == "vtrace":
             adv, ret = vtrace(
                 r["logp"],
                 target_logp.view(T, B),
@@ -82,7 +93,8 @@ class PPO:
         return {
             "features": policy.features(flat_obs[: T * B]),
             "actions": r["actions"].flatten(0, 1),
-            "logp": r["logp"].flatten(),
+            "logp": clip_from,
+            "weight": weight,
             "adv": adv.flatten(),
             "returns": ret.flatten(),
             "values": values[:-1].flatten(),
@@ -90,7 +102,7 @@ class PPO:
 
     # ---------------------------------------------------------------- the update
     def _minibatch_step(
-        self, clip, features, actions, old_logp, adv, returns, old_values
+        self, clip, features, actions, old_logp, weight, adv, returns, old_values
     ) -> torch.Tensor:
         cfg = self.cfg
         logp, entropy, value = self.policy.evaluate_features(features, actions)
@@ -98,7 +110,8 @@ class PPO:
         ratio = log_ratio.exp()
         if cfg.norm_adv:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
+        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip))
+        pg_loss = (weight * pg_loss).mean()  # weight: 1 but with the decoupled correction
         if cfg.value_clip > 0:
             v_clipped = old_values + (value - old_values).clamp(-cfg.value_clip, cfg.value_clip)
             v_loss = 0.5 * torch.max((value - returns).square(), (v_clipped - returns).square())
@@ -142,7 +155,7 @@ class PPO:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         n, mb = batch["adv"].shape[0], self.cfg.minibatch_size
-        keys = ("features", "actions", "logp", "adv", "returns", "values")
+        keys = ("features", "actions", "logp", "weight", "adv", "returns", "values")
         clip = torch.tensor(self.cfg.clip_coef * clip_scale, device=self.device)
         stats = []
         for _ in range(self.cfg.epochs):
