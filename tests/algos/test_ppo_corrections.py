@@ -72,26 +72,25 @@ def test_decoupled_clips_around_the_current_policy_and_weights_the_lagged_sample
         torch.testing.assert_close(decoupled[key], plain[key])
 
 
+def _after_update(correction: str, lagged: bool) -> torch.Tensor:
+    """The parameters after one update of a fresh policy on one rollout."""
+    policy = _policy()
+    ppo = _ppo(policy, correction)
+    batch = ppo.targets(_rollout(policy, lagged=lagged))
+    ppo.update(batch, lr=3e-3, generator=torch.Generator().manual_seed(5))
+    return torch.cat([p.detach().flatten() for p in policy.parameters()])
+
+
 def test_with_no_lag_decoupled_is_ppo_itself():
     """Samples of the current policy: the same update as plain PPO, parameter for parameter.
     (Not so V-trace: on-policy it is GAE with lambda 1, not with PPO's 0.95.)"""
-    after = {}
-    for name in ("none", "decoupled"):
-        policy = _policy()
-        ppo = _ppo(policy, name)
-        batch = ppo.targets(_rollout(policy, lagged=False))
-        ppo.update(batch, lr=3e-3, generator=torch.Generator().manual_seed(5))
-        after[name] = torch.cat([p.detach().flatten() for p in policy.parameters()])
-    assert not torch.equal(after["none"], torch.cat([p.flatten() for p in _policy().parameters()]))
-    torch.testing.assert_close(after["decoupled"], after["none"], atol=1e-5, rtol=1e-5)
+    plain = _after_update("none", lagged=False)
+    assert not torch.equal(plain, torch.cat([p.flatten() for p in _policy().parameters()]))
+    torch.testing.assert_close(
+        _after_update("decoupled", lagged=False), plain, atol=1e-5, rtol=1e-5
+    )
 
 
 def test_decoupled_differs_from_ppo_when_samples_lag():
-    after = {}
-    for name in ("none", "decoupled"):
-        policy = _policy()
-        ppo = _ppo(policy, name)
-        batch = ppo.targets(_rollout(policy, lagged=True))
-        ppo.update(batch, lr=3e-3, generator=torch.Generator().manual_seed(5))
-        after[name] = torch.cat([p.detach().flatten() for p in policy.parameters()])
-    assert (after["none"] - after["decoupled"]).abs().max() > 1e-4
+    plain = _after_update("none", lagged=True)
+    assert (plain - _after_update("decoupled", lagged=True)).abs().max() > 1e-4
