@@ -11,6 +11,12 @@ batch 256, 4 epochs, lr 2.5e-4 and clip 0.1 both annealed linearly, ent 0.01, vf
 Trains for ``--seconds`` after the first rollout-and-update cycle (warm-up), then stops.
 ``frames_per_second`` is agent steps x 4 from the start of the second rollout to the start of
 the last one: whole collect-and-learn cycles, start-up and the first cycle left out.
+
+``--curve FILE`` also writes one JSON line per finished game (the game's score from SB3's
+``Monitor``, which sits under the episodic-life and reward-clipping wrappers): agent steps,
+frames, seconds since the script started, return, length. ``--total-steps`` is the budget the
+learning rate and clip range anneal over (CleanRL's 10M for a learning curve; the default, 1e9,
+keeps them practically constant for a throughput run).
 """
 
 import argparse
@@ -30,6 +36,8 @@ FRAME_SKIP = 4
 p = argparse.ArgumentParser()
 p.add_argument("--seconds", type=float, default=60.0)
 p.add_argument("--envs", type=int, default=8)
+p.add_argument("--total-steps", type=int, default=10**9)
+p.add_argument("--curve", default=None, help="write one JSON line per finished game here")
 args = p.parse_args()
 gym.register_envs(ale_py)
 
@@ -42,15 +50,28 @@ class StopAfter(BaseCallback):
     """Records (time, agent steps) at the start of every rollout; stops ``seconds`` after the
     second one (the first collect-and-update cycle is warm-up)."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, curve_file=None):
         super().__init__()
         self.seconds = seconds
         self.marks: list[tuple[float, int]] = []
+        self.curve_file = curve_file
 
     def _on_rollout_start(self) -> None:
         self.marks.append((time.perf_counter(), self.num_timesteps))
 
     def _on_step(self) -> bool:
+        if self.curve_file is not None:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    row = {
+                        "agent_steps": self.num_timesteps,
+                        "frames": FRAME_SKIP * self.num_timesteps,
+                        "seconds": time.perf_counter() - t_start,
+                        "return": float(info["episode"]["r"]),
+                        "length": int(info["episode"]["l"]),
+                    }
+                    self.curve_file.write(json.dumps(row) + "\n")
+                    self.curve_file.flush()
         return len(self.marks) < 2 or time.perf_counter() - self.marks[1][0] < self.seconds
 
 
@@ -70,8 +91,9 @@ model = PPO(
     seed=0,
     verbose=0,
 )
-stop = StopAfter(args.seconds)
-model.learn(total_timesteps=10**9, callback=stop)
+curve_file = open(args.curve, "w") if args.curve else None
+stop = StopAfter(args.seconds, curve_file)
+model.learn(total_timesteps=args.total_steps, callback=stop)
 wall = time.perf_counter() - t_start
 (t1, s1), (t2, s2) = stop.marks[1], stop.marks[-1]
 print(
