@@ -94,6 +94,8 @@ model = PPO(
 curve_file = open(args.curve, "w") if args.curve else None
 stop = StopAfter(args.seconds, curve_file)
 model.learn(total_timesteps=args.total_steps, callback=stop)
+if curve_file is not None:
+    curve_file.close()
 wall = time.perf_counter() - t_start
 (t1, s1), (t2, s2) = stop.marks[1], stop.marks[-1]
 print(
