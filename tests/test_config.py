@@ -26,7 +26,7 @@ BAD = [
     (["--env", "fake_envs:MultiDiscreteActions-v0"], "PPO handles Discrete and 1-D Box actions"),
     (["--env", "fake_envs:NotThere-v0"], "env: 'NotThere-v0' is not a registered"),
     (["--env", "no_such_module:X-v0"], "cannot import module 'no_such_module'"),
-    (["--max-batches-waiting", "0"], "max_batches_waiting: must be >= 1"),
+    (["--max-batches-waiting", "-1"], "max_batches_waiting: must be >= 0"),
     (["--keep-checkpoints", "0"], "keep_checkpoints: must be >= 1"),
     (["--gamma", "1.5"], "gamma: must be in [0, 1]"),
     (["--log-every", "-1"], "log_every: must be >= 0"),

@@ -207,7 +207,10 @@ class TrainConfig:
     envs_per_actor: int = _f(8, "K, the envs each actor steps as one batched env")
     rollout: int | None = _p("T, env steps per env in one rollout")
     max_batches_waiting: int = _f(
-        1, "async: filled batches that may wait for the learner before actors block (>= 1)"
+        1,
+        "async: filled batches that may wait for the learner ahead of an actor's last one "
+        "before that actor blocks (>= 0; 0: an actor starts its next rollout only once the "
+        "learner has taken its last one, the least lag async allows)",
     )
     # --- faults
     actor_restarts: int = _f(
@@ -603,8 +606,8 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
     ):
         _need(getattr(cfg, name) >= 1, f"{name}: must be >= 1, got {getattr(cfg, name)}")
     _need(
-        cfg.max_batches_waiting >= 1,
-        f"max_batches_waiting: must be >= 1, got {cfg.max_batches_waiting}",
+        cfg.max_batches_waiting >= 0,
+        f"max_batches_waiting: must be >= 0, got {cfg.max_batches_waiting}",
     )
     _need(cfg.hogwild >= 0, f"hogwild: must be >= 1 workers (or 0: off), got {cfg.hogwild}")
     _need(

@@ -44,7 +44,7 @@ def _fresh_fake_envs():
 @settings(max_examples=300, deadline=None)
 @given(
     actors=st.integers(1, 4),
-    max_waiting=st.integers(1, 3),
+    max_waiting=st.integers(0, 3),
     sync=st.booleans(),
     ops=st.lists(st.tuples(st.sampled_from("dtrlx"), st.integers(0, 3)), max_size=120),
 )
@@ -89,10 +89,37 @@ def test_slot_book_keeps_every_slot_in_one_state_and_never_lets_more_batches_wai
         )
         if not sync:
             # no actor is working on a new rollout while its last one waits at a place >= B
+            # (B = 0: not while its last one waits at all)
             for b in range(actors):
                 last = book.last_delivered[b]
                 if book.filling[b] is not None and last is not None and last in book.pending:
-                    assert list(book.pending).index(last) < max_waiting + 1
+                    assert list(book.pending).index(last) < max_waiting
+
+
+@pytest.mark.parametrize("actors", [1, 2, 3])
+@pytest.mark.parametrize("max_waiting", [0, 1, 2])
+def test_a_learner_bound_async_run_trains_every_batch_n_plus_b_versions_late(actors, max_waiting):
+    """The lag the README states: with actors that collect in no time, the learner always has a
+    batch and each one it trains on was acted on N + B versions earlier (B = 0 gives N, the
+    least lag an async run can have)."""
+    book = SlotBook(actors, max_waiting + 2, False, max_waiting)
+    version, acted_with, lags = 0, {}, []
+
+    def collect() -> None:  # every grant is filled and delivered at once
+        while grants := book.grants():
+            for _actor, slot in grants:
+                acted_with[slot] = version
+                book.delivered(slot)
+
+    collect()
+    for _ in range(30):
+        (slot,) = book.take()
+        collect()  # while the learner trains, with the version it trains from
+        lags.append(version - acted_with[slot])
+        version += 1  # published, then the slot is released
+        book.release([slot])
+        collect()
+    assert lags[10:] == [actors + max_waiting] * 20
 
 
 def test_slot_book_sync_batch_needs_every_actor_and_a_lost_actor_drops_only_its_rollout():
