@@ -444,6 +444,26 @@ def test_hogwild_worker_killed_is_restarted_from_the_global_network(tmp_path):
     assert not alive(killer.killed)
 
 
+def test_hogwild_env_error_under_restart_is_counted_for_every_worker(tmp_path, capfd):
+    # RaiseOnce fires once per process: once in each worker
+    cfg = _run_cfg(
+        tmp_path,
+        "ppo",
+        "sync",
+        hogwild=2,
+        env="fake_envs:RaiseOnce-v0",
+        on_env_error="restart",
+        total_steps=3_000,
+    )
+    summary = train(cfg)
+    assert summary["env_steps"] >= cfg.total_steps
+    assert summary["env_restarts"] == 2
+    assert summary["actor_restarts"] == 0
+    assert capfd.readouterr().err.count("boom once") == 2
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").open()]
+    assert rows[-1]["env_restarts"] == 2
+
+
 def test_hogwild_env_error_under_raise_names_the_worker(tmp_path):
     cfg = _run_cfg(tmp_path, "ppo", "sync", hogwild=2, env="fake_envs:RaiseOnce-v0")
     with pytest.raises(ActorError, match=r"(?s)hogwild worker \d .*env \d raised in step"):

@@ -55,7 +55,8 @@ from asyncrl.runtime.lifecycle import RunEnd, StopSignals
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)
-STEPS, UPDATES, ITERATIONS, READY = 0, 1, 2, 3
+STEPS, UPDATES, ITERATIONS, READY, ENV_RESTARTS = 0, 1, 2, 3, 4
+COUNTERS = 5
 
 
 class HogwildSync:
@@ -175,6 +176,7 @@ def worker_main(
                 break
             learner.publish(store)
             actor.collect(slot)
+            row[ENV_RESTARTS] += int(slot.env_restarts[0])  # envs recreated in this rollout
             stats = learner.train([slot])
             if outside_steps:  # PPO's observation statistics move after the update
                 sync.push()
@@ -244,7 +246,7 @@ def train_hogwild(
     schedule_from = holder.schedule_from if cfg.algo == "ppo" else (0, 1.0)  # SAC: none
     flat = FlatParams.of(holder.shared_tensors())
     params = SharedArray((flat.numel,), "float32")
-    counters = SharedArray((M, 4), "int64")
+    counters = SharedArray((M, COUNTERS), "int64")
     status = SharedArray((M, 2), "float64")
     children = ChildProcesses(ctx, "hogwild worker", cfg)
     restarts = Restarts(cfg.actor_restarts, "hogwild worker")
@@ -373,7 +375,7 @@ def train_hogwild(
             return {
                 "actor_restarts": restarts.used,
                 "dropped_rollouts": restarts.dropped,
-                "env_restarts": 0,  # counted by each worker's actor, not reported (yet)
+                "env_restarts": int(counters.array[:, ENV_RESTARTS].sum()),
             }
 
         try:
