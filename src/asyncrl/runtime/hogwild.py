@@ -176,7 +176,8 @@ def worker_main(
                 break
             learner.publish(store)
             actor.collect(slot)
-            row[ENV_RESTARTS] += int(slot.env_restarts[0])  # envs recreated in this rollout
+            if slot.env_restarts[0]:  # envs recreated in this rollout (rare: no write else)
+                row[ENV_RESTARTS] += int(slot.env_restarts[0])
             stats = learner.train([slot])
             if outside_steps:  # PPO's observation statistics move after the update
                 sync.push()
