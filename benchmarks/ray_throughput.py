@@ -18,8 +18,16 @@
    learner on a node of its own), and which part becomes the ceiling. Projected figures assume
    the network moves a rollout as fast as loopback did here; they are labelled as projections.
 
+4. Async SAC at replay ratio 1 with the SAC tests' settings (Pendulum-v1, 1 actor x 4 envs,
+   rollout 1, 64x64, 20,000 env steps): ``process`` against ``ray`` (one local node),
+   alternating, --repeats each; gradient steps/s. Every call to a Ray actor carries 4 env steps
+   and the newest policy version (the learner publishes one after every gradient step), the
+   backend's worst case: no target, a figure to watch.
+
 asyncrl's figures are taken from the end of the first training iteration on (start-up
 excluded), each the median of --repeats runs, as in ppo_throughput.py.
+
+    python benchmarks/ray_throughput.py --parts sac   # part 4 only
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +50,7 @@ from ppo_throughput import RESULTS, base_cfg, baseline, ours  # noqa: E402
 from asyncrl.config import TrainConfig, resolve  # noqa: E402
 from asyncrl.envs import check_env, env_family  # noqa: E402
 from asyncrl.nets import FlatParams, build_policy  # noqa: E402
+from asyncrl.runtime.trainer import train  # noqa: E402
 from asyncrl.runtime.transport import SlotLayout  # noqa: E402
 
 NODES = (1, 4, 16, 64)
@@ -175,6 +185,54 @@ def parts(calls: int) -> dict:
     return out
 
 
+def sac_side_by_side(steps: int, repeats: int) -> dict:
+    print("\n[4] Pendulum-v1, async SAC, ratio 1, 1 actor x 4 envs: process vs ray (local node)")
+    cfg = TrainConfig(
+        algo="sac",
+        env="Pendulum-v1",
+        mode="async",
+        actors=1,
+        envs_per_actor=4,
+        hidden=[64, 64],
+        total_steps=steps,
+        seed=1,
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+    )
+    runs: dict[str, list[dict]] = {"process": [], "ray": []}
+    for _ in range(repeats):  # alternating, so a slow phase of the machine hits both
+        for backend in runs:
+            with tempfile.TemporaryDirectory() as d:
+                runs[backend].append(
+                    train(dataclasses.replace(cfg, backend=backend, run_dir=d + "/run"))
+                )
+    res: dict = {}
+    for backend, rs in runs.items():
+        rates = [r["gradient_steps_per_second"] for r in rs]
+        res[backend] = {
+            "gradient_steps_per_second": statistics.median(rates),
+            "all": [round(x, 1) for x in rates],
+            "learner_wait_seconds": statistics.median(r["learner_wait_seconds"] for r in rs),
+        }
+        print(
+            f"  {backend:8s}: {res[backend]['gradient_steps_per_second']:6.1f} gradient steps/s "
+            f"(runs {res[backend]['all']}), learner waited "
+            f"{res[backend]['learner_wait_seconds']:.1f} s"
+        )
+    res["round_ratios"] = [
+        r["gradient_steps_per_second"] / p["gradient_steps_per_second"]
+        for r, p in zip(runs["ray"], runs["process"], strict=True)
+    ]
+    res["ratio"] = statistics.median(res["round_ratios"])
+    print(
+        f"  ray / process = {res['ratio']:.2f} (median of rounds "
+        + " · ".join(f"{x:.2f}" for x in res["round_ratios"])
+        + ")"
+    )
+    return res
+
+
 def _rollout_seconds(layout: SlotLayout, raw: np.ndarray) -> float:
     from asyncrl.runtime.transport import Slot
 
@@ -216,15 +274,28 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--steps", type=int, default=102_400)
     p.add_argument("--calls", type=int, default=200, help="rollouts timed in part 3")
+    p.add_argument("--sac-steps", type=int, default=20_000, help="env steps of each part 4 run")
+    p.add_argument(
+        "--parts", default="ppo,sac", help="ppo: parts 1-3 (they build on each other); sac: 4"
+    )
     args = p.parse_args()
+    chosen = set(args.parts.split(","))
+    if not chosen or not chosen <= {"ppo", "sac"}:
+        p.error(f"--parts: a comma-separated list of ppo, sac; got {args.parts!r}")
     repeats = 1 if args.quick else args.repeats
     steps = args.steps // 3 if args.quick else args.steps
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     results: dict = {"argv": sys.argv[1:]}
-    results["backends"] = backends_side_by_side(steps, repeats)
-    results["rllib"] = rllib(steps, repeats, results["backends"]["ray"]["env_steps_per_second"])
-    results["parts"] = parts(args.calls // (4 if args.quick else 1))
-    results["model"] = model(results["parts"], results["backends"]["learner_samples_per_second"])
+    if "ppo" in chosen:
+        results["backends"] = backends_side_by_side(steps, repeats)
+        rate = results["backends"]["ray"]["env_steps_per_second"]
+        results["rllib"] = rllib(steps, repeats, rate)
+        results["parts"] = parts(args.calls // (4 if args.quick else 1))
+        learner_rate = results["backends"]["learner_samples_per_second"]
+        results["model"] = model(results["parts"], learner_rate)
+    if "sac" in chosen:
+        sac_steps = args.sac_steps // 4 if args.quick else args.sac_steps
+        results["sac"] = sac_side_by_side(sac_steps, repeats)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"ray_throughput-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(results, indent=2, default=float))

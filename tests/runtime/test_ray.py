@@ -88,6 +88,38 @@ def _watch_nodes(out: dict):
     return on_start
 
 
+def test_a_version_goes_into_the_object_store_once_a_call_needs_it_and_as_numbered():
+    """Publishing only writes the learner's vector; the first call after it puts the newest
+    version (once, however many calls share it), and the number sent with a call names the
+    parameters put even when the learner publishes while they are being copied."""
+    from asyncrl.runtime.backends.ray import RayBackend
+    from asyncrl.runtime.transport import PolicyStore
+
+    backend = object.__new__(RayBackend)  # its ledger and store, without a cluster
+    backend.store = PolicyStore(3, shared=False, buffers=1)
+    backend.policy_ref, backend.policy_version = None, -1
+    objects: list = []
+
+    def put(a):  # Ray's put: a copy, and its reference
+        objects.append(a.copy())
+        if len(objects) == 2:  # the learner publishes version 4 during this copy of version 3
+            backend.publish(4, lambda b: b.fill(4))
+        return len(objects) - 1
+
+    backend.ray = type("FakeRay", (), {"put": staticmethod(put)})
+    for v in (1, 2):  # published with no call in between: never put
+        backend.publish(v, lambda b, v=v: b.fill(v))
+    assert objects == []
+    sent = [backend._newest_policy() for _ in range(3)]  # three calls, one version
+    assert sent == [(2, 0)] * 3 and len(objects) == 1
+    backend.publish(3, lambda b: b.fill(3))
+    version, ref = backend._newest_policy()
+    assert (version, ref) == (4, 2) and len(objects) == 3  # the torn copy of 3 was dropped
+    for version, ref in [(2, 0), (4, 2)]:
+        assert (objects[ref] == version).all()
+    backend.store.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_ppo_solves_cartpole_with_actors_on_two_nodes(cluster, tmp_path, mode):

@@ -1,10 +1,12 @@
 """Actors as Ray actors, on the nodes of a Ray cluster; the learner stays in the driver.
 
-Nothing here assumes memory shared between an actor and the learner. Each published policy
-version is put into Ray's object store once, and every rollout call carries its reference (Ray
-hands an actor on the same node a zero-copy view of it). A rollout comes back as one object: the
-slot's bytes in the layout both ends know (``SlotLayout``); the driver reads it where it lies in
-the object store and copies it once, into the learner's own slot.
+Nothing here assumes memory shared between an actor and the learner. A rollout call carries the
+newest policy version, put into Ray's object store by the first call that needs it (Ray hands an
+actor on the same node a zero-copy view of it): a version no call went out with is never put, so
+a learner that publishes after every gradient step (async SAC) puts one object per call, not one
+per step. A rollout comes back as one object: the slot's bytes in the layout both ends know
+(``SlotLayout``); the driver reads it where it lies in the object store and copies it once, into
+the learner's own slot.
 
 Which actor may start a rollout when is decided by the same ledger as on one machine
 (:class:`SlotBook`): a grant is a remote call, so ``--max-batches-waiting`` bounds the calls in
@@ -152,7 +154,8 @@ class RayBackend(OwnedTransport):
         self.book = SlotBook(cfg.actors, per_actor, sync, cfg.max_batches_waiting)
         self.restarts = Restarts(cfg.actor_restarts)
         self.owns_ray = connect(cfg.ray_address, cfg.actors * cfg.ray_cpus_per_actor)
-        self.policy_ref: Any = None
+        self.policy_ref: Any = None  # the object holding version policy_version
+        self.policy_version = -1
         self.workers: list[Any] = [None] * cfg.actors
         self.generation = [0] * cfg.actors
         self.nodes: list[dict[str, Any] | None] = [None] * cfg.actors
@@ -168,14 +171,8 @@ class RayBackend(OwnedTransport):
 
     # ------------------------------------------------------------ what the learner calls
     def publish(self, version: int, write: Any) -> None:
+        # into the store's vector only; the object store gets it with a call (_newest_policy)
         self.store.publish(version, write)
-        # one object per version, put straight from the store's vector (ray.put copies it into
-        # the object store; this thread is the store's only writer); every call after this
-        # carries its reference
-        refs: list[Any] = []
-        self.store.read_if_newer(-1, lambda a: refs.append(self.ray.put(a)))
-        with self.book.cond:
-            self.policy_ref = refs[-1]
 
     def start(self) -> None:
         with self.book.cond:
@@ -218,7 +215,7 @@ class RayBackend(OwnedTransport):
                     pass
         self.workers = [None] * self.cfg.actors
         self.pending.clear()
-        self.policy_ref = None
+        self.policy_ref, self.policy_version = None, -1
         if self.owns_ray and self.ray.is_initialized():
             self.ray.shutdown()
             self.owns_ray = False
@@ -280,11 +277,25 @@ class RayBackend(OwnedTransport):
         self.pending[fut] = what
         fut.add_done_callback(self._done.put)
 
+    def _newest_policy(self) -> tuple[int, Any]:
+        """Holding the ledger's lock: the newest published version and its object, put into
+        the object store once (ray.put copies the store's vector; a publish meanwhile makes the
+        store's read start again, so the number always names the parameters put)."""
+        refs: list[Any] = []
+        version = self.store.read_if_newer(
+            self.policy_version, lambda a: refs.append(self.ray.put(a))
+        )
+        if version != self.policy_version:
+            self.policy_version, self.policy_ref = version, refs[-1]
+        return self.policy_version, self.policy_ref
+
     def _send_grants(self) -> None:
         now = time.perf_counter()
         for actor, slot in self.book.grants():
-            ref = self.workers[actor].collect.remote(self.store.version, self.policy_ref, 0.0)
-            self._track(ref, ("rollout", actor, slot, now))
+            version, ref = self._newest_policy()
+            self._track(
+                self.workers[actor].collect.remote(version, ref, 0.0), ("rollout", actor, slot, now)
+            )
 
     def _supervise(self) -> None:
         try:
