@@ -72,9 +72,11 @@ class SquashedGaussianActor(nn.Module):
         self.trunk = nn.Sequential(*layers)
         self.mu = nn.Linear(last, act_dim)
         self.log_std = nn.Linear(last, act_dim)
+        # copies: the bounds may be read-only arrays (an env spec Ray deserialised), which
+        # torch warns about sharing
         low_t, high_t = (
-            torch.as_tensor(low, dtype=torch.float32),
-            torch.as_tensor(high, dtype=torch.float32),
+            torch.tensor(low, dtype=torch.float32),
+            torch.tensor(high, dtype=torch.float32),
         )
         self.register_buffer("scale", (high_t - low_t) / 2)
         self.register_buffer("bias", (high_t + low_t) / 2)
