@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -89,20 +90,21 @@ def _watch_nodes(out: dict):
 
 
 def test_a_version_goes_into_the_object_store_once_a_call_needs_it_and_as_numbered():
-    """Publishing only writes the learner's vector; the first call after it puts the newest
+    """Publishing only writes the learner's store; the first call after it puts the newest
     version (once, however many calls share it), and the number sent with a call names the
-    parameters put even when the learner publishes while they are being copied."""
+    parameters put even when the learner publishes while they are being put."""
     from asyncrl.runtime.backends.ray import RayBackend
     from asyncrl.runtime.transport import PolicyStore
 
-    backend = object.__new__(RayBackend)  # its ledger and store, without a cluster
-    backend.store = PolicyStore(3, shared=False, buffers=1)
+    backend = object.__new__(RayBackend)  # its store and what it sends, without a cluster
+    backend.store = PolicyStore(3, shared=False, buffers=2)
+    backend._outgoing = np.empty(3, dtype=np.float32)
     backend.policy_ref, backend.policy_version = None, -1
     objects: list = []
 
     def put(a):  # Ray's put: a copy, and its reference
         objects.append(a.copy())
-        if len(objects) == 2:  # the learner publishes version 4 during this copy of version 3
+        if len(objects) == 2:  # the learner publishes version 4 while version 3 is being put
             backend.publish(4, lambda b: b.fill(4))
         return len(objects) - 1
 
@@ -113,10 +115,10 @@ def test_a_version_goes_into_the_object_store_once_a_call_needs_it_and_as_number
     sent = [backend._newest_policy() for _ in range(3)]  # three calls, one version
     assert sent == [(2, 0)] * 3 and len(objects) == 1
     backend.publish(3, lambda b: b.fill(3))
-    version, ref = backend._newest_policy()
-    assert (version, ref) == (4, 2) and len(objects) == 3  # the torn copy of 3 was dropped
-    for version, ref in [(2, 0), (4, 2)]:
-        assert (objects[ref] == version).all()
+    assert backend._newest_policy() == (3, 1)  # 4 came during the put: 3 went out, as 3
+    assert backend._newest_policy() == (4, 2)  # and the next call takes 4
+    assert [int(o[0]) for o in objects] == [2, 3, 4]
+    assert all((o == o[0]).all() for o in objects)
     backend.store.close()
 
 

@@ -148,9 +148,11 @@ class RayBackend(OwnedTransport):
         self.cfg, self.spec, self.numel = cfg, spec, numel
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
-        # learner-side slots and a one-buffer store (it only holds the version number's
-        # bookkeeping and the vector that is put into the object store)
-        self._own_transport(cfg, spec, numel, cfg.actors * per_actor, False, 1)
+        # learner-side slots and a store (the version number's bookkeeping and the vector that
+        # goes into the object store); async: two buffers, as a call may read it while the
+        # learner publishes
+        self._own_transport(cfg, spec, numel, cfg.actors * per_actor, False, 1 if sync else 2)
+        self._outgoing = np.empty(numel, dtype=np.float32)  # the version being put
         self.book = SlotBook(cfg.actors, per_actor, sync, cfg.max_batches_waiting)
         self.restarts = Restarts(cfg.actor_restarts)
         self.owns_ray = connect(cfg.ray_address, cfg.actors * cfg.ray_cpus_per_actor)
@@ -170,10 +172,7 @@ class RayBackend(OwnedTransport):
         self._check_resources()
 
     # ------------------------------------------------------------ what the learner calls
-    def publish(self, version: int, write: Any) -> None:
-        # into the store's vector only; the object store gets it with a call (_newest_policy)
-        self.store.publish(version, write)
-
+    # publish (OwnedTransport's) writes the store only; a call puts what it sends (_newest_policy)
     def start(self) -> None:
         with self.book.cond:
             for i in range(self.cfg.actors):
@@ -279,14 +278,13 @@ class RayBackend(OwnedTransport):
 
     def _newest_policy(self) -> tuple[int, Any]:
         """Holding the ledger's lock: the newest published version and its object, put into
-        the object store once (ray.put copies the store's vector; a publish meanwhile makes the
-        store's read start again, so the number always names the parameters put)."""
-        refs: list[Any] = []
+        the object store once. The store's read is a copy that a publish during it makes start
+        again, and the put is of that copy, so the number always names the parameters put."""
         version = self.store.read_if_newer(
-            self.policy_version, lambda a: refs.append(self.ray.put(a))
+            self.policy_version, lambda a: np.copyto(self._outgoing, a)
         )
         if version != self.policy_version:
-            self.policy_version, self.policy_ref = version, refs[-1]
+            self.policy_version, self.policy_ref = version, self.ray.put(self._outgoing)
         return self.policy_version, self.policy_ref
 
     def _send_grants(self) -> None:
