@@ -237,7 +237,8 @@ def test_hogwild_sac_reaches_minus_250_on_pendulum_within_20k_total_steps(
     # -302 at the end). The single learner with the same settings (sync, seeds 1-30) ended at
     # -104..-201, none below -250, and synced/2 (seeds 1-20) at -85..-204. Then synced/2 with
     # seed 1 fell back too, in a full-suite run (2026-11-25): -180 at 11.5k, critic loss 8 -> 18
-    # from 13k on, -392 at the end. So both modes fall back now and then (~1 in 20-30 runs each),
+    # from 13k on, -392 at the end. Seeds 21-45 of synced/2: 24 ended at -122..-222, seed 37 at
+    # -288, still improving (-553 at 15k). So both modes miss now and then (~1 in 25 runs each),
     # the single learner has not yet (0 in 30); the cause is not known.
     cfg = _cfg(
         tmp_path,
