@@ -231,15 +231,15 @@ def test_hogwild_sac_reaches_minus_250_on_pendulum_within_20k_total_steps(
     # Each worker warms up its own buffer: 500 random steps each is the single learner's 1,000
     # in all. Measured over seeds 1-3: shared -142..-165, synced/2 -133..-156; synced/8 with
     # 1,000 each once ended at -284 (and -243 with 500), so this setting has a margin.
-    # Shared mode races by design, so seed 1 does not fix its outcome. Seeds 1-30 of shared,
-    # one run each (2026-11-25): 29 ended at -110..-185, one fell back after solving (seed 20:
-    # -163 at 12k, -431 at 19k, -371 at the end), as a CI run of seed 1 did once (-144 at 15k,
-    # -302 at the end). The single learner with the same settings (sync, seeds 1-30) ended at
-    # -104..-201, none below -250, and synced/2 (seeds 1-20) at -85..-204. Then synced/2 with
-    # seed 1 fell back too, in a full-suite run (2026-11-25): -180 at 11.5k, critic loss 8 -> 18
-    # from 13k on, -392 at the end. Seeds 21-45 of synced/2: 24 ended at -122..-222, seed 37 at
-    # -288, still improving (-553 at 15k). So both modes miss now and then (~1 in 25 runs each),
-    # the single learner has not yet (0 in 30); the cause is not known.
+    # Both modes race (shared always, synced between syncs), so seed 1 does not fix the outcome.
+    # Measured 2026-11-25, one run per seed, the test's settings:
+    #   shared,    seeds 1-30: 29 at -110..-185; seed 20 fell back after solving (-163 at 12k,
+    #              -371 at the end), as one CI run of seed 1 did (-302);
+    #   synced/2,  seeds 1-45 and one suite run of seed 1: 44 at -85..-222; the suite run fell
+    #              back (-180 at 11.5k, critic loss 8 -> 18, -392), seed 37 was slow (-288,
+    #              still improving);
+    #   single learner (sync, 1,000 warm-up steps), seeds 1-30: -104..-201, none below -250.
+    # So each mode misses about 1 run in 25; the cause is not known.
     cfg = _cfg(
         tmp_path,
         algo="sac",
