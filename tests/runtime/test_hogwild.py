@@ -239,7 +239,11 @@ def test_hogwild_sac_reaches_minus_250_on_pendulum_within_20k_total_steps(
     #              back (-180 at 11.5k, critic loss 8 -> 18, -392), seed 37 was slow (-288,
     #              still improving);
     #   single learner (sync, 1,000 warm-up steps), seeds 1-30: -104..-201, none below -250.
-    # So each mode misses about 1 run in 25; the cause is not known.
+    # So each mode misses about 1 run in 25; the cause is not known. Two remedies tried
+    # (2026-11-25, prototypes, not kept): one Adam state shared by the workers learned worse
+    # (README, Hogwild!); Adam beta1 0.8 instead of 0.9 per worker (asynchrony as implicit
+    # momentum, Mitliagkas et al. 2016), shared mode seeds 1-10 against 0.9 on the same seeds:
+    # mean -151 in both, -250 first reached at 11.0-14.6k steps in both, no fall-back in either.
     cfg = _cfg(
         tmp_path,
         algo="sac",
