@@ -16,6 +16,11 @@ SB3's PPO time for the same budget at its defaults (1 env, n_steps 2048, 10 epoc
 its rate does not change over a run (fixed-size updates). It runs in its own venv, made by
 `bash benchmarks/baselines/setup.sh`; without it the column is left empty and the rest runs.
 
+--reference-seeds N (or a list) also trains the reference here, on the same v5 envs and the same
+metric: SB3's PPO with CleanRL's ppo_continuous_action settings
+(baselines/sb3_ppo_mujoco.py), --steps env steps per seed, one run at a time after asyncrl's
+(~20 min per 1M-step run on one core). Off by default.
+
 Results: benchmarks/results/mujoco_returns-<time>.json and .md, and each run's directory.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,7 +37,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ppo_throughput import RESULTS, baseline  # noqa: E402
+from ppo_throughput import HERE, RESULTS, VENVS, baseline  # noqa: E402
 
 from asyncrl.config import TrainConfig  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
@@ -70,23 +76,50 @@ def run_ours(env: str, mode: str, seed: int, steps: int, out: Path) -> dict:
     }
 
 
+def run_reference(env: str, seed: int, steps: int) -> dict | None:
+    """SB3 PPO with CleanRL's settings, in its venv; None (said why) if it cannot run."""
+    python = VENVS / "sb3" / "bin" / "python"
+    if not python.exists():
+        print(f"  (reference skipped: {python} missing; run benchmarks/baselines/setup.sh)")
+        return None
+    script = HERE / "baselines" / "sb3_ppo_mujoco.py"
+    cmd = [str(python), str(script), "--env", env, "--seed", str(seed), "--steps", str(steps)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"  (reference failed:\n{proc.stderr[-2000:]})")
+        return None
+    return json.loads([x for x in proc.stdout.splitlines() if x.startswith("{")][-1])
+
+
 def _mean_std(values: list[float]) -> tuple[float, float]:
     if not values:
         return float("nan"), float("nan")
     return statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
-def table(runs: list[dict], sb3: dict, steps: int, envs: list[str], modes: list[str]) -> str:
+def table(
+    runs: list[dict],
+    sb3: dict,
+    steps: int,
+    envs: list[str],
+    modes: list[str],
+    reference: list[dict] | None = None,
+) -> str:
     lines = [
         f"| env | mode | asyncrl last-100 return, {steps:,} steps (mean ± std over seeds) "
-        "| CleanRL v4, 1M | ratio | asyncrl wall-clock (mean) "
+        "| CleanRL v4, 1M | ratio | SB3 PPO, CleanRL's settings, here | asyncrl wall-clock (mean) "
         f"| SB3 PPO wall-clock for {steps:,} (extrapolated) | time ratio asyncrl/SB3 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for env in envs:
         ref = cleanrl_figure(env)
         rate = (sb3.get(env) or {}).get("env_steps_per_second")
         sb3_seconds = steps / rate if rate else None
+        refs = [r["last100_return"] for r in reference or [] if r["env"] == env]
+        here = "-"
+        if refs:
+            ref_mean, ref_std = _mean_std(refs)
+            here = f"{ref_mean:,.0f} ± {ref_std:,.0f} ({len(refs)} seeds)"
         for mode in modes:
             mine = [r for r in runs if r["env"] == env and r["mode"] == mode]
             if not mine:
@@ -96,7 +129,7 @@ def table(runs: list[dict], sb3: dict, steps: int, envs: list[str], modes: list[
             ratio = f"{mean / ref:.2f}" if ref else "-"
             lines.append(
                 f"| {env} | {mode} | {mean:,.0f} ± {std:,.0f} ({len(mine)} seeds) "
-                f"| {f'{ref:,.0f}' if ref else '-'} | {ratio} | {wall:,.0f} s "
+                f"| {f'{ref:,.0f}' if ref else '-'} | {ratio} | {here} | {wall:,.0f} s "
                 f"| {f'{sb3_seconds:,.0f} s' if sb3_seconds else '-'} "
                 f"| {f'{wall / sb3_seconds:.2f}' if sb3_seconds else '-'} |"
             )
@@ -127,13 +160,25 @@ def main() -> None:
         default=20_480,
         help="env steps of the SB3 timing run per env (0: skip SB3)",
     )
+    p.add_argument(
+        "--reference-seeds",
+        type=_seeds,
+        default=[],
+        help="also train SB3 PPO with CleanRL's settings here: N (seeds 1..N) or a list",
+    )
     args = p.parse_args()
     envs = [e for e in args.envs.split(",") if e]
     modes = [m for m in args.modes.split(",") if m]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = RESULTS / f"mujoco_returns-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
-    results: dict = {"torch": torch.__version__, "argv": sys.argv[1:], "runs": [], "sb3": {}}
+    results: dict = {
+        "torch": torch.__version__,
+        "argv": sys.argv[1:],
+        "runs": [],
+        "sb3": {},
+        "reference": [],
+    }
 
     sb3: dict = {}
     if args.sb3_steps:
@@ -169,7 +214,22 @@ def main() -> None:
                     json.dumps(results, indent=2, default=float)
                 )
 
-    text = table(results["runs"], sb3, args.steps, envs, modes)
+    for env in envs:
+        for seed in args.reference_seeds:
+            print(f"reference: SB3 PPO with CleanRL's settings on {env}, seed {seed}", flush=True)
+            r = run_reference(env, seed, args.steps)
+            if r is None:
+                break
+            results["reference"].append(r)
+            print(
+                f"  last-100 return {r['last100_return']:,.1f}, {r['seconds']:,.0f} s",
+                flush=True,
+            )
+            (RESULTS / f"mujoco_returns-{stamp}.json").write_text(
+                json.dumps(results, indent=2, default=float)
+            )
+
+    text = table(results["runs"], sb3, args.steps, envs, modes, results["reference"])
     if sb3:
         sb3_note = (
             f"SB3: PPO at its defaults, timed here on {args.sb3_steps:,} steps per env and "
@@ -180,7 +240,8 @@ def main() -> None:
     notes = (
         f"\nasyncrl: PPO, mujoco preset, no other learning setting; {args.steps:,} env steps "
         "per run. CleanRL: ppo_continuous_action on v4 envs, 3 seeds, 1M steps (published). "
-        f"{sb3_note}\n"
+        "SB3 PPO, CleanRL's settings, here: baselines/sb3_ppo_mujoco.py on the same envs, "
+        f"--reference-seeds. {sb3_note}\n"
     )
     print("\n" + text + notes)
     (RESULTS / f"mujoco_returns-{stamp}.md").write_text(text + "\n" + notes)
