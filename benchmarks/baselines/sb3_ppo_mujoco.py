@@ -4,13 +4,16 @@ episodes after --steps env steps, CleanRL's metric. Prints one JSON line.
 
 Runs in its own venv (benchmarks/baselines/setup.sh). The settings CleanRL's script and SB3
 share: one env, 2,048 steps per rollout, 10 epochs of minibatch 64, Adam 3e-4 (annealed
-linearly to 0, as CleanRL does), gamma 0.99, lambda 0.95, clip 0.2 and the value loss clipped at
-0.2 too, entropy 0, value coefficient 0.5, gradient norm 0.5, separate 64x64 tanh actor and
-critic with orthogonal initialisation, a state-independent log-std starting at 0, observation
-and return normalisation with clipping at 10 (SB3's VecNormalize), Adam epsilon 1e-5. Where
-they differ: SB3 bootstraps time-limit truncations (CleanRL treats them as terminal; asyncrl
-bootstraps). Returns come from SB3's ``Monitor`` below the normalisation, so they are the env's
-own. One torch thread; only ``model.learn`` is timed.
+linearly to 0, as CleanRL does) with epsilon 1e-5, gamma 0.99, lambda 0.95, clip 0.2, entropy
+0, value coefficient 0.5, gradient norm 0.5, separate 64x64 tanh actor and critic with
+orthogonal initialisation, a state-independent log-std starting at 0, observation and return
+normalisation with clipping at 10 (SB3's VecNormalize), and value clipping at 0.2. Where they
+differ: SB3 bootstraps time-limit truncations (CleanRL treats them as terminal; asyncrl
+bootstraps); SB3's value loss is vf_coef x the squared error of the clipped prediction,
+CleanRL's (and asyncrl's) vf_coef x 0.5 x the larger of the clipped and unclipped squared
+errors, so SB3's value gradient is up to twice as large against the same global gradient-norm
+clip. Returns come from SB3's ``Monitor`` below the normalisation, so they are the env's own.
+One torch thread; only ``model.learn`` is timed.
 """
 
 import argparse
