@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ppo_throughput import HERE, RESULTS, VENVS, baseline  # noqa: E402
+from ppo_throughput import RESULTS, baseline, run_baseline  # noqa: E402
 
 from asyncrl.config import TrainConfig  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
@@ -74,21 +73,6 @@ def run_ours(env: str, mode: str, seed: int, steps: int, out: Path) -> dict:
         "env_steps_per_second": s["env_steps_per_second"],
         "run_dir": s["run_dir"],
     }
-
-
-def run_reference(env: str, seed: int, steps: int) -> dict | None:
-    """SB3 PPO with CleanRL's settings, in its venv; None (said why) if it cannot run."""
-    python = VENVS / "sb3" / "bin" / "python"
-    if not python.exists():
-        print(f"  (reference skipped: {python} missing; run benchmarks/baselines/setup.sh)")
-        return None
-    script = HERE / "baselines" / "sb3_ppo_mujoco.py"
-    cmd = [str(python), str(script), "--env", env, "--seed", str(seed), "--steps", str(steps)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(f"  (reference failed:\n{proc.stderr[-2000:]})")
-        return None
-    return json.loads([x for x in proc.stdout.splitlines() if x.startswith("{")][-1])
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -180,6 +164,11 @@ def main() -> None:
         "reference": [],
     }
 
+    def save() -> None:  # after every run: a long benchmark stopped half-way keeps what it did
+        (RESULTS / f"mujoco_returns-{stamp}.json").write_text(
+            json.dumps(results, indent=2, default=float)
+        )
+
     sb3: dict = {}
     if args.sb3_steps:
         for env in envs:
@@ -209,15 +198,14 @@ def main() -> None:
                     f"{r['env_steps_per_second']:,.0f} env steps/s",
                     flush=True,
                 )
-                # written after every run: a long benchmark stopped half-way keeps what it did
-                (RESULTS / f"mujoco_returns-{stamp}.json").write_text(
-                    json.dumps(results, indent=2, default=float)
-                )
+                save()
 
     for env in envs:
         for seed in args.reference_seeds:
             print(f"reference: SB3 PPO with CleanRL's settings on {env}, seed {seed}", flush=True)
-            r = run_reference(env, seed, args.steps)
+            # no time limit: a 1M-step run takes ~20 min on one core
+            args_ = ["--env", env, "--seed", str(seed), "--steps", str(args.steps)]
+            r = run_baseline("sb3", "sb3_ppo_mujoco.py", args_, timeout=None)
             if r is None:
                 break
             results["reference"].append(r)
@@ -225,9 +213,7 @@ def main() -> None:
                 f"  last-100 return {r['last100_return']:,.1f}, {r['seconds']:,.0f} s",
                 flush=True,
             )
-            (RESULTS / f"mujoco_returns-{stamp}.json").write_text(
-                json.dumps(results, indent=2, default=float)
-            )
+            save()
 
     text = table(results["runs"], sb3, args.steps, envs, modes, results["reference"])
     if sb3:

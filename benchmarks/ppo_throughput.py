@@ -94,24 +94,35 @@ def _medians(runs: list[dict]) -> dict:
     return out
 
 
-def baseline(venv: str, script: str, args: list[str], repeats: int) -> dict | None:
+def run_baseline(
+    venv: str, script: str, args: list[str], timeout: float | None = 1800
+) -> dict | None:
+    """One run of ``baselines/<script>`` in its venv: the JSON line it printed last, or None
+    (said why) if the venv is missing or the script failed."""
     python = VENVS / venv / "bin" / "python"
     if not python.exists():
         print(f"  (skipped: {python} missing; run benchmarks/baselines/setup.sh)")
         return None
+    proc = subprocess.run(
+        [str(python), str(HERE / "baselines" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        print(f"  ({script} failed:\n{proc.stderr[-2000:]})")
+        return None
+    return json.loads([x for x in proc.stdout.splitlines() if x.startswith("{")][-1])
+
+
+def baseline(venv: str, script: str, args: list[str], repeats: int) -> dict | None:
+    """The median env steps/s of ``repeats`` runs of a baseline script."""
     rates = []
     for _ in range(repeats):
-        proc = subprocess.run(
-            [str(python), str(HERE / "baselines" / script), *args],
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if proc.returncode != 0:
-            print(f"  ({script} failed:\n{proc.stderr[-2000:]})")
+        res = run_baseline(venv, script, args)
+        if res is None:
             return None
-        line = [x for x in proc.stdout.splitlines() if x.startswith("{")][-1]
-        rates.append(json.loads(line)["env_steps_per_second"])
+        rates.append(res["env_steps_per_second"])
     return {"env_steps_per_second": statistics.median(rates), "all": [round(r) for r in rates]}
 
 
