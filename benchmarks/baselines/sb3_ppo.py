@@ -11,6 +11,7 @@ import time
 import gymnasium as gym
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=20_480)
@@ -19,6 +20,7 @@ args = p.parse_args()
 torch.set_num_threads(1)
 model = PPO("MlpPolicy", gym.make(args.env), device="cpu", seed=0, verbose=0)
 t0 = time.perf_counter()
+model.set_logger(Logger(None, []))  # SB3 would leave an empty /tmp/SB3-<time> folder
 model.learn(total_timesteps=args.steps)
 seconds = time.perf_counter() - t0
 print(

@@ -29,6 +29,7 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_atari_env
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import VecFrameStack
 
 FRAME_SKIP = 4
@@ -93,6 +94,7 @@ model = PPO(
 )
 curve_file = open(args.curve, "w") if args.curve else None
 stop = StopAfter(args.seconds, curve_file)
+model.set_logger(Logger(None, []))  # SB3 would leave an empty /tmp/SB3-<time> folder
 model.learn(total_timesteps=args.total_steps, callback=stop)
 if curve_file is not None:
     curve_file.close()

@@ -24,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
@@ -61,6 +62,7 @@ model = PPO(
     verbose=0,
 )
 t0 = time.perf_counter()
+model.set_logger(Logger(None, []))  # SB3 would leave an empty /tmp/SB3-<time> folder
 model.learn(total_timesteps=args.steps)
 seconds = time.perf_counter() - t0
 last = [ep["r"] for ep in model.ep_info_buffer]  # SB3 keeps the last 100 episodes

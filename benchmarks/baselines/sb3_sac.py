@@ -9,6 +9,7 @@ import time
 import gymnasium as gym
 import torch
 from stable_baselines3 import SAC
+from stable_baselines3.common.logger import Logger
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=2_000)
@@ -28,6 +29,7 @@ model = SAC(
     seed=0,
     verbose=0,
 )
+model.set_logger(Logger(None, []))  # SB3 would leave an empty /tmp/SB3-<time> folder
 model.learn(total_timesteps=args.learning_starts + 1)
 t0 = time.perf_counter()
 model.learn(total_timesteps=args.steps, reset_num_timesteps=False)
