@@ -38,12 +38,12 @@ def _small_cartpole(tmp_path, **kw) -> TrainConfig:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("mode", "backend"), [("sync", "process"), ("sync", "thread"), ("async", "thread")]
-)
+@pytest.mark.parametrize(("mode", "backend"), [("sync", "thread"), ("async", "thread")])
 def test_cartpole_is_solved_within_150k_steps(tmp_path, mode, backend):
-    """The fourth case, async on the process backend (the defaults), is the same run made
-    through the Python API from a helper thread: test_api.py's solve test, with these checks."""
+    """Async on the process backend (the defaults) is the same run made through the Python API
+    from a helper thread: test_api.py's solve test, with these checks. Sync on the process
+    backend is this sync run bit for bit (test_sync_ppo_trains_identically_on_every_backend), so
+    solving it again would only repeat the computation (41 s of CI)."""
     summary = train(_cfg(tmp_path, mode=mode, backend=backend, total_steps=150_000, seed=1))
     assert summary["env_steps"] <= 150_000 + 2 * 8 * 32
     assert summary["final_return"] >= 475, summary
