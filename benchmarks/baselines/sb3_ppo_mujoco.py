@@ -3,17 +3,17 @@ the learning reference measured here (issue 15): the mean return of the last 100
 episodes after --steps env steps, CleanRL's metric. Prints one JSON line.
 
 Runs in its own venv (benchmarks/baselines/setup.sh). The settings CleanRL's script and SB3
-share: one env, 2,048 steps per rollout, 10 epochs of minibatch 64, Adam 3e-4 (annealed
-linearly to 0, as CleanRL does) with epsilon 1e-5, gamma 0.99, lambda 0.95, clip 0.2, entropy
-0, value coefficient 0.5, gradient norm 0.5, separate 64x64 tanh actor and critic with
-orthogonal initialisation, a state-independent log-std starting at 0, observation and return
-normalisation with clipping at 10 (SB3's VecNormalize), and value clipping at 0.2. Where they
-differ: SB3 bootstraps time-limit truncations (CleanRL treats them as terminal; asyncrl
-bootstraps); SB3's value loss is vf_coef x the squared error of the clipped prediction,
-CleanRL's (and asyncrl's) vf_coef x 0.5 x the larger of the clipped and unclipped squared
-errors, so SB3's value gradient is up to twice as large against the same global gradient-norm
-clip. Returns come from SB3's ``Monitor`` below the normalisation, so they are the env's own.
-One torch thread; only ``model.learn`` is timed.
+share: one env, 2,048 steps per rollout (``--envs`` and ``--rollout`` change the layout), 10
+epochs of minibatch 64, Adam 3e-4 (annealed linearly to 0, as CleanRL does) with epsilon 1e-5,
+gamma 0.99, lambda 0.95, clip 0.2, entropy 0, value coefficient 0.5, gradient norm 0.5, separate
+64x64 tanh actor and critic with orthogonal initialisation, a state-independent log-std starting
+at 0, observation and return normalisation with clipping at 10 (SB3's VecNormalize), and value
+clipping at 0.2. Where they differ: SB3 bootstraps time-limit truncations (CleanRL treats them
+as terminal; asyncrl bootstraps); SB3's value loss is vf_coef x the squared error of the clipped
+prediction, CleanRL's (and asyncrl's) vf_coef x 0.5 x the larger of the clipped and unclipped
+squared errors, so SB3's value gradient is up to twice as large against the same global
+gradient-norm clip. Returns come from SB3's ``Monitor`` below the normalisation, so they are the
+env's own. One torch thread; only ``model.learn`` is timed.
 """
 
 import argparse
@@ -32,6 +32,10 @@ p = argparse.ArgumentParser()
 p.add_argument("--env", default="Hopper-v5")
 p.add_argument("--steps", type=int, default=1_000_000)
 p.add_argument("--seed", type=int, default=1)
+# CleanRL's layout by default; --envs 16 --rollout 128 is asyncrl's (2 actors x 8 envs x 128
+# steps: the same 2,048 samples per update)
+p.add_argument("--envs", type=int, default=1)
+p.add_argument("--rollout", type=int, default=2048)
 args = p.parse_args()
 torch.set_num_threads(1)
 
@@ -41,12 +45,12 @@ def make() -> gym.Env:
     return Monitor(gym.make(args.env))
 
 
-env = VecNormalize(DummyVecEnv([make]), gamma=0.99, clip_obs=10.0, clip_reward=10.0)
+env = VecNormalize(DummyVecEnv([make] * args.envs), gamma=0.99, clip_obs=10.0, clip_reward=10.0)
 model = PPO(
     "MlpPolicy",
     env,
     learning_rate=lambda remaining: 3e-4 * remaining,
-    n_steps=2048,
+    n_steps=args.rollout,
     batch_size=64,
     n_epochs=10,
     gamma=0.99,
@@ -74,6 +78,8 @@ print(
             "settings": "cleanrl",
             "env": args.env,
             "seed": args.seed,
+            "envs": args.envs,
+            "rollout": args.rollout,
             "env_steps": model.num_timesteps,
             "seconds": seconds,
             "last100_return": float(np.mean(last)),
