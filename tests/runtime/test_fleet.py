@@ -145,7 +145,11 @@ def test_readers_killed_at_random_moments_never_hang_the_publisher():
     ctx = mp.get_context("forkserver")  # a reader a kill: fork from a server, not spawn each
     ctx.set_forkserver_preload(["__main__", "store_reader"])  # the server imports the reader once
     store = PolicyStore(1_000_000, shared=True)  # 4 MB: a copy takes about a millisecond
-    torn = ctx.Value("i", 0)
+    # lock=False: a reader SIGKILLed inside a locked Value's `+= 1` would leave its lock held
+    # for good, and the parent's read of the count after the kills then blocks forever (it hung
+    # a CI rehearsal for pytest-timeout's 600 s). Each count has one writer, read after its
+    # death; torn must stay 0, so a lost increment between two tearing readers changes nothing.
+    torn = ctx.Value("i", 0, lock=False)
     rng = random.Random(0)
     version = 0
     longest = 0.0
@@ -154,7 +158,7 @@ def test_readers_killed_at_random_moments_never_hang_the_publisher():
         store.publish(0, lambda a: a.fill(0))
         for _kill in range(100):
             while len(readers) < 2:
-                counts.append(ctx.Value("i", 0))
+                counts.append(ctx.Value("i", 0, lock=False))
                 p = ctx.Process(
                     target=store_reader.read_forever, args=(store, torn, counts[-1]), daemon=True
                 )
