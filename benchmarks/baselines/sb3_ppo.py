@@ -19,8 +19,8 @@ p.add_argument("--env", default="HalfCheetah-v5")
 args = p.parse_args()
 torch.set_num_threads(1)
 model = PPO("MlpPolicy", gym.make(args.env), device="cpu", seed=0, verbose=0)
-t0 = time.perf_counter()
 model.set_logger(Logger(None, []))  # SB3 would leave an empty /tmp/SB3-<time> folder
+t0 = time.perf_counter()
 model.learn(total_timesteps=args.steps)
 seconds = time.perf_counter() - t0
 print(

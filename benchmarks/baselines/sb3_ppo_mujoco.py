@@ -65,8 +65,8 @@ model = PPO(
     seed=args.seed,
     verbose=0,
 )
-t0 = time.perf_counter()
 model.set_logger(Logger(None, []))  # SB3 would leave an empty /tmp/SB3-<time> folder
+t0 = time.perf_counter()
 model.learn(total_timesteps=args.steps)
 seconds = time.perf_counter() - t0
 last = [ep["r"] for ep in model.ep_info_buffer]  # SB3 keeps the last 100 episodes
