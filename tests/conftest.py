@@ -10,8 +10,9 @@ import torch
 
 from asyncrl.config import TrainConfig
 
-# Tests share 2 cores with the actor processes they start: one torch thread in this process,
-# as the learner has in a run (threads_learner defaults to 1).
+# Tests share 2 cores with the actor processes they start and with the other test worker
+# (-n 2): one torch thread in this process, as the learner has in a run (threads_learner
+# defaults to 1).
 torch.set_num_threads(1)
 
 

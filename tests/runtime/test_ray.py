@@ -31,6 +31,9 @@ from asyncrl.config import TrainConfig  # noqa: E402
 from asyncrl.runtime.backends.base import ActorError  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
 
+# one cluster for the module, so with pytest-xdist the whole module runs on one worker
+pytestmark = pytest.mark.xdist_group("ray")
+
 LOOPBACK = "127.0.0.1"
 # Ray notices a lost node by missed health checks; its defaults take ~30 s
 FAST_FAILURE = {"health_check_period_ms": 500, "health_check_failure_threshold": 4}
