@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
+import random
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -12,7 +17,7 @@ from torch import nn
 
 from asyncrl.envs import EnvSpec
 from asyncrl.nets import FlatParams
-from asyncrl.runtime.transport import IdChannel, PolicyStore, SlotLayout, SlotStore
+from asyncrl.runtime.transport import IdChannel, PolicyStore, SlotLayout, SlotStore, StopFlag
 from conftest import shm_segments
 
 SPEC = EnvSpec("x", (3,), True, (), 2)
@@ -145,3 +150,39 @@ def test_contiguous_learner_state_trains_and_publishes_as_one_copy():
     FlatParams(twin).write_to(expected)
     np.testing.assert_array_equal(out, expected)
     assert not np.array_equal(out, before)  # the steps changed the vector itself
+
+
+def _spin_until_stopped(stop: StopFlag, ready) -> None:
+    ready.send_bytes(b"r")
+    while not stop.is_set():
+        pass
+
+
+def test_stop_flag_is_set_after_children_reading_it_were_killed_mid_read():
+    """Children spin on ``is_set()``, as actors poll it, and are SIGKILLed at random moments:
+    the parent's ``set()`` still returns at once and a child started afterwards sees it. (With
+    ``multiprocessing.Event`` -- a lock taken by ``is_set()`` -- the first kill left the lock
+    held and ``set()`` blocked for good: a process-backend run hung in its shutdown.)"""
+    ctx = mp.get_context("spawn")
+    stop = StopFlag(ctx)
+    rng = random.Random(0)
+    for _ in range(4):
+        ready_r, ready_w = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_spin_until_stopped, args=(stop, ready_w))
+        p.start()
+        assert ready_r.poll(60), "the child never started spinning"
+        time.sleep(rng.uniform(0.0, 0.05))
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(10)
+        assert p.exitcode == -signal.SIGKILL
+        ready_r.close()
+        ready_w.close()
+    setter = threading.Thread(target=stop.set, daemon=True)
+    setter.start()
+    setter.join(10)
+    assert not setter.is_alive(), "set() blocked: a killed reader left the flag locked"
+    ready_r, ready_w = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_spin_until_stopped, args=(stop, ready_w))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0  # it saw the flag set

@@ -57,6 +57,7 @@ from asyncrl.runtime.backends.process import (
     report_failure,
     wait_for,
 )
+from asyncrl.runtime.transport import StopFlag
 
 NICE = 19  # the lowest priority: evaluations take only CPU time nothing else wants
 FINISH_TIMEOUT = 120.0  # seconds the end of a run waits for the evaluation in progress
@@ -145,7 +146,7 @@ class Evaluations:
         ctx = mp.get_context("spawn")
         self.requests = ctx.Queue()
         self.results = ctx.Queue()
-        self.stop = ctx.Event()
+        self.stop = StopFlag(ctx)
         self.children = ChildProcesses(ctx, "evaluator", cfg)
         args = (cfg, spec, self.requests, self.results, self.children.errors, self.stop)
         self.children.start(evaluator_main, (*args, os.getpid()), 0)

@@ -52,7 +52,7 @@ from asyncrl.runtime.backends.process import POLL, ChildProcesses, die_with_pare
 from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.learner import continue_schedule
 from asyncrl.runtime.lifecycle import RunEnd, StopSignals
-from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore
+from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore, StopFlag
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)
 STEPS, UPDATES, ITERATIONS, READY, ENV_RESTARTS = 0, 1, 2, 3, 4
@@ -252,7 +252,7 @@ def train_hogwild(
     children = ChildProcesses(ctx, "hogwild worker", cfg)
     restarts = Restarts(cfg.actor_restarts, "hogwild worker")
     reports = ctx.Queue()
-    stop = ctx.Event()  # tells the workers to push their work and say goodbye
+    stop = StopFlag(ctx)  # tells the workers to push their work and say goodbye
     episodes = holder.episode_stats
     log = progress = evals = None
     end = RunEnd(run_dir, signals, cfg.checkpoint_every, resumed_from, steps_before)

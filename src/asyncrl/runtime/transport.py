@@ -12,6 +12,7 @@ The creator of a store owns its segments and unlinks them in :meth:`close`, also
 
 from __future__ import annotations
 
+import ctypes
 import os
 import queue
 import time
@@ -206,6 +207,28 @@ class SlotStore:
         if self._segments is not None:
             self._segments.close()
             self._segments = None
+
+
+class StopFlag:
+    """A run's stop signal from a parent to its child processes: one shared byte that the parent
+    sets and the children read, with no lock on either side.
+
+    ``multiprocessing.Event`` guards its flag with a lock that ``is_set()`` takes too: a child
+    SIGKILLed inside ``is_set()`` (actors and Hogwild! workers poll it every 0.2 s) leaves that
+    lock held, and the parent's ``set()`` then blocks forever -- a run that hangs in its
+    shutdown because an actor was killed. One writer and a byte need no lock. The flag lives in
+    ``multiprocessing``'s heap (an unlinked file), so it leaves no named segment behind; it
+    reaches a child as an argument of the process it starts. Set once, never cleared.
+    """
+
+    def __init__(self, ctx: Any):
+        self._flag = ctx.RawValue(ctypes.c_bool, False)
+
+    def set(self) -> None:
+        self._flag.value = True
+
+    def is_set(self) -> bool:
+        return bool(self._flag.value)
 
 
 class IdChannel:

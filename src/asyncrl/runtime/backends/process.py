@@ -42,7 +42,7 @@ from asyncrl.runtime.backends.base import (
     actor_label,
     is_env_error,
 )
-from asyncrl.runtime.transport import IdChannel, PolicyStore, SharedArray, SlotStore
+from asyncrl.runtime.transport import IdChannel, PolicyStore, SharedArray, SlotStore, StopFlag
 
 POLL = 0.2  # seconds between liveness checks of a blocked actor or an idle supervisor
 PR_SET_PDEATHSIG = 1
@@ -246,7 +246,7 @@ class ProcessBackend(OwnedTransport):
         self.restarts = Restarts(cfg.actor_restarts)
         self.todo = [IdChannel(self.ctx) for _ in range(cfg.actors)]
         self.full = IdChannel(self.ctx)
-        self.stop = self.ctx.Event()
+        self.stop = StopFlag(self.ctx)
         self.failure: BaseException | None = None
         self.closing = False
         self.hung: dict[int, float] = {}
