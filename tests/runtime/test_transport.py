@@ -158,6 +158,15 @@ def _spin_until_stopped(stop: StopFlag, ready) -> None:
         pass
 
 
+def _spinner(ctx, stop: StopFlag):
+    """A started child spinning on ``stop``, and the pipe end it says it is spinning on."""
+    ready_r, ready_w = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_spin_until_stopped, args=(stop, ready_w))
+    p.start()
+    ready_w.close()  # the child holds its own copy
+    return p, ready_r
+
+
 def test_stop_flag_is_set_after_children_reading_it_were_killed_mid_read():
     """Children spin on ``is_set()``, as actors poll it, and are SIGKILLed at random moments:
     the parent's ``set()`` still returns at once and a child started afterwards sees it. (With
@@ -167,22 +176,18 @@ def test_stop_flag_is_set_after_children_reading_it_were_killed_mid_read():
     stop = StopFlag(ctx)
     rng = random.Random(0)
     for _ in range(4):
-        ready_r, ready_w = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_spin_until_stopped, args=(stop, ready_w))
-        p.start()
-        assert ready_r.poll(60), "the child never started spinning"
+        p, ready = _spinner(ctx, stop)
+        assert ready.poll(60), "the child never started spinning"
         time.sleep(rng.uniform(0.0, 0.05))
         os.kill(p.pid, signal.SIGKILL)
         p.join(10)
         assert p.exitcode == -signal.SIGKILL
-        ready_r.close()
-        ready_w.close()
+        ready.close()
     setter = threading.Thread(target=stop.set, daemon=True)
     setter.start()
     setter.join(10)
     assert not setter.is_alive(), "set() blocked: a killed reader left the flag locked"
-    ready_r, ready_w = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_spin_until_stopped, args=(stop, ready_w))
-    p.start()
+    p, ready = _spinner(ctx, stop)
     p.join(60)
     assert p.exitcode == 0  # it saw the flag set
+    ready.close()
