@@ -35,6 +35,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,10 @@ FINISH_TIMEOUT = 120.0  # seconds the end of a run waits for the evaluation in p
 
 
 def evaluator_main(
+    outbox: Connection,
     cfg: TrainConfig,
     spec: EnvSpec,
     requests: Any,
-    results: Any,
-    errors: Any,
     stop: Any,
     parent: int,
 ) -> None:
@@ -92,11 +92,11 @@ def evaluator_main(
             result = run_episodes(policy, env, seeds, deterministic=True, stop=stop.is_set)
             if stop.is_set():
                 break
-            results.put((env_steps, result.returns, result.lengths, time.perf_counter() - t0))
+            outbox.send((env_steps, result.returns, result.lengths, time.perf_counter() - t0))
     except Stopped:
         pass
     except BaseException:
-        report_failure(errors, 0, 0, fatal=True)
+        report_failure(outbox, fatal=True)
         os._exit(1)  # the sentinel tells the parent at once
     finally:
         if env is not None:
@@ -145,11 +145,10 @@ class Evaluations:
         self.template = Policy.build(cfg, spec)  # turns an evaluated vector into a state dict
         ctx = mp.get_context("spawn")
         self.requests = ctx.Queue()
-        self.results = ctx.Queue()
         self.stop = StopFlag(ctx)
         self.children = ChildProcesses(ctx, "evaluator", cfg)
-        args = (cfg, spec, self.requests, self.results, self.children.errors, self.stop)
-        self.children.start(evaluator_main, (*args, os.getpid()), 0)
+        args = (cfg, spec, self.requests, self.stop, os.getpid())
+        self.children.start(evaluator_main, args, 0)
         try:  # from here, before the child has imported torch: that start-up is background too
             os.setpriority(os.PRIO_PROCESS, self.children.pid(0), NICE)
         except (OSError, AttributeError):  # not permitted, or not Linux: the same priority
@@ -209,7 +208,7 @@ class Evaluations:
         if self.children is None:
             return
         self.stop.set()
-        self.children.close((self.requests, self.results))
+        self.children.close((self.requests,))
         self.children = None
         self.enabled = False
 
@@ -218,10 +217,7 @@ class Evaluations:
         if self.pending is None:
             return {}
         try:
-            if timeout:
-                result = self.results.get(timeout=timeout)
-            else:
-                result = self.results.get_nowait()
+            _, result = self.children.receive(timeout)
         except queue.Empty:
             self._check_alive()
             return {}

@@ -35,6 +35,7 @@ import queue
 import signal
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,7 @@ def _stopping(stop: Any, parent: int) -> bool:
 
 
 def worker_main(
+    outbox: Connection,
     worker: int,
     cfg: TrainConfig,
     spec: EnvSpec,
@@ -122,8 +124,6 @@ def worker_main(
     counters: SharedArray,
     status: SharedArray,
     steps_before: int,
-    reports: Any,
-    errors: Any,
     stop: Any,
     parent: int,
     generation: int = 0,
@@ -188,11 +188,11 @@ def worker_main(
             stats["worker"] = worker
             stats["worker_syncs"] = sync.syncs
             ended = (slot.ep_returns[done].tolist(), slot.ep_lengths[done].tolist())
-            reports.put((worker, stats, ended))
+            outbox.send((stats, ended))
         sync.push()  # nothing this worker learned is left out of the global network
-        reports.put((worker, None, None))
+        outbox.send(None)  # goodbye
     except BaseException as e:
-        report_failure(errors, worker, generation, fatal=is_env_error(e))
+        report_failure(outbox, fatal=is_env_error(e))
         os._exit(1)  # the sentinel tells the parent at once
     finally:
         if actor is not None:
@@ -251,7 +251,6 @@ def train_hogwild(
     status = SharedArray((M, 2), "float64")
     children = ChildProcesses(ctx, "hogwild worker", cfg)
     restarts = Restarts(cfg.actor_restarts, "hogwild worker")
-    reports = ctx.Queue()
     stop = StopFlag(ctx)  # tells the workers to push their work and say goodbye
     episodes = holder.episode_stats
     log = progress = evals = None
@@ -265,9 +264,8 @@ def train_hogwild(
 
         def spawn(w: int, generation: int) -> None:
             status.array[w] = (ActorStatus.WAITING, time.monotonic())
-            args = (w, cfg, spec, params, counters, status, steps_before, reports)
-            rest = (children.errors, stop, os.getpid(), generation, schedule_from)
-            children.start(worker_main, (*args, *rest), w, generation)
+            args = (w, cfg, spec, params, counters, status, steps_before, stop, os.getpid())
+            children.start(worker_main, (*args, generation, schedule_from), w, generation)
 
         done: set[int] = set()  # workers that said goodbye (their exit is not a fault)
         hung: dict[int, float] = {}
@@ -340,13 +338,14 @@ def train_hogwild(
                         deadline = time.perf_counter() + 10
                 supervise()
                 try:
-                    worker, stats, ended = reports.get(timeout=POLL)
+                    worker, report = children.receive(timeout=POLL)
                 except queue.Empty:
                     continue
-                if stats is None:
+                if report is None:
                     finished += 1
                     done.add(worker)
                     continue
+                stats, ended = report
                 waited = time.perf_counter() - t_wait
                 episodes.add(*ended)
                 learn_seconds += stats["learn_seconds"]
@@ -393,7 +392,7 @@ def train_hogwild(
                 with contextlib.suppress(Exception):
                     receive()
         stop.set()
-        children.close((reports,))
+        children.close()
         progress.close()  # before the line that says how the run ended
 
         def summary(fields: dict[str, Any]) -> dict[str, Any]:
@@ -424,7 +423,7 @@ def train_hogwild(
             progress.close()
         if evals is not None:
             evals.close()
-        children.close((reports,))
+        children.close()
         if log is not None:
             log.close()
         params.close()

@@ -18,6 +18,7 @@ budget, ends the run with an ActorError naming the actor and its traceback.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import multiprocessing as mp
 import multiprocessing.connection
@@ -27,7 +28,8 @@ import signal
 import threading
 import time
 import traceback
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
 
 import torch
 
@@ -73,16 +75,23 @@ def wait_for(get: Any, stop: Any, parent: int) -> Any:
             continue
 
 
-def report_failure(errors: Any, index: int, generation: int, fatal: bool) -> None:
-    """Send this child's traceback to its parent and make sure it arrives before the child
-    exits (the queue's feeder thread is flushed), so the parent reads it once the sentinel
-    fires."""
-    errors.put((index, generation, traceback.format_exc(), fatal))
-    errors.close()
-    errors.join_thread()
+class ChildFailure(NamedTuple):
+    """What a child sends its parent before it exits on an error (:func:`report_failure`)."""
+
+    traceback: str
+    fatal: bool
+
+
+def report_failure(outbox: Connection, fatal: bool) -> None:
+    """Send the exception being handled, with its traceback, to the parent. ``outbox`` is this
+    child's own pipe (:class:`ChildProcesses`): the send is done when it returns, and the parent
+    reads it before it reports the child's death."""
+    outbox.send(ChildFailure(traceback.format_exc(), fatal))
+    outbox.close()
 
 
 def actor_main(
+    outbox: Connection,
     actor_id: int,
     generation: int,
     cfg: TrainConfig,
@@ -92,7 +101,6 @@ def actor_main(
     status: SharedArray,
     todo: IdChannel,
     full: IdChannel,
-    errors: Any,
     stop: Any,
     parent: int,
 ) -> None:
@@ -124,7 +132,7 @@ def actor_main(
     except Stopped:
         pass
     except BaseException as e:
-        report_failure(errors, actor_id, generation, fatal=is_env_error(e))
+        report_failure(outbox, fatal=is_env_error(e))
         os._exit(1)  # the sentinel tells the supervisor at once
     finally:
         ActorStatus.set(row, ActorStatus.DONE)
@@ -149,28 +157,44 @@ def describe_exit(exitcode: int | None) -> str:
 class ChildProcesses:
     """Processes this one owns: spawned, watched, and always joined.
 
-    Each child reports a failure as ``(index, generation, traceback, fatal)`` on :attr:`errors`
-    before it exits. :meth:`dead` lists the children that have died since, with the cause and
-    traceback; :meth:`close` joins, then terminates, then kills: nothing is left running.
+    Each child gets an *outbox* as its target's first argument: the write end of a pipe that no
+    other process writes to. Its messages (Hogwild! reports, evaluation results) come out of
+    :meth:`receive` as ``(index, message)`` in the order sent; a failure it reports before
+    exiting (:func:`report_failure`) comes with its death from :meth:`dead`, which lists a
+    child only once every message it sent has been received. Why a pipe each and not one
+    ``multiprocessing.Queue``: a queue's writers share a lock, and a child SIGKILLed while its
+    feeder thread held it would leave it held for good -- every other child's messages would
+    stop, and those children could not exit (each joins its feeder first). A child killed
+    mid-message here spoils only its own pipe. :meth:`close` joins, then terminates, then
+    kills: nothing is left running.
     """
 
     def __init__(self, ctx: Any, role: str, cfg: TrainConfig):
         self.ctx, self.role, self.cfg = ctx, role, cfg
-        self.errors = ctx.Queue()
         self.procs: dict[int, Any] = {}  # index -> the live process of that index
         self.generation: dict[int, int] = {}
-        self.reports: dict[tuple[int, int], tuple[str, bool]] = {}
+        self.inbox: dict[int, Connection] = {}  # index -> the read end of its child's outbox
+        self.messages: collections.deque[tuple[int, Any]] = collections.deque()
+        self.failures: dict[int, ChildFailure] = {}  # index -> what its child reported
 
     def start(self, target: Any, args: tuple, index: int, generation: int = 0) -> None:
-        p = self.ctx.Process(
-            target=target,
-            name=f"asyncrl-{self.role.replace(' ', '-')}-{index}",
-            args=args,
-            daemon=True,
-        )
-        p.start()
+        reader, outbox = self.ctx.Pipe(duplex=False)
+        try:
+            p = self.ctx.Process(
+                target=target,
+                name=f"asyncrl-{self.role.replace(' ', '-')}-{index}",
+                args=(outbox, *args),
+                daemon=True,
+            )
+            p.start()
+        except BaseException:
+            reader.close()
+            raise
+        finally:
+            outbox.close()  # the child's alone now: the pipe ends (EOF) when the child does
         self.procs[index] = p
         self.generation[index] = generation
+        self.inbox[index] = reader
 
     def label(self, index: int) -> str:
         return actor_label(self.cfg, index, self.role)
@@ -182,33 +206,53 @@ class ChildProcesses:
         p = self.procs.get(index)
         return p.pid if p is not None else None
 
-    def _read_reports(self, wait: float = 0.0) -> None:
+    def receive(self, timeout: float) -> tuple[int, Any]:
+        """The next message from a child, as ``(index, message)``, waiting at most ``timeout``
+        seconds for one; ``queue.Empty`` if none came. Every call empties the pipes that hold
+        something, so a child waits on a full pipe only while the caller does not call."""
+        wait = 0.0 if self.messages else timeout
+        ready = multiprocessing.connection.wait(list(self.inbox.values()), wait)
+        for index, reader in list(self.inbox.items()):
+            if reader in ready:
+                self._take(index)
+        if not self.messages:
+            raise queue.Empty
+        return self.messages.popleft()
+
+    def _take(self, index: int) -> None:
+        """Read what the child of ``index`` has sent so far; at the end of its pipe (the child
+        is gone), close it. A message cut off by the child's death is lost, nothing else."""
+        reader = self.inbox[index]
         try:
-            while True:
-                index, gen, tb, fatal = (
-                    self.errors.get(timeout=wait) if wait else (self.errors.get_nowait())
-                )
-                self.reports[(index, gen)] = (tb, fatal)
-                wait = 0.0
-        except queue.Empty:
-            pass
+            while reader.poll():
+                message = reader.recv()
+                if isinstance(message, ChildFailure):
+                    self.failures[index] = message
+                else:
+                    self.messages.append((index, message))
+        except (EOFError, OSError):
+            reader.close()
+            del self.inbox[index]
 
     def dead(self) -> list[tuple[int, str, str, bool]]:
-        """Children that died since the last call: ``(index, cause, traceback, fatal)``; each
-        is joined and forgotten (a replacement may take its index)."""
+        """Children that died since the last call, each after all it sent was received:
+        ``(index, cause, traceback, fatal)``; each is joined and forgotten (a replacement may
+        take its index)."""
+        for index in [i for i, reader in self.inbox.items() if reader.poll()]:
+            self._take(index)  # read as it comes: a child blocked on a full pipe cannot exit
         out = []
         for index, p in list(self.procs.items()):
             if p.is_alive():
                 continue
+            if index in self.inbox:  # all it wrote is in its pipe now, then the end
+                self._take(index)
+            if any(i == index for i, _ in self.messages):
+                continue  # its messages first: a goodbye among them may explain the exit
             p.join()
-            gen = self.generation[index]
-            if (index, gen) not in self.reports and p.exitcode and p.exitcode > 0:
-                self._read_reports(wait=0.5)  # flushed before the child exited
-            tb, fatal = self.reports.pop((index, gen), ("", False))
+            tb, fatal = self.failures.pop(index, ChildFailure("", False))
             cause = "raised" if tb else describe_exit(p.exitcode)
             out.append((index, cause, tb, fatal))
             del self.procs[index]
-        self._read_reports()
         return out
 
     def kill(self, index: int) -> None:
@@ -228,7 +272,10 @@ class ChildProcesses:
                 p.kill()
                 p.join()
         self.procs = {}
-        for q in (*queues, self.errors):
+        for reader in self.inbox.values():
+            reader.close()
+        self.inbox = {}
+        for q in queues:
             q.cancel_join_thread()
             q.close()
 
@@ -320,7 +367,6 @@ class ProcessBackend(OwnedTransport):
             self.status,
             self.todo[actor],
             self.full,
-            self.children.errors,
             self.stop,
             os.getpid(),
         )
