@@ -249,6 +249,9 @@ class ChildProcesses:
             if any(i == index for i, _ in self.messages):
                 continue  # its messages first: a goodbye among them may explain the exit
             p.join()
+            reader = self.inbox.pop(index, None)  # open only if another process holds its end
+            if reader is not None:
+                reader.close()
             tb, fatal = self.failures.pop(index, ChildFailure("", False))
             cause = "raised" if tb else describe_exit(p.exitcode)
             out.append((index, cause, tb, fatal))
