@@ -4,8 +4,9 @@ Not a CI test: the full run is 3 envs x 3 seeds x 2 modes x 1M env steps, ~2-3 h
     python benchmarks/mujoco_returns.py                                  # the full table
     python benchmarks/mujoco_returns.py --envs Hopper-v5 --seeds 1 --steps 20000 --modes async
 
-Every asyncrl run is `asyncrl train --env ENV --mode MODE --seed S --total-steps STEPS` and
-nothing else that changes learning: the mujoco preset chooses every setting (progress bar,
+Every asyncrl run is `asyncrl train --env ENV --mode MODE --seed S` (with --steps, also
+`--total-steps STEPS`) and nothing else that changes learning: the mujoco preset chooses every
+setting, the budget of 1M env steps included (progress bar,
 TensorBoard off; process backend, 2 actors x 8 envs). The runs go one after another, so no two
 compete for the cores. Metric, as CleanRL's: the mean return of a run's last 100 training
 episodes (summary.json's last100_return; fewer if the run had fewer), then mean and std over
@@ -38,7 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ppo_throughput import RESULTS, baseline, run_baseline  # noqa: E402
 
-from asyncrl.config import TrainConfig  # noqa: E402
+from asyncrl.config import PRESETS, TrainConfig  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
 
 # CleanRL ppo_continuous_action, v4 envs, 1M steps, 3 seeds: mean of each run's last 100
@@ -50,7 +51,8 @@ def cleanrl_figure(env: str) -> float | None:
     return CLEANRL_1M.get(env.split("-")[0])
 
 
-def run_ours(env: str, mode: str, seed: int, steps: int, out: Path) -> dict:
+def run_ours(env: str, mode: str, seed: int, steps: int | None, out: Path) -> dict:
+    """One run with the presets; ``steps``: its budget, or None for the preset's."""
     cfg = TrainConfig(
         env=env,
         mode=mode,
@@ -136,7 +138,13 @@ def main() -> None:
         default=[1, 2, 3],
         help="N (seeds 1..N) or a list such as 2,3, per env and mode",
     )
-    p.add_argument("--steps", type=int, default=1_000_000, help="env steps per run")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="env steps per run (default: the mujoco preset's budget, 1M, which asyncrl's runs "
+        "then take from the preset, not from a flag)",
+    )
     p.add_argument("--modes", default="async,sync")
     p.add_argument(
         "--sb3-steps",
@@ -151,6 +159,7 @@ def main() -> None:
         help="also train SB3 PPO with CleanRL's settings here: N (seeds 1..N) or a list",
     )
     args = p.parse_args()
+    budget = args.steps or PRESETS["mujoco"]["ppo"]["total_steps"]  # what each run takes
     envs = [e for e in args.envs.split(",") if e]
     modes = [m for m in args.modes.split(",") if m]
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -181,7 +190,7 @@ def main() -> None:
             sb3[env] = res
             print(
                 f"  {res['env_steps_per_second']:,.0f} env steps/s -> "
-                f"{args.steps / res['env_steps_per_second']:,.0f} s for {args.steps:,} steps "
+                f"{budget / res['env_steps_per_second']:,.0f} s for {budget:,} steps "
                 "(extrapolated)",
                 flush=True,
             )
@@ -204,7 +213,7 @@ def main() -> None:
         for seed in args.reference_seeds:
             print(f"reference: SB3 PPO with CleanRL's settings on {env}, seed {seed}", flush=True)
             # no time limit: a 1M-step run takes ~20 min on one core
-            args_ = ["--env", env, "--seed", str(seed), "--steps", str(args.steps)]
+            args_ = ["--env", env, "--seed", str(seed), "--steps", str(budget)]
             r = run_baseline("sb3", "sb3_ppo_mujoco.py", args_, timeout=None)
             if r is None:
                 break
@@ -215,16 +224,16 @@ def main() -> None:
             )
             save()
 
-    text = table(results["runs"], sb3, args.steps, envs, modes, results["reference"])
+    text = table(results["runs"], sb3, budget, envs, modes, results["reference"])
     if sb3:
         sb3_note = (
             f"SB3: PPO at its defaults, timed here on {args.sb3_steps:,} steps per env and "
-            f"extrapolated to {args.steps:,}."
+            f"extrapolated to {budget:,}."
         )
     else:
         sb3_note = "SB3: not measured (its venv: bash benchmarks/baselines/setup.sh)."
     notes = (
-        f"\nasyncrl: PPO, mujoco preset, no other learning setting; {args.steps:,} env steps "
+        f"\nasyncrl: PPO, mujoco preset, no other learning setting; {budget:,} env steps "
         "per run. CleanRL: ppo_continuous_action on v4 envs, 3 seeds, 1M steps (published). "
         "SB3 PPO, CleanRL's settings, here: baselines/sb3_ppo_mujoco.py on the same envs, "
         f"--reference-seeds. {sb3_note}\n"

@@ -109,6 +109,36 @@ def test_the_atari_learner_takes_one_thread_per_cpu_the_others_one(monkeypatch):
         validate(resolve(TrainConfig(threads_learner=-1), "classic"))
 
 
+@pytest.mark.parametrize(
+    ("env", "family", "algo", "steps"),
+    [
+        ("CartPole-v1", "classic", "ppo", 150_000),
+        ("Pendulum-v1", "classic", "sac", 150_000),
+        ("Hopper-v5", "mujoco", "ppo", 1_000_000),  # the references' MuJoCo figures: at 1M
+        ("HalfCheetah-v5", "mujoco", "sac", 1_000_000),
+        ("ALE/Breakout-v5", "atari", "ppo", 10_000_000),  # CleanRL's ppo_atari: 10M agent steps
+    ],
+)
+def test_the_budget_is_the_one_the_familys_references_report_at(env, family, algo, steps):
+    cfg = resolve(TrainConfig(env=env, algo=algo), family)
+    assert cfg.total_steps == steps
+    assert f"total_steps {steps}" in preset_line(TrainConfig(env=env, algo=algo), cfg)
+    given = resolve(TrainConfig(env=env, algo=algo, total_steps=4096), family)
+    assert given.total_steps == 4096 and "total_steps" not in preset_line(
+        TrainConfig(env=env, algo=algo, total_steps=4096), given
+    )
+
+
+def test_train_with_no_flag_but_a_mujoco_env_is_the_1m_step_run(tmp_path, monkeypatch, runs_seen):
+    """`asyncrl train --env Hopper-v5`, nothing else: the run the MuJoCo targets describe."""
+    monkeypatch.chdir(tmp_path)  # the default run directory is made under runs/ here
+    assert main(["train", "--env", "Hopper-v5"]) == 0
+    cfg, _, _ = runs_seen[0]
+    assert (cfg.preset, cfg.total_steps) == ("mujoco", 1_000_000)
+    saved = load_run_config(cfg.run_dir)
+    assert saved.total_steps == 1_000_000
+
+
 @pytest.mark.parametrize(("env", "warmup"), [("Pendulum-v1", 1000), ("HalfCheetah-v5", 5000)])
 def test_sac_has_its_own_defaults(env, warmup):
     cfg = resolve(TrainConfig(algo="sac", env=env), env_family(env))
@@ -189,7 +219,9 @@ def test_the_preset_is_printed_in_one_line_and_saved_resolved(tmp_path, capsys):
     saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
     assert saved["preset"] == "mujoco"
     for name, value in preset_values("mujoco", "ppo").items():
-        assert saved[name] == value, name
+        if name != "total_steps":  # given: --total-steps 256
+            assert saved[name] == value, name
+    assert saved["total_steps"] == 256
     assert None not in saved.values()
 
 
