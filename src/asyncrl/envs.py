@@ -48,8 +48,9 @@ OPTIONAL_ENV_PACKAGES = (
 # ``--preset auto`` chooses (config.PRESETS). MuJoCo's and PyBullet's envs are continuous-control
 # robots, which CleanRL, SB3 and Sample Factory all train with one PPO recipe; any other env
 # takes the classic-control values.
+MUJOCO_MODULE = "gymnasium.envs.mujoco"  # Gymnasium's MuJoCo envs (see also _make_mujoco)
 ENV_FAMILIES = (
-    ("gymnasium.envs.mujoco", "mujoco"),
+    (MUJOCO_MODULE, "mujoco"),
     ("pybullet_envs_gymnasium", "mujoco"),
     ("ale_py", "atari"),
 )
@@ -299,7 +300,6 @@ def make_env(
     return gym.make(env_id, **kwargs)
 
 
-MUJOCO_MODULE = "gymnasium.envs.mujoco"
 _MUJOCO_WARNING_HOOK = threading.Lock()  # the hook is the process's: one make at a time sets it
 
 
