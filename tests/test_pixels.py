@@ -28,7 +28,7 @@ DOT_BYTES = 12 * 12  # one uint8 observation
 def _resolved(env: str, **kw) -> tuple[TrainConfig, object]:
     given = TrainConfig(env=env, **kw)
     cfg = resolve(given, env_family(env))
-    spec = check_env(env, cfg.algo, cfg.atari_preprocessing, cfg.vectorizer)
+    spec = check_env(env, cfg.atari_preprocessing, cfg.vectorizer)
     cfg, _ = for_env(cfg, spec, given)
     return cfg, spec
 

@@ -20,7 +20,7 @@ needs_pybullet = pytest.mark.skipif(
 
 @needs_pybullet
 def test_humanoid_bullet_id_imports_its_package_and_has_the_seed_spaces():
-    spec = check_env("HumanoidBulletEnv-v0", "ppo")
+    spec = check_env("HumanoidBulletEnv-v0")
     assert spec.obs_shape == (44,) and spec.n_actions == 17 and not spec.discrete
 
 
@@ -33,7 +33,7 @@ def test_missing_package_names_the_extra(monkeypatch):
         monkeypatch.delitem(gym.registry, "HumanoidBulletEnv-v0")
     monkeypatch.setitem(sys.modules, "pybullet_envs_gymnasium", None)  # import now fails
     with pytest.raises(ConfigError, match=r'pip install "asyncrl\[pybullet\]"'):
-        check_env("HumanoidBulletEnv-v0", "ppo")
+        check_env("HumanoidBulletEnv-v0")
 
 
 @needs_pybullet

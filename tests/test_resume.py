@@ -142,7 +142,7 @@ def test_a_run_interrupted_by_sigint_at_a_random_moment_resumes_bit_for_bit(tmp_
 
 def _spec_and_cfg(**kw) -> tuple:
     cfg = resolve(TrainConfig(**{**PPO, **kw}), "classic")
-    return check_env(cfg.env, cfg.algo), cfg
+    return check_env(cfg.env), cfg
 
 
 def test_a_larger_total_steps_continues_the_schedule_from_where_it_was():

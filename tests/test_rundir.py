@@ -151,14 +151,14 @@ def test_what_the_learners_save_loads_without_running_code(tmp_path):
     from asyncrl.runtime.sac_learner import SACLearner
 
     ppo_cfg = resolve(TrainConfig(norm_obs=True), "classic")
-    ppo = Learner(ppo_cfg, check_env(ppo_cfg.env, ppo_cfg.algo))
+    ppo = Learner(ppo_cfg, check_env(ppo_cfg.env))
     sac_cfg = resolve(
         TrainConfig(
             algo="sac", env="Pendulum-v1", save_replay=True, buffer_size=64, learning_starts=8
         ),
         "classic",
     )
-    sac_spec = check_env(sac_cfg.env, sac_cfg.algo)
+    sac_spec = check_env(sac_cfg.env)
     sac = SACLearner(sac_cfg, sac_spec)
     rng = np.random.default_rng(0)
     n = 20
@@ -174,7 +174,7 @@ def test_what_the_learners_save_loads_without_running_code(tmp_path):
     ppo.env_steps, sac.env_steps, sac.updates = 640, 20, 12
     restored = {}
     for name, learner, fresh in (
-        ("ppo", ppo, lambda: Learner(ppo_cfg, check_env(ppo_cfg.env, ppo_cfg.algo))),
+        ("ppo", ppo, lambda: Learner(ppo_cfg, check_env(ppo_cfg.env))),
         ("sac", sac, lambda: SACLearner(sac_cfg, sac_spec)),
     ):
         run = tmp_path / name

@@ -281,7 +281,7 @@ def _offscreen_pygame(on: bool) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from asyncrl.rundir import CheckpointWriteError
-    from asyncrl.runtime.backends.base import ActorError
+    from asyncrl.runtime.faults import ActorError
     from asyncrl.runtime.lifecycle import Aborted, Interrupted
 
     try:

@@ -277,7 +277,7 @@ def load(run_dir: str | Path, checkpoint: str = "latest", seed: int = 0) -> Poli
     if checkpoint not in CHECKPOINTS:
         raise ConfigError(f"checkpoint: {checkpoint!r} is not one of {', '.join(CHECKPOINTS)}")
     cfg = load_run_config(run_dir)
-    spec = check_env(cfg.env, cfg.algo, cfg.atari_preprocessing)
+    spec = check_env(cfg.env, cfg.atari_preprocessing)
     state = load_best_checkpoint(run_dir) if checkpoint == "best" else load_checkpoint(run_dir)
     policy = Policy.build(cfg, spec, seed)
     policy.module.load_state_dict(acting_state(state, cfg.algo))

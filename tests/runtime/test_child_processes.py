@@ -7,7 +7,7 @@ import signal
 import time
 
 from asyncrl.config import TrainConfig
-from asyncrl.runtime.backends.process import ChildProcesses, report_failure
+from asyncrl.runtime.processes import ChildProcesses, report_failure
 
 
 def _send_more_than_a_pipe_holds(outbox, ready) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.runtime.backends.base import ActorError
+from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.trainer import train
 from conftest import alive, descendants, shm_segments
 

@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from asyncrl.config import TrainConfig
 from asyncrl.runtime.actor import ActorStatus
-from asyncrl.runtime.backends.base import FILLING, FULL, TRAINING, ActorError, SlotBook
+from asyncrl.runtime.backends.base import FILLING, FULL, TRAINING, SlotBook
+from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.trainer import train
 from asyncrl.runtime.transport import PolicyStore
 from conftest import alive, shm_segments

@@ -16,7 +16,7 @@ from asyncrl.config import ConfigError, TrainConfig, validate, worker_config
 from asyncrl.envs import check_env
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import load_checkpoint
-from asyncrl.runtime.backends.base import ActorError
+from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.hogwild import HogwildSync
 from asyncrl.runtime.trainer import make_learner, train
 
@@ -95,7 +95,7 @@ def test_synced_worker_trains_alone_between_syncs_and_agrees_with_global_after_o
 
 def test_sac_shares_every_float_an_update_changes():
     cfg = TrainConfig(algo="sac", env="Pendulum-v1", hidden=[16, 16])
-    spec = check_env(cfg.env, cfg.algo)
+    spec = check_env(cfg.env)
     from asyncrl.config import resolve
 
     learner = make_learner(resolve(cfg, "classic"), spec)
@@ -130,7 +130,7 @@ def test_two_workers_train_one_global_network_concurrently(tmp_path):
     # 2 epochs x 2 minibatches per iteration of each worker
     assert summary["gradient_steps"] == 4 * summary["iterations"]
     # the global network moved away from where it started
-    spec = check_env(cfg.env, cfg.algo)
+    spec = check_env(cfg.env)
     from asyncrl.config import resolve
 
     start = make_learner(worker_config(resolve(cfg, "classic"), 0), spec).policy.state_dict()

@@ -33,7 +33,7 @@ def _learner(**kw) -> Learner:
         ),
         "classic",
     )
-    return Learner(cfg, check_env(cfg.env, cfg.algo))
+    return Learner(cfg, check_env(cfg.env))
 
 
 def _rollouts(spec, seed: int = 0):

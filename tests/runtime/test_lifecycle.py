@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from asyncrl.rundir import CheckpointWriteError, checkpoint_files, load_checkpoint
-from asyncrl.runtime.backends.base import ActorError
+from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.learner import Learner
 from asyncrl.runtime.lifecycle import Aborted, Interrupted, StopSignals
 from asyncrl.runtime.replay import ReplayBuffer

@@ -28,7 +28,7 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from asyncrl.config import TrainConfig  # noqa: E402
-from asyncrl.runtime.backends.base import ActorError  # noqa: E402
+from asyncrl.runtime.faults import ActorError  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
 
 # one cluster for the module, so with pytest-xdist the whole module runs on one worker
@@ -191,7 +191,7 @@ def test_sac_reaches_minus_250_on_pendulum(cluster, tmp_path):
 
 
 def test_env_error_names_the_actor_and_its_node(cluster, tmp_path):
-    from asyncrl.runtime.backends.base import ActorError
+    from asyncrl.runtime.faults import ActorError
 
     with pytest.raises(ActorError) as err:
         train(

@@ -162,7 +162,7 @@ def test_sync_learner_publishes_only_a_new_version(tmp_path):
     from asyncrl.runtime.transport import PolicyStore
 
     cfg = resolve(_cfg(tmp_path, mode="sync", backend="inline"), "classic")
-    learner = SACLearner(cfg, check_env(cfg.env, "sac"))
+    learner = SACLearner(cfg, check_env(cfg.env))
     store = PolicyStore(learner.flat.numel, shared=False)
     writes = []
     learner.flat.write_to = writes.append  # count the copies into the store

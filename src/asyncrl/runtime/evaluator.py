@@ -50,7 +50,7 @@ from asyncrl.rundir import (
     load_best_checkpoint,
     save_best_checkpoint,
 )
-from asyncrl.runtime.backends.process import (
+from asyncrl.runtime.processes import (
     POLL,
     ChildProcesses,
     Stopped,

@@ -48,11 +48,11 @@ from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughpu
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import restore_learner, save_checkpoint, save_config
 from asyncrl.runtime.actor import ActorStatus
-from asyncrl.runtime.backends.base import ActorError, Restarts, is_env_error
-from asyncrl.runtime.backends.process import POLL, ChildProcesses, die_with_parent, report_failure
 from asyncrl.runtime.evaluator import Evaluations
+from asyncrl.runtime.faults import ActorError, Restarts, is_env_error
 from asyncrl.runtime.learner import continue_schedule
 from asyncrl.runtime.lifecycle import RunEnd, StopSignals
+from asyncrl.runtime.processes import POLL, ChildProcesses, die_with_parent, report_failure
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore, StopFlag
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)

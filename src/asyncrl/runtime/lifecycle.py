@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncrl.rundir import CheckpointWriteError, save_summary
-from asyncrl.runtime.backends.base import ActorError
+from asyncrl.runtime.faults import ActorError
 
 
 class Interrupted(KeyboardInterrupt):

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from asyncrl.algos import env_spec
 from asyncrl.config import (
     TrainConfig,
     check_resume,
@@ -41,7 +42,7 @@ from asyncrl.config import (
     resolve,
     validate,
 )
-from asyncrl.envs import check_env, env_family
+from asyncrl.envs import env_family
 from asyncrl.metrics import MetricsLog, ProgressDisplay, RowWindow, Throughput
 from asyncrl.rundir import (
     claim_run_dir,
@@ -119,7 +120,7 @@ def train(
     given, cfg = cfg, resolve(cfg, env_family(cfg.env))
     validate(cfg)
     # before any process or segment exists
-    spec = check_env(cfg.env, cfg.algo, cfg.atari_preprocessing, cfg.vectorizer)
+    spec = env_spec(cfg)
     cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
     cfg.run_dir = str(run_dir)

@@ -137,12 +137,12 @@ def compare(
     echo=print,
 ) -> list[StudyRun]:
     """Train (or reuse) every configuration in turn; write the table, CSV and plots to out."""
-    from asyncrl.envs import check_env
+    from asyncrl.algos import env_spec
     from asyncrl.runtime.trainer import train
 
     out = Path(out) if out else default_study_dir("compare", base)
     cfgs = plan(base, ks, modes, steps, minutes, out)
-    spec = check_env(base.env, base.algo, base.atari_preprocessing, base.vectorizer)
+    spec = env_spec(base)
     if not reuse:
         taken = [c.run_dir for c in cfgs if Path(c.run_dir).exists()]
         if taken:

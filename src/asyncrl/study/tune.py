@@ -104,13 +104,14 @@ def tune(
     out: Path | str = "",
     echo=print,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    from asyncrl.envs import check_env, env_family
+    from asyncrl.algos import env_spec
+    from asyncrl.envs import env_family
     from asyncrl.runtime.trainer import train
 
     base = resolve(base, env_family(base.env))
     out = Path(out) if out else default_study_dir("tune", base)
     cfgs = plan(base, ns, ks, backends, seconds, out)
-    check_env(base.env, base.algo)
+    env_spec(base)
     start = time.perf_counter()
     rows = []
     for i, cfg in enumerate(cfgs, 1):

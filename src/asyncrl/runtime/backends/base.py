@@ -13,16 +13,12 @@ doing since when: hang detection, and where a fault test kills).
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import deque
 from typing import Any, Protocol
 
+from asyncrl.runtime.faults import Restarts
 from asyncrl.runtime.transport import PolicyStore, Slot, SlotLayout, SlotStore
-
-
-class ActorError(RuntimeError):
-    """An actor or its env failed; the message names the actor and carries its traceback."""
 
 
 class Backend(Protocol):
@@ -239,50 +235,3 @@ class SlotBook:
         """``actor``'s replacement is ready for grants. It inherits its predecessor's place in
         the backpressure order, so a restart never lets more batches wait."""
         self.paused.discard(actor)
-
-
-# ------------------------------------------------------------------------------ restarts
-class Restarts:
-    """The run's budget of actor restarts (``--actor-restarts``) and their one-line reports.
-
-    ``charge`` is called once per lost actor: it prints one line naming the actor, its envs, the
-    cause and the last lines of its traceback, and counts it; past the budget it raises
-    ActorError with the whole traceback instead.
-    """
-
-    def __init__(self, budget: int, role: str = "actor", stream: Any = None):
-        self.budget, self.role = budget, role
-        self.used = 0
-        self.dropped = 0
-        self.stream = stream
-
-    def charge(self, label: str, cause: str, tb: str, dropped: int) -> None:
-        self.dropped += dropped
-        if self.used >= self.budget:
-            raise ActorError(
-                f"{label} {cause}; no restarts left (--actor-restarts {self.budget})"
-                + (f":\n{tb}" if tb else "")
-            )
-        self.used += 1
-        tail = " | ".join(line.strip() for line in tb.strip().splitlines()[-3:]) if tb else ""
-        print(
-            f"asyncrl: {label} {cause}; restarting it ({self.used} of {self.budget} restarts, "
-            f"{dropped} rollout(s) dropped)" + (f": {tail}" if tail else ""),
-            file=self.stream or sys.stderr,
-            flush=True,
-        )
-
-
-def is_env_error(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is, or was raised from, an env's error (see envs.GuardedEnv)."""
-    from asyncrl.envs import EnvError
-
-    while exc is not None:
-        if isinstance(exc, EnvError):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def actor_label(cfg: Any, actor: int, role: str = "actor") -> str:
-    return f"{role} {actor} (env {cfg.env} x {cfg.envs_per_actor})"

@@ -16,7 +16,7 @@ import numpy as np
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import Actor, ActorStatus
-from asyncrl.runtime.backends.base import ActorError, Restarts, actor_label, is_env_error
+from asyncrl.runtime.faults import ActorError, Restarts, actor_label, is_env_error
 from asyncrl.runtime.transport import PolicyStore, Slot
 
 

@@ -43,14 +43,8 @@ import numpy as np
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import ActorStatus
-from asyncrl.runtime.backends.base import (
-    ActorError,
-    OwnedTransport,
-    Restarts,
-    SlotBook,
-    actor_label,
-    is_env_error,
-)
+from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
+from asyncrl.runtime.faults import ActorError, Restarts, actor_label, is_env_error
 from asyncrl.runtime.transport import Slot, SlotLayout
 
 POLL = 0.2  # seconds between looks at the calls in flight when none completes

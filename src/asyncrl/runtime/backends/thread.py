@@ -24,8 +24,9 @@ from collections import deque
 
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.backends.base import ActorError, OwnedTransport, SlotBook
+from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
 from asyncrl.runtime.backends.local import LocalFleet
+from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.transport import Slot
 
 POLL = 0.2

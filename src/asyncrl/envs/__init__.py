@@ -1,0 +1,36 @@
+"""Environments: id resolution and families, making the envs an actor steps (Gymnasium or
+EnvPool, Atari preprocessing, MuJoCo's warnings), the spec the networks are built for, seeds,
+and an env's state for exact resume."""
+
+from asyncrl.envs.atari import AtariTraining
+from asyncrl.envs.envpool import EnvPoolVectorEnv, envpool_task, import_envpool
+from asyncrl.envs.make import EnvError, GuardedEnv, env_restarts, make_env, make_vector_env
+from asyncrl.envs.registry import ENV_FAMILIES, MUJOCO_MODULE, env_family, is_atari, resolve_id
+from asyncrl.envs.seeds import actor_seed, eval_seeds, restart_seed
+from asyncrl.envs.spec import EnvSpec, check_env, spec_from_spaces
+from asyncrl.envs.state import env_state, set_env_state
+
+__all__ = [
+    "ENV_FAMILIES",
+    "MUJOCO_MODULE",
+    "AtariTraining",
+    "EnvError",
+    "EnvPoolVectorEnv",
+    "EnvSpec",
+    "GuardedEnv",
+    "actor_seed",
+    "check_env",
+    "env_family",
+    "env_restarts",
+    "env_state",
+    "envpool_task",
+    "eval_seeds",
+    "import_envpool",
+    "is_atari",
+    "make_env",
+    "make_vector_env",
+    "resolve_id",
+    "restart_seed",
+    "set_env_state",
+    "spec_from_spaces",
+]

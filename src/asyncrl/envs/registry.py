@@ -1,0 +1,83 @@
+"""Env ids: resolving one (importing the package that registers it) and telling its family,
+from its registration alone (no env is made)."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+
+import gymnasium as gym
+
+from asyncrl.config import ConfigError
+
+# Env ids that an optional extra registers on import, the module that registers them and the
+# extra that installs it. PyBullet's own ``pybullet_envs`` no longer imports with Gymnasium; the
+# maintained port ``pybullet_envs_gymnasium`` registers the same locomotion envs.
+OPTIONAL_ENV_PACKAGES = (
+    ("BulletEnv-", "pybullet_envs_gymnasium", "pybullet"),
+    # ale-py registers the ALE/... ids (and the older v0/v4 ones) on import; it ships the ROMs
+    ("ALE/", "ale_py", "atari"),
+    ("NoFrameskip-v4", "ale_py", "atari"),
+)
+
+# Env families by the package that implements the env (its registered entry point): the preset
+# ``--preset auto`` chooses (config.PRESETS). MuJoCo's and PyBullet's envs are continuous-control
+# robots, which CleanRL, SB3 and Sample Factory all train with one PPO recipe; any other env
+# takes the classic-control values.
+MUJOCO_MODULE = "gymnasium.envs.mujoco"  # Gymnasium's MuJoCo envs (see also make_mujoco)
+ENV_FAMILIES = (
+    (MUJOCO_MODULE, "mujoco"),
+    ("pybullet_envs_gymnasium", "mujoco"),
+    ("ale_py", "atari"),
+)
+
+
+def resolve_id(env_id: str) -> str:
+    """The registered id for ``env_id``, importing ``module`` first for ``module:EnvId`` (how a
+    package that registers envs on import is named); a clear message if nothing answers."""
+    if ":" in env_id:
+        module, env_id = env_id.split(":", 1)
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"env: cannot import module {module!r} to register envs: {e}") from e
+    if env_id in gym.registry:
+        return env_id
+    for marker, module, extra in OPTIONAL_ENV_PACKAGES:
+        if marker in env_id:
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                raise ConfigError(
+                    f"env: {env_id} comes from the package {module}, which is not installed; "
+                    f'install it with: pip install "asyncrl[{extra}]"'
+                ) from e
+            if env_id in gym.registry:
+                return env_id
+    close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise ConfigError(f"env: {env_id!r} is not a registered Gymnasium env id{hint}")
+
+
+def entry_module(env_id: str) -> str:
+    entry = gym.spec(env_id).entry_point
+    return entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+
+
+def env_family(env_id: str) -> str:
+    """The family of ``env_id`` (a key of config.PRESETS): from its registration alone, so no
+    env is made; an id nothing registers is a ConfigError naming ``env``."""
+    module = entry_module(resolve_id(env_id))
+    for package, family in ENV_FAMILIES:
+        if module == package or module.startswith(package + "."):
+            return family
+    return "classic"
+
+
+def is_atari(env_id: str) -> bool:
+    """An ALE env with image observations (what the Atari preprocessing applies to)."""
+    env_id = resolve_id(env_id)
+    module = entry_module(env_id)
+    return (module == "ale_py" or module.startswith("ale_py.")) and gym.spec(env_id).kwargs.get(
+        "obs_type", "rgb"
+    ) in ("rgb", "grayscale")

@@ -1,0 +1,94 @@
+"""What the learner must know about an env before anything starts: its spaces, as an
+:class:`EnvSpec`, read off one env made for the purpose (:func:`check_env`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from asyncrl.config import ConfigError
+from asyncrl.envs.envpool import envpool_task
+from asyncrl.envs.make import make_env
+from asyncrl.envs.registry import resolve_id
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """The shapes the networks and the rollout buffers are built for."""
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    discrete: bool
+    action_shape: tuple[int, ...]  # () for discrete actions
+    n_actions: int  # number of discrete actions, or the action dimension
+    action_low: np.ndarray | None = None
+    action_high: np.ndarray | None = None
+    # the dtype observations travel and rest in (slots, replay): uint8 for an env whose
+    # observations are uint8 (pixels), float32 for every other
+    obs_dtype: str = "float32"
+
+    @property
+    def obs_dim(self) -> int:
+        return int(np.prod(self.obs_shape))
+
+
+def spec_from_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> EnvSpec:
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ConfigError(
+            f"env: {env_id} has observation space {obs_space}; PPO here needs a Box observation"
+        )
+    obs_dtype = "uint8" if obs_space.dtype == np.uint8 else "float32"
+    if isinstance(act_space, gym.spaces.Discrete):
+        return EnvSpec(
+            env_id, tuple(obs_space.shape), True, (), int(act_space.n), obs_dtype=obs_dtype
+        )
+    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+        return EnvSpec(
+            env_id,
+            tuple(obs_space.shape),
+            False,
+            tuple(act_space.shape),
+            int(act_space.shape[0]),
+            act_space.low.astype(np.float32),
+            act_space.high.astype(np.float32),
+            obs_dtype,
+        )
+    raise ConfigError(
+        f"env: {env_id} has action space {act_space}; PPO handles Discrete and 1-D Box actions"
+    )
+
+
+def check_env(
+    env_id: str,
+    atari_preprocessing: bool = True,
+    vectorizer: str = "gymnasium",
+) -> EnvSpec:
+    """Make one env to learn its spaces (as an actor's env has them: preprocessed, for an ALE
+    id); every env problem surfaces here as a ConfigError. ``vectorizer envpool``: also that
+    EnvPool provides the id (:func:`envpool_task`)."""
+    env_id = resolve_id(env_id)
+    if vectorizer == "envpool":
+        envpool_task(env_id, atari_preprocessing)
+    try:
+        env = make_env(env_id, atari_preprocessing=atari_preprocessing)
+    except gym.error.DependencyNotInstalled as e:
+        raise ConfigError(f"env: {env_id} needs a package that is not installed: {e}") from e
+    except Exception as e:
+        gl = os.environ.get("MUJOCO_GL")
+        if gl is None or "mujoco" not in str(gym.spec(env_id).entry_point):
+            raise
+        # mujoco loads the OpenGL library MUJOCO_GL names when it is imported
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        raise ConfigError(
+            f"env: {env_id} cannot be made with MUJOCO_GL={gl!r} ({type(e).__name__}: "
+            f"{lines[0] if lines else 'no detail'}); egl needs libEGL, osmesa needs libOSMesa; "
+            "training needs no MUJOCO_GL (unset it)"
+        ) from e
+    try:
+        spec = spec_from_spaces(env_id, env.observation_space, env.action_space)
+    finally:
+        env.close()
+    return spec
