@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from asyncrl.config import TrainConfig
 from asyncrl.runtime.trainer import train
+from asyncrl.settings import TrainConfig
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -39,8 +39,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ppo_throughput import RESULTS, baseline, run_baseline  # noqa: E402
 
-from asyncrl.config import PRESETS, TrainConfig  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
+from asyncrl.settings import PRESETS, TrainConfig  # noqa: E402
 
 # CleanRL ppo_continuous_action, v4 envs, 1M steps, 3 seeds: mean of each run's last 100
 # training episodes (docs.cleanrl.dev, rl-algorithms/ppo; see /work/shared/REFERENCES.md)

@@ -44,10 +44,11 @@ import numpy as np
 import torch
 from cpu_cost import cpu_seconds, cpu_us_per_step
 
-from asyncrl.config import ConfigError, TrainConfig
+from asyncrl.algos.ppo.networks import build_policy
+from asyncrl.config import ConfigError
 from asyncrl.envs import check_env, make_vector_env
-from asyncrl.nets import build_policy
 from asyncrl.runtime.trainer import train
+from asyncrl.settings import TrainConfig
 
 HERE = Path(__file__).resolve().parent
 VENVS = HERE / ".venvs"

@@ -47,11 +47,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ppo_throughput import RESULTS, base_cfg, baseline, ours  # noqa: E402
 
-from asyncrl.config import TrainConfig, resolve  # noqa: E402
+from asyncrl.algos.ppo.networks import build_policy  # noqa: E402
 from asyncrl.envs import check_env, env_family  # noqa: E402
-from asyncrl.nets import FlatParams, build_policy  # noqa: E402
+from asyncrl.nets import FlatParams  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
 from asyncrl.runtime.transport import SlotLayout  # noqa: E402
+from asyncrl.settings import TrainConfig, resolve  # noqa: E402
 
 NODES = (1, 4, 16, 64)
 ACTORS_PER_NODE = 2  # this machine's kind: 2 cores, one actor of 1 CPU on each

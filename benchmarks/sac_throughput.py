@@ -40,12 +40,13 @@ from cpu_cost import cpu_seconds, cpu_us_per_step
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ppo_throughput import RESULTS, baseline  # noqa: E402
 
-from asyncrl.algos.sac import SAC, SACConfig  # noqa: E402
-from asyncrl.config import TrainConfig  # noqa: E402
+from asyncrl.algos.sac.config import SACConfig  # noqa: E402
+from asyncrl.algos.sac.learner import as_update_batch  # noqa: E402
+from asyncrl.algos.sac.update import SAC  # noqa: E402
 from asyncrl.envs import check_env, make_vector_env  # noqa: E402
-from asyncrl.runtime.replay import ReplayBuffer  # noqa: E402
-from asyncrl.runtime.sac_learner import as_update_batch  # noqa: E402
+from asyncrl.replay.buffer import ReplayBuffer  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
+from asyncrl.settings import TrainConfig  # noqa: E402
 
 
 def bare_update_seconds(env_id: str, updates: int = 200) -> float:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from asyncrl.config import TrainConfig
+from asyncrl.settings import TrainConfig
 
 # Tests share 2 cores with the actor processes they start and with the other test worker
 # (-n 2): one torch thread in this process, as the learner has in a run (threads_learner

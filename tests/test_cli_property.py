@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from asyncrl.cli import main
-from asyncrl.config import FIELDS
+from asyncrl.settings import FIELDS
 
 CHOICES = {
     "algo": ["ppo", "sac"],

@@ -9,8 +9,9 @@ import os
 import pytest
 
 from asyncrl.cli import main
-from asyncrl.config import ConfigError, TrainConfig, validate
+from asyncrl.config import ConfigError
 from asyncrl.runtime.trainer import train
+from asyncrl.settings import TrainConfig, validate
 from conftest import shm_segments
 
 BAD = [

@@ -10,8 +10,8 @@ import torch
 import yaml
 
 from asyncrl.cli import main
-from asyncrl.config import TrainConfig
 from asyncrl.runtime.trainer import train
+from asyncrl.settings import TrainConfig
 
 TIMING = {
     "env_steps_per_second_overall",

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from asyncrl import metrics
-from asyncrl.config import TrainConfig, resolve
 from asyncrl.metrics import RowWindow
 from asyncrl.runtime.trainer import train
+from asyncrl.settings import TrainConfig, resolve
 
 
 def test_a_row_averages_figures_keeps_the_newest_totals_and_recomputes_rates():

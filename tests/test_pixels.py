@@ -14,12 +14,14 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 import asyncrl
-from asyncrl.config import ConfigError, TrainConfig, for_env, resolve
+from asyncrl.algos.ppo.learner import PPOLearner
+from asyncrl.algos.ppo.networks import build_policy
+from asyncrl.config import ConfigError
 from asyncrl.envs import AtariTraining, check_env, env_family
-from asyncrl.nets import ImageEncoder, build_policy, choose_encoder
+from asyncrl.nets import ImageEncoder, choose_encoder
 from asyncrl.runtime.actor import Actor
-from asyncrl.runtime.learner import Learner
-from asyncrl.runtime.transport import PolicyStore, SlotLayout, SlotStore
+from asyncrl.runtime.transport import PolicyStore, SlotStore, rollout_layout
+from asyncrl.settings import TrainConfig, for_env, resolve
 
 DOT = "fake_envs:DotSide-v0"
 DOT_BYTES = 12 * 12  # one uint8 observation
@@ -74,9 +76,9 @@ def test_hwc_and_chw_images_give_the_same_features():
 def test_uint8_observations_reach_the_network_unconverted_in_actor_and_learner():
     cfg, spec = _resolved(DOT, envs_per_actor=4, rollout=8, actors=1, minibatch_size=32)
     assert spec.obs_dtype == "uint8" and cfg.encoder == "cnn"
-    layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor)
+    layout = rollout_layout(cfg, spec)
     slots = SlotStore(layout, 1, shared=False)
-    learner = Learner(cfg, spec)
+    learner = PPOLearner(cfg, spec)
     store = PolicyStore(learner.flat.numel, shared=False)
     learner.publish(store)
     actor = Actor(0, cfg, spec, store)
@@ -99,7 +101,7 @@ def test_uint8_observations_reach_the_network_unconverted_in_actor_and_learner()
 
 
 def test_sac_replay_keeps_uint8_and_trains_on_it():
-    from asyncrl.runtime.sac_learner import SACLearner
+    from asyncrl.algos.sac.learner import SACLearner
 
     cfg, spec = _resolved(
         "fake_envs:DotSideContinuous-v0",
@@ -118,7 +120,7 @@ def test_sac_replay_keeps_uint8_and_trains_on_it():
     # two observations, a float32 action, a float32 reward, two bool flags
     assert learner.replay.bytes_per_transition == 2 * DOT_BYTES + 4 + 4 + 2
     assert learner.replay.obs.nbytes == 64 * DOT_BYTES
-    layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, off_policy=True)
+    layout = rollout_layout(cfg, spec)
     assert dict((n, d) for n, _, d in layout.fields)["final_obs"] == "uint8"
     slots = SlotStore(layout, 1, shared=False)
     store = PolicyStore(learner.flat.numel, shared=False)
@@ -141,10 +143,10 @@ def test_sac_replay_keeps_uint8_and_trains_on_it():
 def test_a_replay_buffer_larger_than_the_memory_available_is_refused_before_the_run(
     tmp_path, monkeypatch
 ):
-    import asyncrl.config as config
+    import asyncrl.system as system
 
     per = 2 * DOT_BYTES + 4 + 4 + 2  # as the buffer allocates it (see the test above)
-    monkeypatch.setattr(config, "available_memory", lambda: (1000 * per - 1, "MemAvailable"))
+    monkeypatch.setattr(system, "available_memory", lambda: (1000 * per - 1, "MemAvailable"))
     kw = dict(algo="sac", backend="inline", actors=1, envs_per_actor=2, batch_size=8)
     kw.update(learning_starts=8, total_steps=64)
     with pytest.raises(ConfigError) as e:
@@ -166,7 +168,7 @@ def test_a_replay_buffer_larger_than_the_memory_available_is_refused_before_the_
 
 
 def test_available_memory_is_a_positive_figure_with_its_source():
-    from asyncrl.config import available_memory
+    from asyncrl.system import available_memory
 
     avail, source = available_memory()
     assert avail > 0 and source in ("MemAvailable", "free physical pages", "cgroup memory.max")
@@ -272,9 +274,9 @@ def test_actor_logs_game_scores_not_per_life_returns(monkeypatch):
     monkeypatch.setattr(
         actor_module, "make_vector_env", lambda *a, **kw: AtariTraining(make(*a, **kw))
     )
-    layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor)
+    layout = rollout_layout(cfg, spec)
     slots = SlotStore(layout, 1, shared=False)
-    learner = Learner(cfg, spec)
+    learner = PPOLearner(cfg, spec)
     store = PolicyStore(learner.flat.numel, shared=False)
     learner.publish(store)
     actor = Actor(0, cfg, spec, store)
@@ -462,9 +464,9 @@ def test_envpool_through_the_actor_bootstraps_truncations_and_sums_returns():
         cfg, spec = _resolved(
             "Hopper-v5", vectorizer=vectorizer, envs_per_actor=2, rollout=64, actors=1
         )
-        layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor)
+        layout = rollout_layout(cfg, spec)
         slots = SlotStore(layout, 1, shared=False)
-        learner = Learner(cfg, spec)
+        learner = PPOLearner(cfg, spec)
         store = PolicyStore(learner.flat.numel, shared=False)
         learner.publish(store)
         actor = Actor(0, cfg, spec, store)

@@ -8,20 +8,19 @@ import pytest
 import yaml
 
 from asyncrl.cli import build_parser, main
-from asyncrl.config import (
+from asyncrl.config import ConfigError, learner_threads
+from asyncrl.envs import env_family
+from asyncrl.settings import (
     PRESET_FIELDS,
     PRESETS,
-    ConfigError,
     TrainConfig,
     from_dict,
-    learner_threads,
+    load_run_config,
     preset_line,
     preset_values,
     resolve,
     validate,
 )
-from asyncrl.envs import env_family
-from asyncrl.rundir import load_run_config
 
 MUJOCO_PPO_LINE = (
     "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: gamma 0.99, gae_lambda 0.95, "

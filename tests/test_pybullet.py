@@ -8,9 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from asyncrl.config import ConfigError, TrainConfig
+from asyncrl.config import ConfigError
 from asyncrl.envs import check_env
 from asyncrl.runtime.trainer import train
+from asyncrl.settings import TrainConfig
 
 needs_pybullet = pytest.mark.skipif(
     importlib.util.find_spec("pybullet_envs_gymnasium") is None,

@@ -22,14 +22,15 @@ import pytest
 import torch
 
 import asyncrl
+from asyncrl.algos.ppo.learner import PPOLearner
 from asyncrl.api import make_config
 from asyncrl.cli import main as cli_main
-from asyncrl.config import ConfigError, TrainConfig, resolve, underive
+from asyncrl.config import ConfigError
 from asyncrl.envs import check_env
 from asyncrl.metrics import MetricsLog
 from asyncrl.rundir import load_checkpoint, save_config
-from asyncrl.runtime.learner import Learner
 from asyncrl.runtime.lifecycle import Interrupted
+from asyncrl.settings import TrainConfig, resolve, underive
 
 PPO = dict(
     env="CartPole-v1",
@@ -150,18 +151,18 @@ def test_a_larger_total_steps_continues_the_schedule_from_where_it_was():
     stop; with another, the fraction reached goes on linearly to 0 at the new total -- never
     back up (it was 1 - env_steps / total_steps, which a larger total moved up)."""
     spec, cfg = _spec_and_cfg(total_steps=1000)
-    before = Learner(cfg, spec)
+    before = PPOLearner(cfg, spec)
     before.env_steps = 600
     lr_at_stop = before.lr_now()
     assert lr_at_stop == pytest.approx(cfg.lr * 0.4)
     state = before.state_dict()
     for total in (1000, 2000, 700):
-        after = Learner(dataclasses.replace(cfg, total_steps=total), spec)
+        after = PPOLearner(dataclasses.replace(cfg, total_steps=total), spec)
         after.load_state_dict(state)
         assert after.lr_now() == pytest.approx(lr_at_stop), total  # no jump
         after.env_steps = total
         assert after.lr_now() == 0.0
-    same = Learner(cfg, spec)
+    same = PPOLearner(cfg, spec)
     same.load_state_dict(state)
     same.env_steps = 800
     assert same.lr_now() == cfg.lr * (1.0 - 800 / 1000)  # exactly the unresumed rule

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from asyncrl.cli import main
-from asyncrl.config import ConfigError, TrainConfig, resolve
+from asyncrl.config import ConfigError
 from asyncrl.envs import check_env
+from asyncrl.replay.buffer import FIELDS, ReplayBuffer
 from asyncrl.rundir import (
     CheckpointWriteError,
     checkpoint_files,
@@ -26,7 +27,7 @@ from asyncrl.rundir import (
     save_checkpoint,
     save_config,
 )
-from asyncrl.runtime.replay import FIELDS, ReplayBuffer
+from asyncrl.settings import TrainConfig, resolve
 
 
 def _state(i: int, keep: int = 2) -> dict:
@@ -147,11 +148,11 @@ def test_a_payload_in_the_newest_checkpoint_falls_back_to_a_clean_one(tmp_path):
 def test_what_the_learners_save_loads_without_running_code(tmp_path):
     """Every learner's real state dict, replay buffer included, goes through the weights-only
     loader: numpy arrays and scalars become tensors and numbers on the way in."""
-    from asyncrl.runtime.learner import Learner
-    from asyncrl.runtime.sac_learner import SACLearner
+    from asyncrl.algos.ppo.learner import PPOLearner
+    from asyncrl.algos.sac.learner import SACLearner
 
     ppo_cfg = resolve(TrainConfig(norm_obs=True), "classic")
-    ppo = Learner(ppo_cfg, check_env(ppo_cfg.env))
+    ppo = PPOLearner(ppo_cfg, check_env(ppo_cfg.env))
     sac_cfg = resolve(
         TrainConfig(
             algo="sac", env="Pendulum-v1", save_replay=True, buffer_size=64, learning_starts=8
@@ -174,7 +175,7 @@ def test_what_the_learners_save_loads_without_running_code(tmp_path):
     ppo.env_steps, sac.env_steps, sac.updates = 640, 20, 12
     restored = {}
     for name, learner, fresh in (
-        ("ppo", ppo, lambda: Learner(ppo_cfg, check_env(ppo_cfg.env))),
+        ("ppo", ppo, lambda: PPOLearner(ppo_cfg, check_env(ppo_cfg.env))),
         ("sac", sac, lambda: SACLearner(sac_cfg, sac_spec)),
     ):
         run = tmp_path / name

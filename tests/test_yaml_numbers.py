@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from asyncrl.cli import main
-from asyncrl.config import ConfigError, from_dict, load_yaml
+from asyncrl.config import ConfigError, load_yaml
+from asyncrl.settings import from_dict
 
 
 def _yaml(tmp_path, text: str):

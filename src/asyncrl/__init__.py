@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from asyncrl.config import ConfigError, TrainConfig
+from asyncrl.config import ConfigError
+from asyncrl.settings import TrainConfig
 
 __version__ = "0.1.0"
 

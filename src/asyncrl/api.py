@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from asyncrl.config import TrainConfig, from_dict, load_yaml, underive
-from asyncrl.rundir import load_run_config
+from asyncrl.config import load_yaml
+from asyncrl.settings import TrainConfig, from_dict, load_run_config, underive
 
 if TYPE_CHECKING:
     from asyncrl.policy import Policy

@@ -18,15 +18,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from asyncrl.config import (
-    FIELDS,
-    KINDS,
-    ConfigError,
-    TrainConfig,
-    from_dict,
-    load_yaml,
-    preset_help,
-)
+from asyncrl.config import ConfigError, load_yaml
+from asyncrl.settings import FIELDS, KINDS, TrainConfig, from_dict, preset_help
 
 SUMMARY_KEYS = (
     "env",

@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos.acting import build_acting_policy
-from asyncrl.config import ConfigError, TrainConfig
+from asyncrl.algos import algorithm
+from asyncrl.config import ConfigError
 from asyncrl.envs import EnvSpec, check_env, make_env
 from asyncrl.nets import FlatParams
-from asyncrl.rundir import load_best_checkpoint, load_checkpoint, load_run_config
+from asyncrl.rundir import load_best_checkpoint, load_checkpoint
+from asyncrl.settings import TrainConfig, load_run_config
 
 CHECKPOINTS = ("latest", "best")
 
@@ -99,7 +100,7 @@ class Policy:
         """An untrained policy of the run's shape. Drawing its initial weights leaves the
         global torch random state as it was (they are overwritten by what is loaded)."""
         with torch.random.fork_rng(devices=[]):
-            module = build_acting_policy(config, spec)
+            module = algorithm(config.algo).acting_module(config, spec)
         return cls(module, config, spec, seed)
 
     def load_vector(self, vector: np.ndarray) -> None:
@@ -259,15 +260,6 @@ def run_episodes(
     return EvalResult(returns, lengths)
 
 
-def acting_state(state: dict[str, Any], algo: str) -> dict[str, Any]:
-    """The state dict of the acting policy in a checkpoint: its ``policy`` entry, or, in a
-    checkpoint written before checkpoints had one, where each algorithm's learner kept it."""
-    if "policy" in state:
-        return state["policy"]
-    learner = state["learner"]
-    return learner["sac"]["actor"] if algo == "sac" else learner["policy"]
-
-
 def load(run_dir: str | Path, checkpoint: str = "latest", seed: int = 0) -> Policy:
     """The policy saved in ``run_dir``: its newest checkpoint (``"latest"``, falling back to an
     older one if the newest is damaged) or the one that evaluated best during training
@@ -280,7 +272,7 @@ def load(run_dir: str | Path, checkpoint: str = "latest", seed: int = 0) -> Poli
     spec = check_env(cfg.env, cfg.atari_preprocessing)
     state = load_best_checkpoint(run_dir) if checkpoint == "best" else load_checkpoint(run_dir)
     policy = Policy.build(cfg, spec, seed)
-    policy.module.load_state_dict(acting_state(state, cfg.algo))
+    policy.module.load_state_dict(algorithm(cfg.algo).acting_state(state))
     if "learner" in state:
         policy.env_steps = int(state["learner"]["counters"]["env_steps"])
     else:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.config import ConfigError, TrainConfig, from_dict, load_yaml
+from asyncrl.config import ConfigError
 
 CONFIG = "config.yaml"
 CHECKPOINT = "checkpoint.pt"
@@ -65,7 +65,7 @@ class CheckpointWriteError(OSError):
     ``errno`` is that of the failed write (``errno.ENOSPC`` for a full disk)."""
 
 
-def default_run_dir(cfg: TrainConfig) -> Path:
+def default_run_dir(cfg: Any) -> Path:
     """``runs/<env>-<algo>-<mode>-<time>``, with ``-2``, ``-3``, ... appended if a run started
     in the same second already has that name: a default never points at another run."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -78,7 +78,7 @@ def default_run_dir(cfg: TrainConfig) -> Path:
     return path
 
 
-def default_study_dir(kind: str, cfg: TrainConfig) -> Path:
+def default_study_dir(kind: str, cfg: Any) -> Path:
     """Where ``asyncrl compare`` / ``tune`` put their runs and tables unless told."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{kind}-{cfg.env.replace(':', '-')}-{cfg.algo}-{stamp}"
@@ -403,17 +403,5 @@ def save_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     _atomic_write(run_dir / SUMMARY, lambda p: p.write_text(text))
 
 
-def save_config(run_dir: Path, cfg: TrainConfig) -> None:
+def save_config(run_dir: Path, cfg: Any) -> None:
     _atomic_write(run_dir / CONFIG, cfg.save)
-
-
-# Preset-governed settings that runs saved before they existed did not have, with the value
-# those runs ran with: left unset, a preset would fill them and change the run on resume.
-ADDED_SINCE = {"norm_reward": False}
-
-
-def load_run_config(run_dir: str | Path) -> TrainConfig:
-    path = Path(run_dir) / CONFIG
-    if not path.exists():
-        raise ConfigError(f"run_dir: {run_dir} is not a run directory (no {CONFIG})")
-    return from_dict({**ADDED_SINCE, **load_yaml(path)})

@@ -8,9 +8,10 @@ import copy
 import numpy as np
 import torch
 
-from asyncrl.algos.ppo import PPO, PPOConfig
+from asyncrl.algos.ppo.config import PPOConfig
+from asyncrl.algos.ppo.networks import build_policy
+from asyncrl.algos.ppo.update import PPO
 from asyncrl.envs import EnvSpec
-from asyncrl.nets import build_policy
 
 T, B, OBS, ACT = 16, 4, 3, 2
 SPEC = EnvSpec(

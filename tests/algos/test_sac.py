@@ -7,7 +7,9 @@ import math
 import torch
 from torch import nn
 
-from asyncrl.algos.sac import SAC, QEnsemble, SACConfig, SquashedGaussianActor
+from asyncrl.algos.sac.config import SACConfig
+from asyncrl.algos.sac.networks import QEnsemble, SquashedGaussianActor
+from asyncrl.algos.sac.update import SAC
 
 
 def _batch(B=32, obs=3, act=2, seed=0):

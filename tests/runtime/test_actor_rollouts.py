@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.config import TrainConfig, resolve
+from asyncrl.algos.ppo.networks import build_policy
 from asyncrl.envs import check_env
-from asyncrl.nets import FlatParams, build_policy
+from asyncrl.nets import FlatParams
 from asyncrl.runtime.actor import Actor
-from asyncrl.runtime.transport import PolicyStore, SlotLayout, SlotStore
+from asyncrl.runtime.transport import PolicyStore, SlotStore, rollout_layout
+from asyncrl.settings import TrainConfig, resolve
 
 
 def _collect(env_id: str, rollout: int = 12, K: int = 2):
@@ -22,7 +23,7 @@ def _collect(env_id: str, rollout: int = 12, K: int = 2):
     flat = FlatParams(learner_policy)
     store = PolicyStore(flat.numel, shared=False)
     store.publish(7, flat.write_to)
-    slots = SlotStore(SlotLayout.for_rollout(spec, rollout, K), 1, shared=False)
+    slots = SlotStore(rollout_layout(cfg, spec), 1, shared=False)
     actor = Actor(0, cfg, spec, store)
     slot = slots.slots[0]
     actor.collect(slot)

@@ -6,8 +6,8 @@ import queue
 import signal
 import time
 
-from asyncrl.config import TrainConfig
 from asyncrl.runtime.processes import ChildProcesses, report_failure
+from asyncrl.settings import TrainConfig
 
 
 def _send_more_than_a_pipe_holds(outbox, ready) -> None:

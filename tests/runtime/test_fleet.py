@@ -22,12 +22,12 @@ import store_reader
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asyncrl.config import TrainConfig
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import FILLING, FULL, TRAINING, SlotBook
 from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.trainer import train
 from asyncrl.runtime.transport import PolicyStore
+from asyncrl.settings import TrainConfig
 from conftest import alive, shm_segments
 
 

@@ -12,13 +12,14 @@ import torch
 from torch import nn
 
 from asyncrl.cli import main
-from asyncrl.config import ConfigError, TrainConfig, validate, worker_config
+from asyncrl.config import ConfigError, worker_config
 from asyncrl.envs import check_env
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import load_checkpoint
 from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.hogwild import HogwildSync
 from asyncrl.runtime.trainer import make_learner, train
+from asyncrl.settings import TrainConfig, validate
 
 
 def _module(seed: int) -> nn.Module:
@@ -96,7 +97,7 @@ def test_synced_worker_trains_alone_between_syncs_and_agrees_with_global_after_o
 def test_sac_shares_every_float_an_update_changes():
     cfg = TrainConfig(algo="sac", env="Pendulum-v1", hidden=[16, 16])
     spec = check_env(cfg.env)
-    from asyncrl.config import resolve
+    from asyncrl.settings import resolve
 
     learner = make_learner(resolve(cfg, "classic"), spec)
     shared = {id(t) for t in learner.shared_tensors()}
@@ -131,7 +132,7 @@ def test_two_workers_train_one_global_network_concurrently(tmp_path):
     assert summary["gradient_steps"] == 4 * summary["iterations"]
     # the global network moved away from where it started
     spec = check_env(cfg.env)
-    from asyncrl.config import resolve
+    from asyncrl.settings import resolve
 
     start = make_learner(worker_config(resolve(cfg, "classic"), 0), spec).policy.state_dict()
     state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)

@@ -10,17 +10,18 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.config import TrainConfig, resolve
+from asyncrl.algos import algorithm
+from asyncrl.algos.ppo.learner import PPOLearner
 from asyncrl.envs import check_env
 from asyncrl.rundir import load_checkpoint, save_checkpoint
-from asyncrl.runtime.learner import Learner
 from asyncrl.runtime.trainer import train
 from asyncrl.runtime.transport import SlotLayout, SlotStore
+from asyncrl.settings import TrainConfig, resolve
 
 T, K, N, ROLLOUTS = 16, 3, 2, 4
 
 
-def _learner(**kw) -> Learner:
+def _learner(**kw) -> PPOLearner:
     cfg = resolve(
         TrainConfig(
             norm_reward=True,
@@ -33,14 +34,14 @@ def _learner(**kw) -> Learner:
         ),
         "classic",
     )
-    return Learner(cfg, check_env(cfg.env))
+    return PPOLearner(cfg, check_env(cfg.env))
 
 
 def _rollouts(spec, seed: int = 0):
     """ROLLOUTS slots per actor of made-up CartPole data; rewards and episode ends vary, and
     are kept per env (actor a, env k) as whole streams for the reference."""
     rng = np.random.default_rng(seed)
-    layout = SlotLayout.for_rollout(spec, T, K)
+    layout = SlotLayout.for_rollout(spec, T, K, algorithm("ppo").slot_fields(spec, T, K))
     store = SlotStore(layout, N * ROLLOUTS, shared=False)
     rewards = (rng.standard_normal((ROLLOUTS * T, N * K)) * 2 + 0.5).astype(np.float32)
     ends = rng.random((ROLLOUTS * T, N * K)) < 0.05

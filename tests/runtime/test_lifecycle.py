@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.algos.ppo.learner import PPOLearner
+from asyncrl.replay.buffer import ReplayBuffer
 from asyncrl.rundir import CheckpointWriteError, checkpoint_files, load_checkpoint
 from asyncrl.runtime.faults import ActorError
-from asyncrl.runtime.learner import Learner
 from asyncrl.runtime.lifecycle import Aborted, Interrupted, StopSignals
-from asyncrl.runtime.replay import ReplayBuffer
 from asyncrl.runtime.trainer import train
 
 
@@ -70,7 +70,7 @@ def test_sigint_during_a_ppo_update_stops_after_it_and_saves_the_updated_state(
 ):
     """The signal arrives half-way through the 3rd update; the update still completes, and the
     checkpoint holds the learner as it was after it -- not a half-updated one."""
-    original = Learner.train
+    original = PPOLearner.train
     calls, completed = [], []
 
     def train_with_signal(self, slots):
@@ -81,7 +81,7 @@ def test_sigint_during_a_ppo_update_stops_after_it_and_saves_the_updated_state(
         completed.append(self.iterations)
         return stats
 
-    monkeypatch.setattr(Learner, "train", train_with_signal)
+    monkeypatch.setattr(PPOLearner, "train", train_with_signal)
     with pytest.raises(Interrupted):
         train(inline_cfg)
     assert len(calls) == 3 and completed == [1, 2, 3]  # no 4th iteration began
@@ -169,7 +169,7 @@ def test_an_actor_failure_keeps_the_learners_work_and_says_so(inline_cfg, capsys
 def test_a_learner_exception_mid_update_writes_no_checkpoint_and_points_at_the_last(
     inline_cfg, monkeypatch, capsys
 ):
-    original = Learner.train
+    original = PPOLearner.train
     calls = []
 
     def fail_on_the_fifth(self, slots):
@@ -179,7 +179,7 @@ def test_a_learner_exception_mid_update_writes_no_checkpoint_and_points_at_the_l
             raise RuntimeError("boom: learner bug")
         return original(self, slots)
 
-    monkeypatch.setattr(Learner, "train", fail_on_the_fifth)
+    monkeypatch.setattr(PPOLearner, "train", fail_on_the_fifth)
     cfg = dataclasses.replace(inline_cfg, checkpoint_every=1e-9)  # one after every iteration
     with pytest.raises(RuntimeError, match="boom: learner bug"):
         train(cfg)

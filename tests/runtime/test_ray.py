@@ -27,9 +27,9 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from asyncrl.config import TrainConfig  # noqa: E402
 from asyncrl.runtime.faults import ActorError  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
+from asyncrl.settings import TrainConfig  # noqa: E402
 
 # one cluster for the module, so with pytest-xdist the whole module runs on one worker
 pytestmark = pytest.mark.xdist_group("ray")
@@ -440,7 +440,8 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path):
 
 
 def test_bad_settings_fail_before_ray_starts():
-    from asyncrl.config import ConfigError, validate
+    from asyncrl.config import ConfigError
+    from asyncrl.settings import validate
 
     with pytest.raises(ConfigError, match="ray_cpus_per_actor"):
         validate(TrainConfig(backend="ray", ray_cpus_per_actor=0), "classic")

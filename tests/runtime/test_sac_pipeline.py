@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from asyncrl.config import TrainConfig, resolve
 from asyncrl.evaluate import evaluate
 from asyncrl.runtime.trainer import train
+from asyncrl.settings import TrainConfig, resolve
 
 
 def _cfg(tmp_path, **kw) -> TrainConfig:
@@ -55,8 +55,8 @@ def test_sync_trains_identically_on_every_backend_while_working_ahead(tmp_path, 
     -- which the reference run keeps by not working ahead at all."""
     import torch
 
+    from asyncrl.algos.sac.learner import SACLearner
     from asyncrl.rundir import load_checkpoint
-    from asyncrl.runtime.sac_learner import SACLearner
 
     seen = {"ahead": 0, "deferred": 0}
     work_ahead = SACLearner.work_ahead
@@ -157,8 +157,8 @@ def test_pendulum_reaches_minus_250_within_20k_steps(tmp_path, mode):
 
 
 def test_sync_learner_publishes_only_a_new_version(tmp_path):
+    from asyncrl.algos.sac.learner import SACLearner
     from asyncrl.envs import check_env
-    from asyncrl.runtime.sac_learner import SACLearner
     from asyncrl.runtime.transport import PolicyStore
 
     cfg = resolve(_cfg(tmp_path, mode="sync", backend="inline"), "classic")
@@ -178,8 +178,8 @@ def test_sync_learner_publishes_only_a_new_version(tmp_path):
 def test_an_async_optimizer_error_surfaces_with_its_own_traceback(tmp_path, monkeypatch):
     """The optimizer thread's exception is what the run raises -- its type, message and the
     frame it was raised in -- not the closed rate limiter the loop then finds."""
-    from asyncrl.algos.sac import SAC
-    from asyncrl.runtime.sac_learner import OptimizerFailed
+    from asyncrl.algos.replay_learner import OptimizerFailed
+    from asyncrl.algos.sac.update import SAC
 
     original = SAC.update
     calls = []

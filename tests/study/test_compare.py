@@ -10,7 +10,8 @@ import time
 import pytest
 
 from asyncrl.cli import main
-from asyncrl.config import ConfigError, TrainConfig
+from asyncrl.config import ConfigError
+from asyncrl.settings import TrainConfig
 from asyncrl.study.compare import compare, markdown_table
 from asyncrl.study.runs import Curve, read_curve
 from asyncrl.study.tune import recommend, tune

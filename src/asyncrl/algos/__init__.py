@@ -1,20 +1,24 @@
-"""Update rules, and what each algorithm needs of an env."""
+"""The algorithm registry: the one place an algorithm is chosen by name. Each entry is a
+folder of its own whose package holds ``ALGORITHM`` (see :class:`asyncrl.core.Algorithm`)."""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from functools import cache
 
-from asyncrl.config import ConfigError
-from asyncrl.envs import EnvSpec, check_env
+from asyncrl.core import Algorithm
+
+REGISTRY = {
+    "ppo": "asyncrl.algos.ppo",
+    "sac": "asyncrl.algos.sac",
+}
 
 
-def env_spec(cfg: Any) -> EnvSpec:
-    """The spec of ``cfg.env`` as its actors make it, checked against what ``cfg.algo`` can
-    train: a ConfigError naming the setting otherwise."""
-    spec = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
-    if cfg.algo == "sac" and spec.discrete:
-        raise ConfigError(
-            f"algo: sac needs a continuous (Box) action space; {spec.env_id} has "
-            f"{spec.n_actions} discrete actions (use --algo ppo)"
-        )
-    return spec
+@cache
+def algorithm(name: str) -> Algorithm:
+    """The algorithm registered as ``name`` (settings have checked that it is one)."""
+    return importlib.import_module(REGISTRY[name]).ALGORITHM
+
+
+def algorithms() -> list[Algorithm]:
+    return [algorithm(name) for name in REGISTRY]

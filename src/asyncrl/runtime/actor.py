@@ -1,13 +1,9 @@
 """An actor: one batched env of K envs and a CPU copy of the policy, filling rollout slots.
 
 The actor knows nothing of processes or queues: a backend hands it a slot and the policy store,
-and it loads the newest policy version, steps T times, and writes every field of the slot. Env
-state carries over between rollouts (no reset), as in any PPO implementation.
-
-On-policy (PPO) actors also record behaviour log-probs and, where a time limit cut an episode,
-the value of its final observation. Off-policy (SAC) actors record the final observation itself
-for the replay buffer, and act uniformly at random until the learner publishes its first update
-(the warm-up of ``learning_starts`` transitions).
+and it loads the newest policy version, steps T times, and writes every field of the slot --
+what its algorithm records beside observations, actions and rewards through the algorithm's
+``Acting`` (asyncrl.core). Env state carries over between rollouts (no reset).
 """
 
 from __future__ import annotations
@@ -17,8 +13,7 @@ import time
 import numpy as np
 import torch
 
-from asyncrl.algos.acting import build_acting_policy
-from asyncrl.config import TrainConfig
+from asyncrl.algos import algorithm
 from asyncrl.envs import (
     EnvSpec,
     actor_seed,
@@ -30,6 +25,7 @@ from asyncrl.envs import (
 )
 from asyncrl.nets import FlatParams
 from asyncrl.runtime.transport import PolicyStore, Slot
+from asyncrl.settings import TrainConfig
 
 
 class ActorStatus:
@@ -89,19 +85,20 @@ class Actor:
             atari_preprocessing=cfg.atari_preprocessing,
         )
         self.env_restarts = 0
-        self.off_policy = cfg.algo == "sac"
+        algo = algorithm(cfg.algo)
         # Its initial weights are overwritten by the first published version: drawing them
         # must not advance the global random stream, which the learner's updates use when the
         # actor lives in the learner's process (inline, thread), or a run would depend on the
         # backend.
         with torch.random.fork_rng(devices=[]):
-            self.policy = build_acting_policy(cfg, spec)
+            self.policy = algo.acting_module(cfg, spec)
         self.policy.requires_grad_(False)
         self.flat = FlatParams(self.policy)
         self.in_place = store.attach(self.flat)
         self.version = -1
         first_seed = actor_seed(cfg.seed, actor_id, self.K, cfg.actors, generation)
         self.generator = torch.Generator().manual_seed(first_seed)
+        self.acting = algo.acting(cfg, spec, self.policy, self.generator)
         obs, _ = self.envs.reset(seed=[first_seed + i for i in range(self.K)])
         self.obs_dtype = np.dtype(spec.obs_dtype)  # uint8 frames stay uint8 (nets.as_float)
         self.obs = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype))
@@ -124,24 +121,15 @@ class Actor:
         ActorStatus.set(status, ActorStatus.POLICY)
         self.load_newest_policy()
         ActorStatus.set(status, ActorStatus.ACTING)
-        policy, envs, K = self.policy, self.envs, self.K
+        acting, envs = self.acting, self.envs
         slot.ep_returns.fill(np.nan)
         slot.ep_lengths.fill(0)
         slot.versions.fill(self.version)
-        off_policy, warmup = self.off_policy, self.off_policy and self.version == 0
-        if not off_policy:
-            slot.trunc_values.fill(0.0)
+        acting.start_rollout(slot, self.version)
         for t in range(self.cfg.rollout):
             slot.obs[t] = self.obs.numpy()
-            if warmup:
-                u = torch.rand((K, self.spec.n_actions), generator=self.generator).numpy()
-                action = torch.from_numpy(self.low + u * (self.high - self.low))
-            else:
-                action, logp = policy.act(self.obs, generator=self.generator)
-            slot.actions[t] = action.numpy()
-            if not off_policy:
-                slot.logp[t] = logp.numpy()
-            env_action = action.numpy()
+            action = acting.act(self.obs, t, slot)
+            env_action = slot.actions[t] = action.numpy()
             if not self.spec.discrete:
                 env_action = np.clip(env_action, self.low, self.high)
             ActorStatus.set(status, ActorStatus.STEPPING)
@@ -164,15 +152,7 @@ class Actor:
                     slot.ep_lengths[t, idx] = self.ep_length[idx]
                 self.ep_return[idx] = 0.0
                 self.ep_length[idx] = 0
-                if off_policy:
-                    for i in idx:
-                        slot.final_obs[t, i] = info["final_obs"][i]
-                else:
-                    cut = np.flatnonzero(truncated & ~terminated)
-                    if cut.size:
-                        final = np.stack([info["final_obs"][i] for i in cut])
-                        final = final.astype(self.obs_dtype, copy=False)
-                        slot.trunc_values[t, cut] = policy.value(torch.from_numpy(final)).numpy()
+                acting.episodes_ended(slot, t, idx, np.asarray(truncated), info["final_obs"])
             self.obs = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype))
         slot.obs[self.cfg.rollout] = self.obs.numpy()
         restarts = env_restarts(envs)
@@ -180,7 +160,7 @@ class Actor:
         slot.actor[0] = self.actor_id
         slot.rollout_seconds[0] = time.perf_counter() - t0
         slot.wait_seconds[0] = waited
-        slot.env_steps[0] = self.cfg.rollout * K
+        slot.env_steps[0] = self.cfg.rollout * self.K
         ActorStatus.set(status, ActorStatus.WAITING)
 
     # ---------------------------------------------------------------- checkpoint state

@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec, eval_seeds
 from asyncrl.rundir import (
     BEST_CHECKPOINT,
@@ -59,6 +58,7 @@ from asyncrl.runtime.processes import (
     wait_for,
 )
 from asyncrl.runtime.transport import StopFlag
+from asyncrl.settings import TrainConfig
 
 NICE = 19  # the lowest priority: evaluations take only CPU time nothing else wants
 FINISH_TIMEOUT = 120.0  # seconds the end of a run waits for the evaluation in progress

@@ -42,7 +42,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.config import TrainConfig, learner_threads, worker_config
+from asyncrl.algos import algorithm
+from asyncrl.algos.schedule import continue_schedule
+from asyncrl.config import learner_threads, worker_config
 from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
 from asyncrl.nets import FlatParams
@@ -50,10 +52,10 @@ from asyncrl.rundir import restore_learner, save_checkpoint, save_config
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.faults import ActorError, Restarts, is_env_error
-from asyncrl.runtime.learner import continue_schedule
 from asyncrl.runtime.lifecycle import RunEnd, StopSignals
 from asyncrl.runtime.processes import POLL, ChildProcesses, die_with_parent, report_failure
-from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotLayout, SlotStore, StopFlag
+from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotStore, StopFlag, rollout_layout
+from asyncrl.settings import TrainConfig
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)
 STEPS, UPDATES, ITERATIONS, READY, ENV_RESTARTS = 0, 1, 2, 3, 4
@@ -137,24 +139,22 @@ def worker_main(
     die_with_parent()
     torch.set_num_threads(learner_threads(cfg, cfg.hogwild))
     from asyncrl.runtime.actor import Actor
-    from asyncrl.runtime.trainer import make_learner
 
     actor = slots = learner = sync = row = None
     try:
         wcfg = worker_config(cfg, worker)
-        learner = make_learner(wcfg, spec)
+        learner = algorithm(cfg.algo).learner(wcfg, spec)
         row = counters.array[worker]
         # a resumed run's (or a replaced worker's) schedules go on where they were
         learner.env_steps = steps_before // cfg.hogwild + int(row[STEPS])
-        if cfg.algo == "ppo":  # its schedules' leg, in the worker's share of the steps
-            learner.schedule_from = schedule_from
+        learner.schedule_from = schedule_from  # in the worker's share of the steps
         sync = HogwildSync(learner.shared_tensors(), params.array, cfg.sync_mode, cfg.sync_every)
         sync.pull()
         # Shared mode pushes after every step; only a change made outside the steps needs its
-        # own push (synced mode carries it to the next sync). Per env step for SAC, so only then.
-        outside_steps = sync.shared and cfg.algo == "ppo" and cfg.norm_obs
+        # own push (synced mode carries it to the next sync)
+        outside_steps = sync.shared and learner.changes_outside_steps
         learner.set_step_hooks(sync.before_update, sync.after_update)
-        store = PolicyStore(learner.flat.numel, shared=False, buffers=1)
+        store = PolicyStore(learner.numel, shared=False, buffers=1)
         actor = Actor(  # one process, one buffer: acts with the published parameters in place
             worker,
             wcfg,
@@ -163,8 +163,7 @@ def worker_main(
             generation=generation,
             status=status.array[worker],
         )
-        layout = SlotLayout.for_rollout(spec, wcfg.rollout, wcfg.envs_per_actor, cfg.algo == "sac")
-        slots = SlotStore(layout, 1, shared=False)
+        slots = SlotStore(rollout_layout(wcfg, spec), 1, shared=False)
         slot = slots.slots[0]
         row[READY] = 1  # start together: a worker spawned later would find the budget spent
         while not counters.array[:, READY].all():
@@ -222,13 +221,11 @@ def train_hogwild(
     finished one does. The run ends as every run does (:mod:`asyncrl.runtime.lifecycle`); the
     global network is never half-updated from the parent's view, so every ending but an abort
     keeps it. Returns the summary (also written to summary.json)."""
-    from asyncrl.runtime.trainer import make_learner
-
     signals = signals if signals is not None else StopSignals()
     M = cfg.hogwild
     ctx = mp.get_context("spawn")
     # The global network starts as the first worker would have: seeded like a single learner.
-    holder = make_learner(worker_config(cfg, 0), spec)
+    holder = algorithm(cfg.algo).learner(worker_config(cfg, 0), spec)
     earlier_seconds, resumed_from, first_generation = 0.0, None, 0
     if resume:
         state, resumed_from = restore_learner(run_dir, holder)
@@ -244,7 +241,7 @@ def train_hogwild(
             holder.schedule_from = continue_schedule(saved, share, holder.env_steps // M)
         save_config(run_dir, cfg)  # the checkpoint loaded: the run goes on with these
     steps_before = holder.env_steps
-    schedule_from = holder.schedule_from if cfg.algo == "ppo" else (0, 1.0)  # SAC: none
+    schedule_from = holder.schedule_from
     flat = FlatParams.of(holder.shared_tensors())
     params = SharedArray((flat.numel,), "float32")
     counters = SharedArray((M, COUNTERS), "int64")

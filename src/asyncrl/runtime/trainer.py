@@ -32,22 +32,14 @@ from typing import Any
 
 import torch
 
-from asyncrl.algos import env_spec
-from asyncrl.config import (
-    TrainConfig,
-    check_resume,
-    for_env,
-    learner_threads,
-    preset_line,
-    resolve,
-    validate,
-)
+from asyncrl.algos import algorithm
+from asyncrl.config import learner_threads
+from asyncrl.core import Learner
 from asyncrl.envs import env_family
 from asyncrl.metrics import MetricsLog, ProgressDisplay, RowWindow, Throughput
 from asyncrl.rundir import (
     claim_run_dir,
     default_run_dir,
-    load_run_config,
     restore_learner,
     save_checkpoint,
     save_config,
@@ -55,9 +47,18 @@ from asyncrl.rundir import (
 from asyncrl.runtime.backends import make_backend
 from asyncrl.runtime.backends.base import Backend
 from asyncrl.runtime.evaluator import Evaluations
-from asyncrl.runtime.learner import Learner
 from asyncrl.runtime.lifecycle import Interrupted, RunEnd, StopSignals
 from asyncrl.runtime.transport import memory_line
+from asyncrl.settings import (
+    TrainConfig,
+    check_resume,
+    env_spec,
+    for_env,
+    load_run_config,
+    preset_line,
+    resolve,
+    validate,
+)
 
 __all__ = ["Callback", "Interrupted", "make_learner", "process_state_kept", "train"]
 
@@ -93,12 +94,8 @@ def process_state_kept(cfg: TrainConfig) -> Iterator[StopSignals]:
         torch.set_num_threads(threads)
 
 
-def make_learner(cfg: TrainConfig, spec):
-    if cfg.algo == "sac":
-        from asyncrl.runtime.sac_learner import SACLearner
-
-        return SACLearner(cfg, spec)
-    return Learner(cfg, spec)
+def make_learner(cfg: TrainConfig, spec) -> Learner:
+    return algorithm(cfg.algo).learner(cfg, spec)
 
 
 def train(
@@ -162,7 +159,7 @@ def _train_pipeline(
             earlier_seconds = state.get("wall_seconds", 0.0)
             save_config(run_dir, cfg)  # the checkpoint loaded: the run goes on with these
         steps_at_start = learner.env_steps
-        backend = make_backend(cfg, spec, learner.flat.numel)
+        backend = make_backend(cfg, spec, learner.numel)
         cleanup.callback(backend.close)
         if "actors" in state:
             backend.load_actor_state(state["actors"])
@@ -181,8 +178,8 @@ def _train_pipeline(
         def counters() -> dict[str, Any]:
             return {
                 **backend.health(),
-                "episodic_return": learner.final_return,
-                "episodic_length": learner.final_length,
+                "episodic_return": learner.episode_stats.final_return,
+                "episodic_length": learner.episode_stats.final_length,
                 "iteration": learner.iterations,
                 "wall_seconds": earlier_seconds + meter.wall,
             }
@@ -224,7 +221,7 @@ def _train_pipeline(
                 row = {**stats, **meter.iteration(waited, stats)}
                 progress.update(
                     learner.env_steps,
-                    learner.final_return,
+                    learner.episode_stats.final_return,
                     row["eps"],
                     row["env_steps_per_second"],
                     row["policy_lag_mean"],
@@ -270,10 +267,10 @@ def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: i
         "rollout": cfg.rollout,
         "env_steps": learner.env_steps,
         "iterations": learner.iterations,
-        "episodes": learner.episodes,
-        "final_return": learner.final_return,
+        "episodes": learner.episode_stats.episodes,
+        "final_return": learner.episode_stats.final_return,
         "last100_return": learner.episode_stats.last100_return,
-        "final_length": learner.final_length,
+        "final_length": learner.episode_stats.final_length,
         **meter.summary(new_steps, cfg.actors),
         "learn_seconds": learner.learn_seconds,
         **learner.summary_fields(meter.wall),

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # the transport needs no env package at run time (light child imports)
+    from asyncrl.core import SlotField
     from asyncrl.envs import EnvSpec
 
 SHM_PREFIX = "asyncrl_"
@@ -47,29 +48,22 @@ class SlotLayout:
 
     @staticmethod
     def for_rollout(
-        spec: EnvSpec, rollout: int, num_envs: int, off_policy: bool = False
+        spec: EnvSpec, rollout: int, num_envs: int, extra: tuple[SlotField, ...] = ()
     ) -> SlotLayout:
-        """On-policy slots carry behaviour log-probs and truncation bootstrap values; off-policy
-        slots carry the final observation of every episode that ended (the replay buffer's
-        ``next_obs`` there), since the next row already holds the reset observation.
-        Observations keep the env's dtype (``spec.obs_dtype``: uint8 frames stay uint8)."""
+        """Every slot holds observations (T + 1 rows: the last is the one after the rollout, in
+        the env's dtype: uint8 frames stay uint8), actions, rewards, episode ends, the policy
+        version of each step and finished episodes' returns; ``extra``: what the algorithm
+        records beside them (its ``slot_fields``)."""
         T, K = rollout, num_envs
         act_dtype = "int64" if spec.discrete else "float32"
-        if off_policy:
-            per_algo = (("final_obs", (T, K, *spec.obs_shape), spec.obs_dtype),)
-        else:
-            per_algo = (
-                ("logp", (T, K), "float32"),  # behaviour log-prob of each action
-                ("trunc_values", (T, K), "float32"),  # V(final obs) where truncated
-            )
         return SlotLayout(
             (
-                ("obs", (T + 1, K, *spec.obs_shape), spec.obs_dtype),  # row T: after the rollout
+                ("obs", (T + 1, K, *spec.obs_shape), spec.obs_dtype),
                 ("actions", (T, K, *spec.action_shape), act_dtype),
                 ("rewards", (T, K), "float32"),
                 ("terminated", (T, K), "bool"),
                 ("truncated", (T, K), "bool"),
-                *per_algo,
+                *extra,
                 ("versions", (T, K), "int64"),  # policy version that chose each action
                 ("ep_returns", (T, K), "float32"),  # finished episode's return, NaN elsewhere
                 ("ep_lengths", (T, K), "int32"),
@@ -94,27 +88,27 @@ class SlotLayout:
         return out, max(pos, 1)
 
 
+def rollout_layout(cfg: Any, spec: EnvSpec) -> SlotLayout:
+    """The layout of a run's slots: one actor's rollout, with what its algorithm records."""
+    from asyncrl.algos import algorithm
+
+    extra = algorithm(cfg.algo).slot_fields(spec, cfg.rollout, cfg.envs_per_actor)
+    return SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, extra)
+
+
 def memory_line(cfg: Any, spec: EnvSpec) -> str:
     """The start-up line on what observations cost: their dtype and bytes, the rollout slots'
-    bytes per sample and, for SAC, the replay buffer's per transition."""
-    from asyncrl.runtime.replay import ReplayBuffer
+    bytes per sample, and the algorithm's own (a replay buffer's size)."""
+    from asyncrl.algos import algorithm
 
     dtype = np.dtype(spec.obs_dtype)
     obs = int(np.prod(spec.obs_shape)) * dtype.itemsize
-    shape = tuple(spec.obs_shape)
-    off_policy = cfg.algo == "sac"
-    layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, off_policy)
     line = (
-        f"asyncrl: observations {dtype.name} {shape}, {obs:,} B each; rollout slots "
-        f"{layout.bytes_per_sample():,.0f} B per sample"
+        f"asyncrl: observations {dtype.name} {tuple(spec.obs_shape)}, {obs:,} B each; rollout "
+        f"slots {rollout_layout(cfg, spec).bytes_per_sample():,.0f} B per sample"
     )
-    if off_policy:
-        per = ReplayBuffer.transition_bytes(spec.obs_shape, dtype, (spec.n_actions,))
-        line += (
-            f"; replay {per:,} B per transition, {per * cfg.buffer_size / 1e9:,.2f} GB for "
-            f"buffer_size {cfg.buffer_size:,}"
-        )
-    return line
+    note = algorithm(cfg.algo).memory_note(cfg, spec)
+    return line + (f"; {note}" if note else "")
 
 
 class Slot:

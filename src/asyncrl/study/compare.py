@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asyncrl.config import MODES, ConfigError, TrainConfig, for_env, resolve, validate
-from asyncrl.rundir import default_study_dir, load_run_config
+from asyncrl.config import MODES, ConfigError
+from asyncrl.rundir import default_study_dir
+from asyncrl.settings import TrainConfig, for_env, load_run_config, resolve, validate
 from asyncrl.study.runs import Curve, read_curve, read_summary
 
 RUN_FIELDS = (
@@ -137,7 +138,7 @@ def compare(
     echo=print,
 ) -> list[StudyRun]:
     """Train (or reuse) every configuration in turn; write the table, CSV and plots to out."""
-    from asyncrl.algos import env_spec
+    from asyncrl.settings import env_spec
     from asyncrl.runtime.trainer import train
 
     out = Path(out) if out else default_study_dir("compare", base)

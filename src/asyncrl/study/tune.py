@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from asyncrl.config import BACKENDS, ConfigError, TrainConfig, resolve, validate
+from asyncrl.config import BACKENDS, ConfigError
 from asyncrl.rundir import default_study_dir
+from asyncrl.settings import TrainConfig, resolve, validate
 
 MIN_PROBE_SECONDS = 8.0  # process start-up plus a few iterations
 NEAR_BEST = 0.95
@@ -104,7 +105,7 @@ def tune(
     out: Path | str = "",
     echo=print,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    from asyncrl.algos import env_spec
+    from asyncrl.settings import env_spec
     from asyncrl.envs import env_family
     from asyncrl.runtime.trainer import train
 

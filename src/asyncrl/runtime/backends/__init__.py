@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import Backend
+from asyncrl.settings import TrainConfig
 
 
 def make_backend(cfg: TrainConfig, spec: EnvSpec, numel: int) -> Backend:

@@ -18,7 +18,7 @@ from collections import deque
 from typing import Any, Protocol
 
 from asyncrl.runtime.faults import Restarts
-from asyncrl.runtime.transport import PolicyStore, Slot, SlotLayout, SlotStore
+from asyncrl.runtime.transport import PolicyStore, Slot, SlotStore, rollout_layout
 
 
 class Backend(Protocol):
@@ -70,7 +70,7 @@ class OwnedTransport:
     def _own_transport(
         self, cfg: Any, spec: Any, numel: int, slot_count: int, shared: bool, buffers: int
     ) -> None:
-        layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
+        layout = rollout_layout(cfg, spec)
         self.slots = SlotStore(layout, slot_count, shared=shared)
         self.store = PolicyStore(numel, shared=shared, buffers=buffers)
         self.env_restarts = 0

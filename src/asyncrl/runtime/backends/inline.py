@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections import deque
 
-from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport
 from asyncrl.runtime.backends.local import LocalFleet
 from asyncrl.runtime.transport import Slot
+from asyncrl.settings import TrainConfig
 
 
 class InlineBackend(OwnedTransport):

@@ -13,11 +13,11 @@ import traceback
 
 import numpy as np
 
-from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import Actor, ActorStatus
 from asyncrl.runtime.faults import ActorError, Restarts, actor_label, is_env_error
 from asyncrl.runtime.transport import PolicyStore, Slot
+from asyncrl.settings import TrainConfig
 
 
 class LocalFleet:

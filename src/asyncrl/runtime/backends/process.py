@@ -31,7 +31,6 @@ from typing import Any
 
 import torch
 
-from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
@@ -45,6 +44,7 @@ from asyncrl.runtime.processes import (
     wait_for,
 )
 from asyncrl.runtime.transport import IdChannel, PolicyStore, SharedArray, SlotStore, StopFlag
+from asyncrl.settings import TrainConfig
 
 
 def actor_main(

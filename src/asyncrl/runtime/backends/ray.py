@@ -40,12 +40,12 @@ from typing import Any
 
 import numpy as np
 
-from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
 from asyncrl.runtime.faults import ActorError, Restarts, actor_label, is_env_error
-from asyncrl.runtime.transport import Slot, SlotLayout
+from asyncrl.runtime.transport import Slot, rollout_layout
+from asyncrl.settings import TrainConfig
 
 POLL = 0.2  # seconds between looks at the calls in flight when none completes
 # an actor Ray has not started this long after it was asked to (no node with the CPUs it needs:
@@ -66,7 +66,7 @@ class RolloutWorker:
         from asyncrl.runtime.transport import PolicyStore
 
         torch.set_num_threads(cfg.threads_actor)
-        layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
+        layout = rollout_layout(cfg, spec)
         _, nbytes = layout.offsets()
         self.raw = np.zeros(nbytes, dtype=np.uint8)
         self.slot = Slot(layout, self.raw)

@@ -22,12 +22,12 @@ import time
 import traceback
 from collections import deque
 
-from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
 from asyncrl.runtime.backends.local import LocalFleet
 from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.transport import Slot
+from asyncrl.settings import TrainConfig
 
 POLL = 0.2
 

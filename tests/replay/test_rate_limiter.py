@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asyncrl.runtime.rate_limiter import LimiterClosed, RateLimiter
+from asyncrl.replay.rate_limiter import LimiterClosed, RateLimiter
 
 
 def in_window(lim: RateLimiter, snap: dict) -> bool:

@@ -1,4 +1,4 @@
-"""A fixed-capacity ring of transitions for off-policy learners (SAC).
+"""A fixed-capacity ring of transitions for off-policy learners.
 
 Storage is preallocated once, so memory use is known up front (``nbytes``) and never grows during a
 run; observations keep the env's own dtype (uint8 pixels stay uint8: four times smaller than
@@ -15,9 +15,23 @@ from typing import Any
 
 import numpy as np
 
-from asyncrl.config import FLAG_DTYPE, REWARD_DTYPE, transition_bytes
-
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+# what one transition holds besides its observations and action
+REWARD_DTYPE = np.dtype(np.float32)
+FLAG_DTYPE = np.dtype(np.bool_)
+
+
+def transition_bytes(
+    obs_shape: tuple[int, ...],
+    obs_dtype: np.dtype | type | str,
+    action_shape: tuple[int, ...],
+    action_dtype: np.dtype | type | str = np.float32,
+) -> int:
+    """Bytes one transition takes (obs and next_obs, action, reward, two flags), known before
+    any buffer is made."""
+    obs = int(np.prod(obs_shape, dtype=np.int64)) * np.dtype(obs_dtype).itemsize
+    act = int(np.prod(action_shape, dtype=np.int64)) * np.dtype(action_dtype).itemsize
+    return 2 * obs + act + REWARD_DTYPE.itemsize + 2 * FLAG_DTYPE.itemsize
 
 
 class ReplayBuffer:
@@ -36,6 +50,8 @@ class ReplayBuffer:
         action_shape: tuple[int, ...],
         action_dtype: np.dtype | type = np.float32,
         seed: int | None = None,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ) -> None:
         if int(capacity) != capacity or capacity < 1:
             raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
@@ -51,6 +67,11 @@ class ReplayBuffer:
         self.next_obs = np.zeros((n, *self.obs_shape), self.obs_dtype)
         self.terminated = np.zeros(n, FLAG_DTYPE)
         self.truncated = np.zeros(n, FLAG_DTYPE)
+        # n-step transitions: the env steps each spans (its reward sums them, discounted)
+        self.n_step, self.gamma = int(n_step), float(gamma)
+        self.fields = FIELDS + (("steps",) if self.n_step > 1 else ())
+        if self.n_step > 1:
+            self.steps = np.zeros(n, np.uint8)
         self._pos = 0  # next slot to write
         self._total = 0  # transitions ever inserted (also counts overwritten ones)
         self._rng = np.random.default_rng(seed)
@@ -82,7 +103,7 @@ class ReplayBuffer:
     @property
     def nbytes(self) -> int:
         """Bytes held by the preallocated storage (all ``capacity`` slots, used or not)."""
-        return sum(getattr(self, f).nbytes for f in FIELDS)
+        return sum(getattr(self, f).nbytes for f in self.fields)
 
     # ------------------------------------------------------------------ writing
     def add_batch(
@@ -93,6 +114,7 @@ class ReplayBuffer:
         next_obs: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
+        steps: np.ndarray | None = None,
     ) -> None:
         """Insert B transitions (leading axis B), as if one by one in order.
 
@@ -109,6 +131,8 @@ class ReplayBuffer:
             terminated=np.asarray(terminated),
             truncated=np.asarray(truncated),
         )
+        if self.n_step > 1:
+            batch["steps"] = np.asarray(steps)
         b = batch["reward"].shape[0] if batch["reward"].ndim else -1
         for name, arr in batch.items():  # validate everything before writing anything
             dst = getattr(self, name)
@@ -139,7 +163,14 @@ class ReplayBuffer:
         self._pos = (self._pos + b) % cap
         self._total += b
 
+    def add_slots(self, slots: list[Any]) -> None:
+        """Insert the transitions of filled rollout slots, each in env order within a step."""
+        for slot in slots:
+            self.add_batch(**rollout_transitions(slot, self.n_step, self.gamma))
+
     # ------------------------------------------------------------------ reading
+    looks_ahead = True  # draw_indices(upcoming=...) and hits_upcoming are exact
+
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
         """``batch_size`` transitions drawn uniformly with replacement from the stored ones.
 
@@ -168,7 +199,7 @@ class ReplayBuffer:
 
     def take(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         """The transitions in slots ``idx`` (fresh arrays)."""
-        return {f: getattr(self, f).take(idx, axis=0) for f in FIELDS}
+        return {f: getattr(self, f).take(idx, axis=0) for f in self.fields}
 
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict[str, Any]:
@@ -187,7 +218,7 @@ class ReplayBuffer:
             "position": self._pos,
             "total_inserted": self._total,
             "rng_state": self._rng.bit_generator.state,
-            **{f: getattr(self, f)[:size] for f in FIELDS},
+            **{f: getattr(self, f)[:size] for f in self.fields},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -213,7 +244,7 @@ class ReplayBuffer:
             raise ValueError(
                 f"load_state_dict: position {pos} inconsistent with total_inserted {total}"
             )
-        for f in FIELDS:
+        for f in self.fields:
             src = np.asarray(state[f])
             dst = getattr(self, f)
             if src.shape != (size, *dst.shape[1:]):
@@ -224,3 +255,53 @@ class ReplayBuffer:
             dst[size:] = 0
         self._pos, self._total = pos, total
         self._rng.bit_generator.state = state["rng_state"]
+
+
+def nstep_window(
+    rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, n: int, gamma: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each step t of a [T, K] rollout, the n-step window that starts there and stays
+    inside the rollout and the episode: its discounted reward sum, the steps it spans (<= n;
+    fewer where the rollout or the episode ends first) and the row of its last step."""
+    T, K = rewards.shape
+    total = np.zeros((T, K), np.float64)
+    steps = np.zeros((T, K), np.int64)
+    alive = np.ones((T, K), bool)
+    done = terminated | truncated
+    for j in range(min(n, T)):
+        open_ = alive[: T - j]
+        total[: T - j] += np.where(open_, gamma**j * rewards[j:], 0.0)
+        steps[: T - j] += open_
+        alive[: T - j] &= ~done[j:]
+        alive[T - j - 1 :] = False  # windows that reached the rollout's end stop there
+    last = np.arange(T)[:, None] + steps - 1
+    return total.astype(np.float32), steps, last
+
+
+def rollout_transitions(slot: Any, n_step: int = 1, gamma: float = 0.99) -> dict[str, np.ndarray]:
+    """A slot's transitions, flat in (step, env) order; ``next_obs`` is the following row, or the
+    final observation where the episode ended. With ``n_step`` > 1 each transition spans up to
+    n steps within the rollout (``steps``), its reward their discounted sum."""
+    T, K = slot.rewards.shape
+    cols = np.arange(K)[None, :]
+    if n_step == 1:
+        reward, steps, last = slot.rewards, None, np.arange(T)[:, None].repeat(K, 1)
+    else:
+        reward, steps, last = nstep_window(
+            slot.rewards, slot.terminated, slot.truncated, n_step, gamma
+        )
+    done = (slot.terminated | slot.truncated)[last, cols]
+    obs_shape = slot.obs.shape[2:]
+    where = done.reshape(T, K, *([1] * len(obs_shape)))
+    next_obs = np.where(where, slot.final_obs[last, cols], slot.obs[last + 1, cols])
+    out = {
+        "obs": slot.obs[:-1].reshape(-1, *obs_shape),
+        "action": slot.actions.reshape(T * K, *slot.actions.shape[2:]),
+        "reward": np.ascontiguousarray(reward).reshape(-1),
+        "next_obs": next_obs.reshape(-1, *obs_shape),
+        "terminated": slot.terminated[last, cols].reshape(-1),
+        "truncated": (slot.truncated[last, cols] & done).reshape(-1),
+    }
+    if steps is not None:
+        out["steps"] = steps.reshape(-1)
+    return out

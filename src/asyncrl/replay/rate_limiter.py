@@ -1,64 +1,8 @@
-"""Keeping off-policy learning at a fixed replay ratio: Reverb's ``SampleToInsertRatio``.
-
-Units here: actors *insert* env steps (transitions) and the learner *samples* gradient steps, so
-``samples_per_insert`` is the replay ratio (gradient steps per env step). In async mode neither
-side may run away from the other; in sync mode the caller interleaves them itself and only needs
-to know how many gradient steps are due (``due_samples``).
-
-The invariant (Reverb's, rewritten in our units)
--------------------------------------------------
-Reverb (``reverb/cc/rate_limiter.cc``, ``reverb/rate_limiters.py``) tracks
-``diff = inserts * samples_per_insert - samples`` and, for a scalar ``error_buffer``, keeps it in
-``[offset - error_buffer, offset + error_buffer]`` with ``offset = samples_per_insert *
-min_size_to_sample``: the offset makes the ratio count only inserts *after* the warm-up. Subtracting
-the offset gives the quantity this module calls ``error``, in gradient steps::
-
-    error = samples_per_insert * (inserts - min_size_to_sample) - samples
-
-positive = the learner owes gradient steps (actors ahead), negative = the learner is ahead. It is
-the negation of ``samples - samples_per_insert * (inserts - min_size_to_sample)``; the window is
-symmetric, so the two phrasings describe the same constraint. Checks, as in Reverb's ``CanInsert``
-/ ``CanSample`` (there with one item at a time, here with a whole batch):
-
-* sampling ``k`` is allowed iff ``inserts >= min_size_to_sample`` and
-  ``error - k >= -error_buffer``;
-* inserting ``n`` is allowed iff the batch ends inside the warm-up
-  (``inserts + n <= min_size_to_sample``) or ``error + samples_per_insert * n <= error_buffer``.
-
-So the *whole* batch must fit (a batch of env steps is atomic: half of it cannot be inserted), and
-consequently, from the moment ``inserts >= min_size_to_sample``::
-
-    -error_buffer <= error <= error_buffer        (always, exactly)
-
-Before that, ``samples == 0`` and ``error = samples_per_insert * (inserts - min_size)`` < 0.
-
-Window-rejection rule
----------------------
-Reverb rejects ``max_diff - min_diff < 2 * max(1, samples_per_insert)``, i.e. for a scalar buffer
-``error_buffer < max(1, samples_per_insert)`` (one sample and one insert must each fit). With
-batches of up to ``max_insert_batch`` inserts and ``max_sample_batch`` samples, we require::
-
-    error_buffer >= max(max_sample_batch, samples_per_insert * max_insert_batch)
-
-which is Reverb's rule for batches of 1. It guarantees progress: if an insert of ``n`` and a sample
-of ``k`` were both refused, then ``error_buffer - spi * n < error < k - error_buffer``, which needs
-``2 * error_buffer < spi * n + k <= 2 * max(k, spi * n)``, impossible. It also guarantees that the
-batch crossing the end of the warm-up lands inside the window (``error <= spi * (n - 1)``), so the
-insert side never blocks before the first sample is possible. Hence a caller must never ask for
-more than these maxima (``ValueError``), and in one limiter the two sides are never blocked at the
-same time.
-
-Design: ``await_can_insert`` / ``await_can_sample`` wait for admission and *commit* it atomically
-(Reverb's ``AwaitAndFinalizeSample``), so the check and the update can never be raced by another
-thread. ``record_inserts`` / ``record_samples`` are the sync-mode bookkeeping: they never block
-and never check the window, because in sync mode the caller's own loop keeps the ratio exactly
-(via ``due_samples``). Do not mix the two styles on one limiter.
-
-All arithmetic is exact: ``samples_per_insert`` and ``error_buffer`` are read as the decimals they
-print as (0.1 is 1/10, not the nearest double) and scaled to integers, so ``due_samples`` never
-loses a gradient step to rounding. State is a handful of plain ints and floats, for a process
-backend to mirror.
-"""
+"""Keeping off-policy learning at a fixed replay ratio: Reverb's ``SampleToInsertRatio`` in
+gradient steps per env step. ``error = samples_per_insert * (inserts - min_size_to_sample) -
+samples`` stays within ``+/- error_buffer`` once the warm-up is over; a constructor check
+refuses windows that cannot make progress. Exact (rational) arithmetic; the invariant and its
+proof are in docs (Internals: the rate limiter)."""
 
 from __future__ import annotations
 

@@ -7,12 +7,11 @@ come back as one tensor so that no minibatch forces a host sync.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from asyncrl.algos.returns import gae, vtrace
-from asyncrl.nets import ActorCritic
+from asyncrl.algos.ppo.config import PPOConfig
+from asyncrl.algos.ppo.networks import ActorCritic
+from asyncrl.algos.ppo.returns import gae, vtrace
 
 STATS = (
     "loss/policy",
@@ -22,23 +21,6 @@ STATS = (
     "loss/clipfrac",
     "grad_norm",
 )
-
-
-@dataclass
-class PPOConfig:
-    epochs: int = 10
-    minibatch_size: int = 256
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_coef: float = 0.2
-    value_clip: float = 0.0  # 0 disables value clipping
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5  # 0 disables clipping
-    norm_adv: bool = True
-    correction: str = "none"  # or "vtrace", "decoupled"
-    vtrace_rho_bar: float = 1.0
-    vtrace_c_bar: float = 1.0
 
 
 class PPO:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.algos.returns import gae, vtrace
+from asyncrl.algos.ppo.returns import gae, vtrace
 
 
 def _episode_end(term: np.ndarray, trunc: np.ndarray, s: int, b: int) -> int:

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from asyncrl.runtime.replay import FIELDS, ReplayBuffer
+from asyncrl.replay.buffer import FIELDS, ReplayBuffer
 
 
 def make_batch(start: int, b: int, obs_shape=(3,), obs_dtype=np.float32, act_dim: int = 2):

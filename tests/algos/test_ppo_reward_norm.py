@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.algos.reward_norm import RewardNormalizer
+from asyncrl.algos.ppo.reward_norm import RewardNormalizer
 
 GAMMA = 0.99
 

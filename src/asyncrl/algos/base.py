@@ -1,0 +1,102 @@
+"""What every learner shares: its counters and the episodes its batches finished, the
+schedules' leg, and publishing its acting module's parameters as a policy version."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from asyncrl.algos.schedule import continue_schedule, linear, schedule_state
+from asyncrl.core import PolicySink
+from asyncrl.metrics import EpisodeStats
+from asyncrl.nets import FlatParams
+
+
+def _nothing() -> None:
+    pass
+
+
+class LearnerBase:
+    """Counters a checkpoint keeps (``version``, ``env_steps``, ``iterations``,
+    ``learn_seconds``, the finished episodes' returns in ``episode_stats``), the linear
+    schedules' current leg, and the published vector of ``self.policy`` (``self.flat``).
+    Subclasses set ``cfg``, ``policy`` and ``flat``, and record each batch's episodes."""
+
+    cfg: Any
+    policy: torch.nn.Module
+    flat: FlatParams
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.env_steps = 0
+        self.iterations = 0
+        self.learn_seconds = 0.0
+        self.episode_stats = EpisodeStats()
+        # the linear schedules' leg: from (env steps, fraction remaining) down to 0 at
+        # cfg.total_steps; a fresh run's is (0, 1)
+        self.schedule_from: tuple[int, float] = (0, 1.0)
+        self.before_step: Callable[[], None] = _nothing
+        self.after_step: Callable[[], None] = _nothing
+
+    @property
+    def numel(self) -> int:
+        return self.flat.numel
+
+    def remaining(self, schedule: str = "linear", env_steps: int | None = None) -> float:
+        """The fraction a schedule leaves at ``env_steps`` (default: now): 1 for ``constant``;
+        for ``linear`` 1 - env_steps / total_steps in a run never resumed with another total."""
+        if schedule == "constant":
+            return 1.0
+        steps = self.env_steps if env_steps is None else env_steps
+        return linear(self.schedule_from, self.cfg.total_steps, steps)
+
+    def publish(self, store: PolicySink) -> None:
+        """Publish the current parameters as version ``self.version``."""
+        store.publish(self.version, self.flat.write_to)
+
+    def policy_vector(self) -> np.ndarray:
+        out = np.empty(self.flat.numel, np.float32)
+        self.flat.write_to(out)
+        return out
+
+    def work_ahead(self) -> None:
+        """Nothing by default: an update needs the batch it waits for."""
+
+    def set_step_hooks(self, before: Callable[[], None], after: Callable[[], None]) -> None:
+        self.before_step, self.after_step = before, after
+
+    @property
+    def changes_outside_steps(self) -> bool:
+        return False
+
+    def summary_fields(self, wall: float) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        """Stop what the learner runs beside the loop (an optimizer thread); else nothing."""
+
+    # ---------------------------------------------------------------- checkpoint state
+    def counters_state(self) -> dict[str, Any]:
+        return {
+            "counters": {
+                "version": self.version,
+                "env_steps": self.env_steps,
+                "iterations": self.iterations,
+                "learn_seconds": self.learn_seconds,
+            },
+            "episodes": self.episode_stats.state_dict(),
+            "schedule": schedule_state(self.schedule_from, self.cfg.total_steps),
+        }
+
+    def load_counters(self, state: dict[str, Any]) -> None:
+        c = state["counters"]
+        self.version, self.env_steps = c["version"], c["env_steps"]
+        self.iterations, self.learn_seconds = c["iterations"], c["learn_seconds"]
+        self.episode_stats.load_state_dict(state["episodes"])
+        if state.get("schedule") is not None:
+            self.schedule_from = continue_schedule(
+                state["schedule"], self.cfg.total_steps, self.env_steps
+            )

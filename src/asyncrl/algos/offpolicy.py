@@ -1,0 +1,158 @@
+"""What off-policy algorithms (SAC, DQN) share before any learning: their replay settings and
+the checks on them, the replay buffer's memory, and the final observation an actor records at
+every episode end (the learner they share is :mod:`asyncrl.algos.replay_learner`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from asyncrl import system
+from asyncrl.config import Hyperparameters, need, preset_setting, setting
+from asyncrl.core import SlotField
+
+
+@dataclass
+class ReplaySettings(Hyperparameters):
+    replay_ratio: float = preset_setting(1.0, "gradient steps per env step, independent of N and K")
+    ratio_tolerance: float = setting(
+        0.0, "async: how far (in gradient steps) either side may run ahead (0: auto)"
+    )
+    learning_starts: int = preset_setting(
+        1000, "transitions collected before updates start (SAC acts at random meanwhile)"
+    )
+    batch_size: int = setting(256, "transitions per gradient step")
+    buffer_size: int = preset_setting(
+        1_000_000,
+        "replay capacity in transitions (a preset's is reduced to what fits in memory; a "
+        "given one is refused if it does not fit)",
+    )
+    save_replay: bool = setting(
+        False, "store the replay buffer in checkpoints (resume with its data)"
+    )
+
+
+REPLAY_DERIVED = {"ratio_tolerance": 0}
+REPLAY_FIXED_ON_RESUME = ("buffer_size",)
+MEMORY_SHARE = 0.8  # of the memory available, what a preset's replay buffer may take
+
+
+def insert_batch(cfg: Any) -> int:
+    """Transitions one actor's rollout holds: one insert into the replay buffer."""
+    return cfg.envs_per_actor * cfg.rollout
+
+
+def validate_replay(cfg: Any, algo: str) -> None:
+    need(cfg.replay_ratio > 0, f"replay_ratio: must be > 0, got {cfg.replay_ratio}")
+    need(cfg.batch_size >= 1, f"batch_size: must be >= 1, got {cfg.batch_size}")
+    need(cfg.buffer_size >= 1, f"buffer_size: must be >= 1, got {cfg.buffer_size}")
+    need(
+        cfg.batch_size <= cfg.buffer_size,
+        f"batch_size: {cfg.batch_size} is larger than the replay capacity buffer_size "
+        f"{cfg.buffer_size}",
+    )
+    need(cfg.learning_starts >= 1, f"learning_starts: must be >= 1, got {cfg.learning_starts}")
+    need(
+        cfg.learning_starts <= cfg.buffer_size,
+        f"learning_starts: {cfg.learning_starts} transitions do not fit in buffer_size "
+        f"{cfg.buffer_size}",
+    )
+    need(
+        cfg.mode == "async" or cfg.rollout == 1 or cfg.hogwild,
+        f"rollout: sync {algo.upper()} updates after every batched env step, so rollout must "
+        f"be 1, got {cfg.rollout}",
+    )
+    need(
+        not (cfg.hogwild and cfg.save_replay),
+        "save_replay: Hogwild! workers keep their own replay buffers, which checkpoints do not "
+        "store; leave --save-replay off",
+    )
+    if cfg.hogwild:
+        return  # a worker's own loop is sync, with its own rollout (checked on its config)
+    need_window = max(1.0, cfg.replay_ratio * insert_batch(cfg))
+    need(
+        cfg.ratio_tolerance >= need_window,
+        f"ratio_tolerance: {cfg.ratio_tolerance} gradient steps is too narrow for inserts of "
+        f"{insert_batch(cfg)} transitions at replay_ratio {cfg.replay_ratio}: it must be >= "
+        f"{need_window:g} or neither side can make progress",
+    )
+
+
+def derived_replay(cfg: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if cfg.log_every == 0:
+        # an iteration is one batched env step: a row each would be a line per env step
+        per_iteration = max(cfg.actors * cfg.envs_per_actor * cfg.rollout, 1)
+        out["log_every"] = -(-1_000 // per_iteration)
+    if cfg.ratio_tolerance == 0:
+        # twice the narrowest window that can make progress (see RateLimiter)
+        out["ratio_tolerance"] = 2.0 * max(1.0, cfg.replay_ratio * insert_batch(cfg))
+    return out
+
+
+def replay_bytes(spec: Any) -> int:
+    """Bytes one stored transition takes, as the replay this spec gets lays it out."""
+    from asyncrl.replay import bytes_per_transition
+
+    return bytes_per_transition(spec)
+
+
+def fit_replay(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
+    """The replay buffer is allocated whole, up front: a given ``buffer_size`` that does not
+    fit in the memory available is refused; a preset's is reduced to what fits, with a line."""
+    per = replay_bytes(spec)
+    need_bytes = per * cfg.buffer_size
+    avail, source = system.available_memory()
+    if need_bytes <= avail:
+        return {}, []
+    what = (
+        f"{cfg.buffer_size:,} transitions of {per:,} B need {need_bytes:,} B "
+        f"({need_bytes / 1e9:,.2f} GB) of memory; {avail:,} B ({avail / 1e9:,.2f} GB) is "
+        f"available ({source})"
+    )
+    need(
+        given is not None and given.buffer_size is None, f"buffer_size: {what}: lower --buffer-size"
+    )
+    fits = int(MEMORY_SHARE * avail) // per
+    need(
+        fits >= max(cfg.learning_starts, cfg.batch_size),
+        f"buffer_size: {what}; the {fits:,} that fit are fewer than learning_starts "
+        f"{cfg.learning_starts:,}: free memory or lower --learning-starts",
+    )
+    line = (
+        f"asyncrl: buffer_size {cfg.buffer_size:,} -> {fits:,}: {what}, so the preset's buffer "
+        f"takes {MEMORY_SHARE:.0%} of it (--buffer-size sets it)"
+    )
+    return {"buffer_size": fits}, [line]
+
+
+def replay_note(cfg: Any, spec: Any) -> str:
+    per = replay_bytes(spec)
+    return (
+        f"replay {per:,} B per transition, {per * cfg.buffer_size / 1e9:,.2f} GB for "
+        f"buffer_size {cfg.buffer_size:,}"
+    )
+
+
+# ------------------------------------------------------------------------------ acting
+def slot_fields(spec: Any, rollout: int, num_envs: int) -> tuple[SlotField, ...]:
+    """The final observation of every episode that ended: the replay's ``next_obs`` there, since
+    the next row already holds the reset observation."""
+    return (("final_obs", (rollout, num_envs, *spec.obs_shape), spec.obs_dtype),)
+
+
+class FinalObsActing:
+    """Records the final observation of every episode that ends; subclasses act."""
+
+    module: Any
+
+    def start_rollout(self, slot: Any, version: int) -> None:
+        pass
+
+    def episodes_ended(
+        self, slot: Any, t: int, ended: np.ndarray, truncated: np.ndarray, final_obs: Any
+    ) -> None:
+        for i in ended:
+            slot.final_obs[t, i] = final_obs[i]

@@ -1,0 +1,62 @@
+"""PPO (with V-trace and the decoupled clip as lag corrections): what the runtime asks of it.
+Light to import; the networks, the learner and torch come with the first call that needs
+them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asyncrl.algos.ppo import config
+
+
+class PPOAlgorithm:
+    name = "ppo"
+    hyperparameters = config.PPOConfig
+    presets = config.PRESETS
+    fixed_on_resume = config.FIXED_ON_RESUME
+    derive_markers: dict[str, Any] = {}
+
+    def accepts(self, spec: Any) -> str | None:
+        return None  # Discrete and 1-D Box actions, as every spec is
+
+    def validate(self, cfg: Any) -> None:
+        config.validate(cfg)
+
+    def derived(self, cfg: Any) -> dict[str, Any]:
+        return {"log_every": 1} if cfg.log_every == 0 else {}  # a row per update
+
+    def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
+        return config.for_env(cfg, spec, given)
+
+    def slot_fields(self, spec: Any, rollout: int, num_envs: int) -> tuple:
+        from asyncrl.algos.ppo.acting import slot_fields
+
+        return slot_fields(spec, rollout, num_envs)
+
+    def memory_note(self, cfg: Any, spec: Any) -> str | None:
+        return None
+
+    def acting_module(self, cfg: Any, spec: Any) -> Any:
+        from asyncrl.algos.ppo.networks import build_policy
+        from asyncrl.nets import encoder_of
+
+        return build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs, encoder_of(cfg))
+
+    def acting(self, cfg: Any, spec: Any, module: Any, generator: Any) -> Any:
+        import numpy as np
+
+        from asyncrl.algos.ppo.acting import PPOActing
+
+        return PPOActing(module, generator, np.dtype(spec.obs_dtype))
+
+    def learner(self, cfg: Any, spec: Any) -> Any:
+        from asyncrl.algos.ppo.learner import PPOLearner
+
+        return PPOLearner(cfg, spec)
+
+    def acting_state(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
+        # a checkpoint from before checkpoints held "policy": the learner's own
+        return checkpoint["policy"] if "policy" in checkpoint else checkpoint["learner"]["policy"]
+
+
+ALGORITHM = PPOAlgorithm()

@@ -1,0 +1,151 @@
+"""PPO's hyperparameters (each field a flag of ``asyncrl train``), its presets per env family,
+and what it refuses. Where the presets' values come from: docs, Guides: presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from asyncrl.config import Hyperparameters, need, preset_setting, setting
+
+CORRECTIONS = ("none", "vtrace", "decoupled")
+SCHEDULES = ("constant", "linear")
+ACTIVATIONS = ("tanh", "relu")
+
+
+@dataclass
+class PPOConfig(Hyperparameters):
+    lr: float = preset_setting(3e-4, "Adam learning rate")
+    lr_schedule: str = setting(
+        "linear", "learning-rate schedule over total_steps", choices=SCHEDULES
+    )
+    epochs: int = preset_setting(10, "passes over each training batch")
+    minibatch_size: int = preset_setting(64, "samples per gradient step")
+    gamma: float = preset_setting(0.99, "discount")
+    gae_lambda: float = preset_setting(0.95, "GAE lambda (also V-trace's lambda)")
+    clip_coef: float = preset_setting(0.2, "PPO ratio clip")
+    clip_schedule: str = setting(
+        "constant", "ratio-clip schedule over total_steps", choices=SCHEDULES
+    )
+    value_clip: float = preset_setting(
+        0.0, "clip the value update to +/- this around the old value (0: off)"
+    )
+    ent_coef: float = preset_setting(0.0, "entropy bonus coefficient")
+    vf_coef: float = setting(0.5, "value loss coefficient")
+    max_grad_norm: float = setting(0.5, "clip the global gradient norm to this (0: off)")
+    norm_adv: bool = setting(True, "normalise advantages per minibatch")
+    norm_obs: bool = preset_setting(
+        False, "running normalisation of observations (saved in checkpoints; MuJoCo wants it)"
+    )
+    norm_reward: bool = preset_setting(
+        False,
+        "divide rewards by the running std of the discounted return (kept by the learner, "
+        "saved in checkpoints; logged returns stay unscaled)",
+    )
+    reward_clip: float = setting(
+        10.0, "with --norm-reward: clip scaled rewards to +/- this (0: off)"
+    )
+    activation: str = setting("tanh", "hidden activation", choices=ACTIVATIONS)
+    correction: str = setting(
+        "none",
+        "lag correction: vtrace (V-trace value targets and advantages) or decoupled (the "
+        "clip around the current policy, lagged samples importance-weighted to it)",
+        choices=CORRECTIONS,
+    )
+    vtrace_rho_bar: float = setting(
+        1.0, "truncation of importance weights (V-trace's TD errors; decoupled's sample weights)"
+    )
+    vtrace_c_bar: float = setting(1.0, "V-trace clip of the trace-cutting coefficients")
+    compile: bool = setting(False, "torch.compile the learner's minibatch step")
+
+
+# Per env family, the values of settings left unset (docs: Guides, presets). classic: CartPole's
+# tuning, with minibatches of 64 so that an async batch of 8 x 32 samples is 4 of them; mujoco:
+# CleanRL's ppo_continuous_action and SB3's defaults with CleanRL's clipped value loss; atari:
+# CleanRL's ppo_atari with the Nature-CNN torso, whose learner takes every CPU.
+PRESETS: dict[str, dict[str, Any]] = {
+    "classic": {
+        "gamma": 0.98,
+        "gae_lambda": 0.8,
+        "lr": 5e-4,
+        "epochs": 10,
+        "minibatch_size": 64,
+        "rollout": 32,
+        "hidden": [64, 64],
+        "norm_obs": False,
+        "norm_reward": False,
+        "total_steps": 150_000,
+    },
+    "mujoco": {
+        "gamma": 0.99,
+        "gae_lambda": 0.95,
+        "lr": 3e-4,
+        "epochs": 10,
+        "minibatch_size": 64,
+        "rollout": 128,
+        "hidden": [64, 64],
+        "norm_obs": True,
+        "norm_reward": True,
+        "value_clip": 0.2,
+        "total_steps": 1_000_000,
+    },
+    "atari": {
+        "gamma": 0.99,
+        "gae_lambda": 0.95,
+        "lr": 2.5e-4,
+        "epochs": 4,
+        "minibatch_size": 256,
+        "rollout": 128,
+        "hidden": [512],
+        "norm_obs": False,
+        "norm_reward": False,
+        "clip_coef": 0.1,
+        "ent_coef": 0.01,
+        "threads_learner": 0,
+        "total_steps": 10_000_000,
+    },
+}
+
+FIXED_ON_RESUME = ("activation", "norm_obs", "norm_reward")
+
+
+def train_batch(cfg: Any) -> int:
+    """Samples PPO trains on per iteration: one actor's rollout, or all of them in sync."""
+    return cfg.envs_per_actor * cfg.rollout * (cfg.actors if cfg.mode == "sync" else 1)
+
+
+def validate(cfg: Any) -> None:
+    for name in ("epochs", "minibatch_size"):
+        need(getattr(cfg, name) >= 1, f"{name}: must be >= 1, got {getattr(cfg, name)}")
+    need(
+        cfg.minibatch_size <= train_batch(cfg) or cfg.hogwild > 0,
+        f"minibatch_size: {cfg.minibatch_size} is larger than the training batch of "
+        f"{train_batch(cfg)} samples (envs_per_actor x rollout"
+        + (" x actors" if cfg.mode == "sync" else "")
+        + "); lower it or raise the batch",
+    )
+    need(cfg.lr > 0, f"lr: must be > 0, got {cfg.lr}")
+    need(0 <= cfg.gamma <= 1, f"gamma: must be in [0, 1], got {cfg.gamma}")
+    need(0 <= cfg.gae_lambda <= 1, f"gae_lambda: must be in [0, 1], got {cfg.gae_lambda}")
+    need(cfg.clip_coef > 0, f"clip_coef: must be > 0, got {cfg.clip_coef}")
+    for name in ("value_clip", "ent_coef", "vf_coef", "max_grad_norm", "reward_clip"):
+        need(getattr(cfg, name) >= 0, f"{name}: must be >= 0, got {getattr(cfg, name)}")
+    need(cfg.vtrace_rho_bar > 0, f"vtrace_rho_bar: must be > 0, got {cfg.vtrace_rho_bar}")
+    need(cfg.vtrace_c_bar > 0, f"vtrace_c_bar: must be > 0, got {cfg.vtrace_c_bar}")
+
+
+def for_env(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
+    """Image observations are scaled by 1/255 in the network: ``norm_obs`` is refused for them
+    if the user set it, and turned off, with a line, if a preset did."""
+    if not (cfg.norm_obs and spec.obs_dtype == "uint8"):
+        return {}, []
+    need(
+        given is not None and given.norm_obs is None,
+        f"norm_obs: {cfg.env} has uint8 observations, which the network scales by 1/255 "
+        "instead; leave --norm-obs off",
+    )
+    line = (
+        f"asyncrl: norm_obs off: {cfg.env} has uint8 observations, which the network "
+        f"scales by 1/255 instead (preset {cfg.preset} would normalise them)"
+    )
+    return {"norm_obs": False}, [line]

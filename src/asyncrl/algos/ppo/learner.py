@@ -1,0 +1,138 @@
+"""PPO's learner: filled slots in, one PPO update and a new policy version out.
+
+One call of :meth:`PPOLearner.train` is one training iteration, whatever the backend: the slots
+of all actors in sync mode, of one actor in async mode. Policy lag of each sample is measured
+against the version the learner holds when it starts the update.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from asyncrl.algos.base import LearnerBase
+from asyncrl.algos.ppo.config import PPOConfig
+from asyncrl.algos.ppo.networks import build_policy
+from asyncrl.algos.ppo.reward_norm import RewardNormalizer
+from asyncrl.algos.ppo.update import PPO
+from asyncrl.envs import EnvSpec
+from asyncrl.nets import FlatParams, encoder_of, learner_device
+
+ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
+
+
+class PPOLearner(LearnerBase):
+    def __init__(self, cfg: Any, spec: EnvSpec):
+        super().__init__()
+        self.cfg, self.spec = cfg, spec
+        self.hp = PPOConfig.of(cfg)
+        self.device = learner_device(cfg.device)
+        # The network starts from cfg.seed as torch's global generator draws it; the global
+        # state is put back at once (updates draw from self.generator): training never changes
+        # the caller's random state. Initialised on the CPU: the same on any device.
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(cfg.seed)  # the CPU one: CUDA's untouched
+            policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs, encoder_of(cfg))
+        self.generator = torch.Generator().manual_seed(cfg.seed + 7)
+        self.policy = policy.to(self.device)
+        self.algo = PPO(self.policy, self.hp, cfg.lr, compile=cfg.compile)
+        self.flat = FlatParams(self.policy)
+        # One statistic for the run, whatever N and K: the learner sees every env's rewards.
+        self.reward_norm = RewardNormalizer(cfg.gamma, cfg.reward_clip) if cfg.norm_reward else None
+
+    def shared_tensors(self) -> list[torch.Tensor]:
+        """Weights and observation statistics: what Hogwild! workers share."""
+        return self.flat.tensors
+
+    def set_step_hooks(self, before, after) -> None:
+        self.algo.before_step, self.algo.after_step = before, after
+
+    @property
+    def changes_outside_steps(self) -> bool:
+        return bool(self.cfg.norm_obs)  # the observation statistics move after the update
+
+    def lr_now(self) -> float:
+        return self.cfg.lr * self.remaining(self.cfg.lr_schedule)
+
+    def train(self, slots: list[Any]) -> dict[str, float]:
+        """One training iteration on ``slots`` (joined along the env axis). The caller publishes
+        the new version before the slots are refilled."""
+        t0 = time.perf_counter()
+        rollout = {  # on the CPU, no copy; else one copy to the learner's device
+            k: torch.from_numpy(_join([getattr(s, k) for s in slots])).to(self.device)
+            for k in ROLLOUT_FIELDS
+        }
+        if self.reward_norm is not None:  # before GAE / V-trace; the slots stay as written
+            rollout["rewards"] = torch.from_numpy(
+                self.reward_norm(
+                    rollout["rewards"].numpy(),
+                    (rollout["terminated"] | rollout["truncated"]).numpy(),
+                    _streams(slots),
+                )
+            )
+        versions = _join([s.versions for s in slots])
+        lag = self.version - versions
+        batch = self.algo.targets(rollout)
+        stats = self.algo.update(
+            batch, self.lr_now(), self.generator, self.remaining(self.cfg.clip_schedule)
+        )
+        if self.cfg.norm_obs:  # after the update: the batch was acted on with the old statistics
+            self.policy.obs_norm.update(rollout["obs"][:-1])
+        self.version += 1
+        steps = int(sum(s.env_steps[0] for s in slots))
+        self.env_steps += steps
+        self.iterations += 1
+        self.episode_stats.record(slots)
+        seconds = time.perf_counter() - t0
+        self.learn_seconds += seconds
+        stats.update(
+            {
+                "learn_seconds": seconds,
+                "samples": float(steps),
+                "learner_samples_per_second": steps / seconds,
+                "policy_lag_mean": float(lag.mean()),
+                "policy_lag_max": float(lag.max()),
+                "rollout_seconds": float(sum(s.rollout_seconds[0] for s in slots)),
+                "actor_wait_seconds": float(sum(s.wait_seconds[0] for s in slots)),
+                "lr": self.lr_now(),
+            }
+        )
+        if self.reward_norm is not None:
+            stats["reward_norm/return_std"] = self.reward_norm.return_std
+        return stats
+
+    # ---------------------------------------------------------------- checkpoint state
+    def state_dict(self) -> dict:
+        state = {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.algo.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            **self.counters_state(),
+        }
+        if self.reward_norm is not None:
+            state["reward_norm"] = self.reward_norm.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.algo.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.load_counters(state)
+        if self.reward_norm is not None and "reward_norm" in state:
+            self.reward_norm.load_state_dict(state["reward_norm"])
+
+
+def _streams(slots: list[Any]) -> np.ndarray:
+    """Which env each column of the joined slots comes from: actor id x K + env index, so that
+    every env keeps its own discounted return whatever batch it arrives in."""
+    return np.concatenate(
+        [int(s.actor[0]) * s.rewards.shape[1] + np.arange(s.rewards.shape[1]) for s in slots]
+    )
+
+
+def _join(arrays: list[np.ndarray]) -> np.ndarray:
+    """Slots side by side along the env axis; one slot is used where it lies, without a copy."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=1)

@@ -1,0 +1,72 @@
+"""Soft Actor-Critic: what the runtime asks of it. Light to import; the networks, the learner
+and torch come with the first call that needs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asyncrl.algos import offpolicy
+from asyncrl.algos.sac import config
+
+
+class SACAlgorithm:
+    name = "sac"
+    hyperparameters = config.SACConfig
+    presets = config.PRESETS
+    fixed_on_resume = offpolicy.REPLAY_FIXED_ON_RESUME
+    derive_markers = offpolicy.REPLAY_DERIVED
+
+    def accepts(self, spec: Any) -> str | None:
+        if spec.discrete:
+            return (
+                f"sac needs a continuous (Box) action space; {spec.env_id} has "
+                f"{spec.n_actions} discrete actions"
+            )
+        return None
+
+    def validate(self, cfg: Any) -> None:
+        config.validate(cfg)
+
+    def derived(self, cfg: Any) -> dict[str, Any]:
+        return offpolicy.derived_replay(cfg)
+
+    def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
+        return offpolicy.fit_replay(cfg, spec, given)
+
+    def slot_fields(self, spec: Any, rollout: int, num_envs: int) -> tuple:
+        return offpolicy.slot_fields(spec, rollout, num_envs)
+
+    def memory_note(self, cfg: Any, spec: Any) -> str | None:
+        return offpolicy.replay_note(cfg, spec)
+
+    def acting_module(self, cfg: Any, spec: Any) -> Any:
+        from asyncrl.algos.sac.networks import SquashedGaussianActor
+        from asyncrl.nets import choose_encoder, encoder_of, make_encoder
+
+        return SquashedGaussianActor(
+            spec.obs_dim,
+            spec.n_actions,
+            tuple(cfg.hidden),
+            spec.action_low,
+            spec.action_high,
+            encoder=make_encoder(choose_encoder(encoder_of(cfg), spec), spec, ()),
+        )
+
+    def acting(self, cfg: Any, spec: Any, module: Any, generator: Any) -> Any:
+        from asyncrl.algos.sac.acting import SACActing
+
+        return SACActing(module, generator, spec.action_low, spec.action_high)
+
+    def learner(self, cfg: Any, spec: Any) -> Any:
+        from asyncrl.algos.sac.learner import SACLearner
+
+        return SACLearner(cfg, spec)
+
+    def acting_state(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
+        # a checkpoint from before checkpoints held "policy": the learner's actor
+        if "policy" in checkpoint:
+            return checkpoint["policy"]
+        return checkpoint["learner"]["sac"]["actor"]
+
+
+ALGORITHM = SACAlgorithm()

@@ -1,0 +1,70 @@
+"""SAC's hyperparameters (each field a flag of ``asyncrl train``; the replay's are shared with
+the other off-policy algorithms), its presets per env family, and what it refuses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from asyncrl.algos.offpolicy import ReplaySettings, validate_replay
+from asyncrl.config import need, preset_setting, setting
+
+
+@dataclass
+class SACConfig(ReplaySettings):
+    gamma: float = preset_setting(0.99, "discount")
+    tau: float = setting(0.005, "Polyak factor of the target networks")
+    policy_lr: float = setting(3e-4, "actor and temperature learning rate")
+    q_lr: float = setting(3e-4, "critic learning rate")
+    # declared so that a run asking for them is told why SAC has none
+    norm_obs: bool = preset_setting(False, "running normalisation of observations")
+    norm_reward: bool = preset_setting(
+        False, "divide rewards by the running std of the discounted return"
+    )
+
+
+# SAC as SB3 and CleanRL run it (gamma 0.99, 256x256, one update per env step); on MuJoCo with
+# CleanRL's 5,000 random warm-up steps. Atari's only completes the table: ALE actions are
+# discrete, which SAC refuses.
+_CLEANRL_MUJOCO: dict[str, Any] = {
+    "gamma": 0.99,
+    "rollout": 1,
+    "hidden": [256, 256],
+    "learning_starts": 5000,
+    "norm_obs": False,
+    "norm_reward": False,
+    "total_steps": 1_000_000,
+}
+PRESETS: dict[str, dict[str, Any]] = {
+    "classic": {
+        "gamma": 0.99,
+        "rollout": 1,
+        "hidden": [256, 256],
+        "learning_starts": 1000,
+        "norm_obs": False,
+        "norm_reward": False,
+        "total_steps": 150_000,
+    },
+    "mujoco": dict(_CLEANRL_MUJOCO),
+    "atari": dict(_CLEANRL_MUJOCO),
+}
+
+
+def validate(cfg: Any) -> None:
+    need(
+        not cfg.norm_obs,
+        "norm_obs: SAC here has no observation normaliser (its replay buffer keeps raw "
+        "observations, and CleanRL's and SB3's SAC defaults learn MuJoCo without one); leave "
+        "--norm-obs off",
+    )
+    need(
+        not cfg.norm_reward,
+        "norm_reward: SAC replays rewards collected under many policy versions, so a scale "
+        "that moves would have to be applied when they are sampled, which this SAC does not "
+        "do (CleanRL and SB3 SAC do not scale rewards); leave --norm-reward off",
+    )
+    validate_replay(cfg, "sac")
+    need(0 <= cfg.gamma <= 1, f"gamma: must be in [0, 1], got {cfg.gamma}")
+    need(0 < cfg.tau <= 1, f"tau: must be in (0, 1], got {cfg.tau}")
+    need(cfg.policy_lr > 0, f"policy_lr: must be > 0, got {cfg.policy_lr}")
+    need(cfg.q_lr > 0, f"q_lr: must be > 0, got {cfg.q_lr}")

@@ -1,0 +1,75 @@
+"""SAC's learner: the shared replay learner with SAC's networks and update."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from asyncrl.algos.replay_learner import ReplayLearner
+from asyncrl.algos.sac.config import SACConfig
+from asyncrl.algos.sac.update import SAC
+from asyncrl.envs import EnvSpec
+from asyncrl.nets import FlatParams, choose_encoder, encoder_of, learner_device, make_encoder
+from asyncrl.replay import make_replay
+
+
+class SACLearner(ReplayLearner):
+    name = "sac"
+
+    def __init__(self, cfg: Any, spec: EnvSpec):
+        self.cfg, self.spec = cfg, spec
+        self.hp = SACConfig.of(cfg)
+        self.device = learner_device(cfg.device)
+        # The networks start from cfg.seed as torch's global generator draws them; the global
+        # state is put back at once, and the updates draw from the learner's own generator:
+        # training never changes the caller's random state.
+        kind = choose_encoder(encoder_of(cfg), spec)
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(cfg.seed)  # the CPU one: CUDA's untouched
+            self.rule = self.sac = SAC(
+                spec.obs_dim,
+                spec.n_actions,
+                spec.action_low,
+                spec.action_high,
+                self.hp,
+                self.device,
+                torch.Generator(self.device).manual_seed(cfg.seed + 7),
+                encoder=lambda: make_encoder(kind, spec, ()),
+                hidden=tuple(cfg.hidden),
+            )
+        self.policy = self.sac.actor  # what actors act with
+        self.flat = FlatParams(self.sac.actor)
+        self.flat.make_contiguous()  # publishing a version is then one copy (CPU only)
+        self.replay = make_replay(cfg, spec, seed=cfg.seed)
+        self._start()
+
+    def update_batch(self, b: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """A replay sample as the tensors ``SAC.update`` reads (no copies on the CPU; one copy
+        each to another device)."""
+        return as_update_batch(b, self.device)
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        # the optimizers' saved state holds the rates of the run before: the rates given now
+        # (--q-lr, --policy-lr, which may change on resume) take effect
+        for opt, lr in (
+            (self.sac.q_opt, self.cfg.q_lr),
+            (self.sac.actor_opt, self.cfg.policy_lr),
+            (self.sac.alpha_opt, self.cfg.policy_lr),
+        ):
+            for group in opt.param_groups:
+                group["lr"] = lr
+
+
+def as_update_batch(
+    b: dict[str, np.ndarray], device: torch.device | None = None
+) -> dict[str, torch.Tensor]:
+    return {
+        "obs": torch.from_numpy(b["obs"]).to(device),
+        "action": torch.from_numpy(b["action"]).to(device),
+        "reward": torch.from_numpy(b["reward"]).to(device),
+        "next_obs": torch.from_numpy(b["next_obs"]).to(device),
+        "terminated": torch.from_numpy(b["terminated"]).to(device).float(),
+    }

@@ -1,0 +1,137 @@
+"""The roles a run is made of, as small protocols (after Acme's ``core.py``).
+
+An :class:`Algorithm` is what the runtime asks about an update rule: its settings and presets,
+what an actor records per step, how it acts, and its :class:`Learner`. Actors, transport,
+backends, the training loop, Hogwild! and evaluation hold these and never an algorithm's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+# (name, shape, dtype) of one field of a rollout slot
+SlotField = tuple[str, tuple[int, ...], str]
+
+
+class Saveable(Protocol):
+    """Anything a checkpoint holds: its state as tensors and plain data, and back."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class PolicySink(Protocol):
+    """Where a learner publishes policy versions (a backend, or a policy store)."""
+
+    @property
+    def version(self) -> int: ...
+
+    def publish(self, version: int, write: Callable[[np.ndarray], None]) -> None: ...
+
+
+class ActingModule(Protocol):
+    """The network a policy version holds (its floating-point state is what is published):
+    ``act`` gives actions for a batch of observations, and a second output the algorithm's
+    own (PPO: log-probs; others: None)."""
+
+    def act(self, obs: Any, deterministic: bool = False, generator: Any = None) -> tuple: ...
+
+
+class Acting(Protocol):
+    """An algorithm's side of an actor: how it acts and what it records in the slot beside
+    observations, actions and rewards (its :meth:`Algorithm.slot_fields`)."""
+
+    module: Any  # the ActingModule whose parameters the actor loads each version into
+
+    def start_rollout(self, slot: Any, version: int) -> None:
+        """Before the first step of a rollout acted with policy ``version``."""
+
+    def act(self, obs: Any, t: int, slot: Any) -> Any:
+        """The actions for step ``t`` (a tensor); writes this algorithm's fields of row ``t``."""
+
+    def episodes_ended(
+        self, slot: Any, t: int, ended: np.ndarray, truncated: np.ndarray, final_obs: Any
+    ) -> None:
+        """Envs ``ended`` (indices) finished an episode at step ``t``; ``truncated`` (bool per
+        env) says which by a time limit; ``final_obs[i]`` is env ``i``'s last observation."""
+
+
+class Learner(Saveable, Protocol):
+    """What a learner offers the training loop. ``train`` is one iteration on a batch of
+    slots; ``publish`` hands the current parameters to the actors as ``version``."""
+
+    policy: Any  # the acting module a published version holds
+    version: int
+    env_steps: int
+    iterations: int
+    learn_seconds: float
+    schedule_from: tuple[int, float]  # the linear schedules' current leg (see algos.schedule)
+
+    @property
+    def numel(self) -> int:
+        """Floats in a published policy version."""
+
+    def work_ahead(self) -> None:
+        """What can be done before the next batch arrives (sync off-policy updates)."""
+
+    def train(self, batch: Sequence[Any]) -> dict[str, float]: ...
+
+    def publish(self, store: PolicySink) -> None: ...
+
+    def policy_vector(self) -> np.ndarray:
+        """A copy of the policy as a published version holds it (for evaluations)."""
+
+    def summary_fields(self, wall: float) -> dict[str, Any]: ...
+
+    def shared_tensors(self) -> list[Any]:
+        """Everything an update changes: what Hogwild! workers share."""
+
+    def set_step_hooks(self, before: Callable[[], None], after: Callable[[], None]) -> None:
+        """Call ``before()`` and ``after()`` around every gradient step (Hogwild!)."""
+
+    @property
+    def changes_outside_steps(self) -> bool:
+        """Whether ``train`` also changes shared tensors outside its gradient steps."""
+
+    def close(self) -> None: ...
+
+
+class Algorithm(Protocol):
+    """An update rule as the runtime sees it; registered by name in :mod:`asyncrl.algos`."""
+
+    name: str
+    hyperparameters: type  # a dataclass: its fields are the algorithm's settings (CLI flags)
+    presets: Mapping[str, Mapping[str, Any]]  # env family -> values of settings left unset
+    fixed_on_resume: tuple[str, ...]  # settings a checkpoint's networks or data depend on
+    derive_markers: Mapping[str, Any]  # its settings derived from others when at these values
+
+    def accepts(self, spec: Any) -> str | None:
+        """None if it can train on an env of ``spec``, else why not (one line)."""
+
+    def validate(self, cfg: Any) -> None:
+        """Raise ConfigError for settings it cannot run with (``cfg`` resolved)."""
+
+    def derived(self, cfg: Any) -> dict[str, Any]:
+        """Settings derived from others (its own, and ``log_every``'s default)."""
+
+    def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
+        """Settings that depend on the env's spec, and lines to print about them."""
+
+    def slot_fields(self, spec: Any, rollout: int, num_envs: int) -> tuple[SlotField, ...]:
+        """What an actor records per step beside observations, actions and rewards."""
+
+    def memory_note(self, cfg: Any, spec: Any) -> str | None:
+        """Its own part of the start-up memory line (a replay's size), if any."""
+
+    def acting_module(self, cfg: Any, spec: Any) -> ActingModule: ...
+
+    def acting(self, cfg: Any, spec: Any, module: Any, generator: Any) -> Acting: ...
+
+    def learner(self, cfg: Any, spec: Any) -> Learner: ...
+
+    def acting_state(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
+        """The acting module's state dict inside a checkpoint."""

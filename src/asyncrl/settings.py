@@ -1,0 +1,305 @@
+"""Every setting of a run as one dataclass, :data:`TrainConfig`: the run-level settings of
+:class:`asyncrl.config.RunConfig` and each registered algorithm's hyperparameters, composed from
+the registry -- and what is done with them: presets, resolving, checking, resuming.
+
+The command line, the YAML ``--config`` file, ``config.yaml`` in a run directory and the Python
+API's keywords are all views of TrainConfig. A setting several algorithms declare is one field.
+A setting left unset (None) is filled by :func:`resolve`: from the chosen preset (``auto``: the
+env's family), else from the algorithm's own default; settings the algorithm does not read take
+another algorithm's values, so that a resolved config holds no unset value. A run saves its
+config resolved: resuming it never changes its meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from asyncrl.algos import REGISTRY, algorithm, algorithms
+from asyncrl.config import (
+    FAMILIES,
+    RUN_DERIVED,
+    RUN_FIXED_ON_RESUME,
+    ConfigError,
+    ConfigMethods,
+    RunConfig,
+    as_field_type,
+    check_kinds,
+    format_value,
+    kind_of,
+    learner_threads,
+    load_yaml,
+    need,
+    validate_run,
+    worker_config,
+)
+
+if TYPE_CHECKING:
+    from asyncrl.envs import EnvSpec
+
+RUN = "run"  # the owner of run-level settings in the composed fields' metadata
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def _declarations() -> Iterator[tuple[str, dataclasses.Field, Any]]:
+    """(owner, field, type) of every declared setting: the run's, then each algorithm's."""
+    hints = typing.get_type_hints(RunConfig)
+    for f in dataclasses.fields(RunConfig):
+        yield RUN, f, hints[f.name]
+    for algo in algorithms():
+        hints = typing.get_type_hints(algo.hyperparameters)
+        for f in dataclasses.fields(algo.hyperparameters):
+            yield algo.name, f, hints[f.name]
+
+
+def _compose() -> type:
+    declared: dict[str, list[tuple[str, dataclasses.Field, Any]]] = {}
+    for owner, f, hint in _declarations():
+        declared.setdefault(f.name, []).append((owner, f, hint))
+    fields = []
+    for name, decls in declared.items():
+        kinds = {kind_of(hint) for _, _, hint in decls}
+        if len(kinds) > 1:
+            raise TypeError(f"setting {name} is declared with different types: {kinds}")
+        owner, first, hint = decls[0]
+        defaults = {o: _default(f) for o, f, _ in decls}
+        preset = any(f.metadata.get("preset") for _, f, _ in decls)
+        values = list(defaults.values())
+        unset = preset or any(v != values[0] for v in values)
+        meta = dict(first.metadata)
+        meta.update(owners=tuple(defaults), defaults=defaults, preset=preset)
+        if name == "algo":
+            meta["choices"] = tuple(REGISTRY)
+        if unset:
+            field = dataclasses.field(default=None, metadata=meta)
+            hint = hint | None
+        elif isinstance(values[0], list | dict):
+            value = values[0]
+            field = dataclasses.field(default_factory=lambda v=value: type(v)(v), metadata=meta)
+        else:
+            field = dataclasses.field(default=values[0], metadata=meta)
+        fields.append((name, hint, field))
+    cls = dataclasses.make_dataclass("TrainConfig", fields, bases=(ConfigMethods,))
+    cls.__module__ = __name__  # where pickle (spawned processes, Ray) finds it
+    return cls
+
+
+TrainConfig = _compose()
+TrainConfig.__doc__ = "Every setting of a run (see :mod:`asyncrl.settings`)."
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+KINDS: dict[str, type] = {n: kind_of(t) for n, t in typing.get_type_hints(TrainConfig).items()}
+PRESET_FIELDS = tuple(name for name, f in FIELDS.items() if f.metadata["preset"])
+# env family -> algorithm -> the values its preset gives settings left unset
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    family: {a.name: dict(a.presets.get(family, {})) for a in algorithms()} for family in FAMILIES
+}
+PRESET_CHOICES = ("auto", *FAMILIES)
+DERIVED: dict[str, Any] = {**RUN_DERIVED}
+for _algo in algorithms():
+    DERIVED.update(_algo.derive_markers)
+
+
+def _copy(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
+
+
+def unset_value(name: str, preset: str, algo: str) -> Any:
+    """What an unset ``name`` becomes for ``algo`` under ``preset``: the preset's value, else
+    the algorithm's (or the run's) default; a setting the algorithm does not read takes the
+    first other algorithm's, so that a resolved config holds no unset value."""
+    meta = FIELDS[name].metadata
+    own = PRESETS[preset][algo]
+    if name in own:
+        return _copy(own[name])
+    defaults = meta["defaults"]
+    for owner in (algo, RUN):
+        if owner in defaults:
+            return _copy(defaults[owner])
+    for other in REGISTRY:
+        if name in PRESETS[preset][other]:
+            return _copy(PRESETS[preset][other][name])
+    return _copy(next(iter(defaults.values())))
+
+
+def preset_values(preset: str, algo: str) -> dict[str, Any]:
+    """Every preset-governed setting for ``algo`` under ``preset``."""
+    return {name: unset_value(name, preset, algo) for name in PRESET_FIELDS}
+
+
+def resolve(cfg: Any, family: str | None = None) -> Any:
+    """Fill what was left unset (see the module doc; ``family``: the env's, from
+    ``asyncrl.envs.env_family``, for preset ``auto``), then the settings derived from others.
+    A resolved config resolves to itself (its preset is a name, not auto)."""
+    check_kinds(cfg, FIELDS, KINDS)  # the derived settings below compute with them
+    preset = cfg.preset
+    if preset == "auto":
+        if family not in FAMILIES:
+            raise ValueError(
+                "resolve: preset 'auto' needs the env's family: "
+                "resolve(cfg, asyncrl.envs.env_family(cfg.env))"
+            )
+        preset = family
+    changes: dict[str, Any] = {"preset": preset}
+    for name in FIELDS:
+        if getattr(cfg, name) is None:
+            changes[name] = unset_value(name, preset, cfg.algo)
+    cfg = dataclasses.replace(cfg, **changes)
+    changes = {}
+    if cfg.actor_restarts == -1:
+        changes["actor_restarts"] = 3 * (cfg.hogwild or cfg.actors)
+    changes.update(algorithm(cfg.algo).derived(cfg))
+    return dataclasses.replace(cfg, **changes)
+
+
+def underive(saved: Any) -> Any:
+    """A saved run's config with the settings :func:`resolve` derived set back to "derive",
+    so that a resumed run derives them again from its settings, some of which may change on
+    resume (a new ``replay_ratio`` gets its own ``ratio_tolerance``). A value that differs
+    from what resolve would derive was given by the user, and stays."""
+    changes = {}
+    for name, unset in DERIVED.items():
+        probe = dataclasses.replace(saved, **{name: unset})
+        if getattr(resolve(probe, None), name) == getattr(saved, name):
+            changes[name] = unset
+    return dataclasses.replace(saved, **changes)
+
+
+def validate(cfg: Any, family: str | None = None) -> None:
+    """Reject settings that cannot work, one clear sentence each. Touches no env or process.
+    Checks ``cfg`` as :func:`resolve` completes it (``family``: for preset auto)."""
+    cfg = resolve(cfg, family)
+    validate_run(cfg)
+    algorithm(cfg.algo).validate(cfg)
+    if cfg.hogwild:  # a worker runs the synchronous one-actor loop: check what it will run
+        validate(worker_config(cfg, 0))
+
+
+def env_spec(cfg: Any) -> EnvSpec:
+    """The spec of ``cfg.env`` as its actors make it, checked against what ``cfg.algo`` can
+    train: a ConfigError naming the setting (and the algorithms that can) otherwise."""
+    from asyncrl.envs import check_env
+
+    spec = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
+    why = algorithm(cfg.algo).accepts(spec)
+    if why is not None:
+        others = [a.name for a in algorithms() if a.accepts(spec) is None]
+        use = f" (use --algo {' or '.join(others)})" if others else ""
+        raise ConfigError(f"algo: {why}{use}")
+    return spec
+
+
+def for_env(cfg: Any, spec: Any, given: Any = None) -> tuple[Any, list[str]]:
+    """The settings that depend on the env's observations, checked and resolved against its
+    ``spec`` before any process starts: ``encoder auto`` becomes cnn for uint8 images of rank
+    3, else mlp; then the algorithm's own (a replay buffer that must fit in memory, a
+    normaliser images do not need). ``given``: the config as the user gave it (None: all
+    settings given). Returns the config and the lines to print."""
+    shape = tuple(spec.obs_shape)
+    image = spec.obs_dtype == "uint8" and len(shape) == 3
+    encoder = cfg.encoder
+    if encoder == "auto":
+        encoder = "cnn" if image else "mlp"
+    if encoder == "cnn":
+        need(
+            len(shape) == 3,
+            f"encoder: cnn needs image observations of rank 3 (channels x height x width, or "
+            f"height x width x channels); {cfg.env} has observations of shape {shape}",
+        )
+        need(
+            sorted(shape)[1] >= 5,
+            f"encoder: cnn needs images of at least 5 x 5 pixels; {cfg.env} has {shape}",
+        )
+    cfg = dataclasses.replace(cfg, encoder=encoder)
+    changes, lines = algorithm(cfg.algo).for_env(cfg, spec, given)
+    return dataclasses.replace(cfg, **changes), lines
+
+
+def check_resume(saved: Any, new: Any) -> None:
+    """Refuse, in one ConfigError naming them, the settings a resumed run changes that its
+    checkpoint depends on (the networks' shapes, the env, the replay's layout). Everything
+    else may change: total_steps, max_seconds, learning rates, logging, ..."""
+    names = RUN_FIXED_ON_RESUME + algorithm(saved.algo).fixed_on_resume
+    changed = [n for n in names if getattr(saved, n) != getattr(new, n)]
+    if changed:
+        what = ", ".join(
+            f"{n} {format_value(getattr(saved, n))} -> {format_value(getattr(new, n))}"
+            for n in changed
+        )
+        raise ConfigError(
+            f"{changed[0]}: cannot change on resume, the checkpoint was made with it ({what}); "
+            "resume with the run's settings, or start a new run"
+        )
+
+
+def preset_line(given: Any, resolved: Any) -> str | None:
+    """The one line a run prints at its start: the preset and the values it filled for the
+    algorithm (None if it filled none, as when a saved run resumes)."""
+    table = PRESETS[resolved.preset][resolved.algo]
+    filled = [name for name in table if getattr(given, name) is None]
+    if not filled:
+        return None
+    why = f" (auto: {given.env})" if given.preset == "auto" else ""
+    values = ", ".join(f"{name} {_shown(name, resolved)}" for name in filled)
+    return f"asyncrl: preset {resolved.preset}{why} for {resolved.algo}: {values}"
+
+
+def _shown(name: str, cfg: Any) -> str:
+    value = format_value(getattr(cfg, name))
+    if name == "threads_learner" and cfg.threads_learner == 0:
+        return f"{value} (one per CPU: {learner_threads(cfg)})"
+    return value
+
+
+def preset_help(name: str) -> str:
+    """What the presets set ``name`` to, for the CLI help: 'ppo: classic 0.98, mujoco 0.99;
+    sac 0.99'."""
+    owners = FIELDS[name].metadata["owners"]
+    parts = []
+    for algo in REGISTRY:
+        if algo not in owners and RUN not in owners:
+            continue
+        by_preset = {p: unset_value(name, p, algo) for p in FAMILIES}
+        shown = {format_value(v) for v in by_preset.values()}
+        if len(shown) == 1:
+            parts.append(f"{algo} {shown.pop()}")
+        else:
+            parts.append(
+                f"{algo}: " + ", ".join(f"{p} {format_value(v)}" for p, v in by_preset.items())
+            )
+    return "; ".join(parts)
+
+
+def from_dict(values: dict[str, Any], base: Any = None) -> Any:
+    """Build a config from a mapping (YAML file, saved run), rejecting unknown keys by name.
+    Numbers take the type of their field (``total_steps: 1e6`` is an int; 2.5 steps is
+    refused, not rounded)."""
+    unknown = sorted(set(values) - set(FIELDS))
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s) {', '.join(unknown)}; known settings: {', '.join(FIELDS)}"
+        )
+    values = {name: as_field_type(name, KINDS[name], value) for name, value in values.items()}
+    return dataclasses.replace(base or TrainConfig(), **values)
+
+
+# Preset-governed settings that runs saved before they existed did not have, with the value
+# those runs ran with: left unset, a preset would fill them and change the run on resume.
+ADDED_SINCE = {"norm_reward": False}
+CONFIG_FILE = "config.yaml"
+
+
+def load_run_config(run_dir: str | Path) -> Any:
+    """The resolved settings a run directory was saved with."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.exists():
+        raise ConfigError(f"run_dir: {run_dir} is not a run directory (no {CONFIG_FILE})")
+    return from_dict({**ADDED_SINCE, **load_yaml(path)})
