@@ -73,7 +73,7 @@ def runs_seen(monkeypatch) -> list:
         seen.append((cfg, resume, sorted(p.name for p in run_dir.iterdir())))
         return {"run_dir": str(run_dir)}
 
-    monkeypatch.setattr("asyncrl.runtime.trainer._train_pipeline", record)
+    monkeypatch.setattr("asyncrl.runtime.pipeline.train_pipeline", record)
     return seen
 
 

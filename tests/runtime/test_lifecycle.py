@@ -211,9 +211,9 @@ def test_an_error_between_iterations_keeps_the_learners_work(inline_cfg, capsys)
 def test_checkpoints_failing_twice_end_the_run_saying_where_the_last_one_is(
     inline_cfg, monkeypatch, capsys
 ):
-    from asyncrl.runtime import trainer
+    from asyncrl.runtime import shell
 
-    real = trainer.save_checkpoint
+    real = shell.save_checkpoint
     saved = []
 
     def full_after_the_first(run_dir, state, keep=None):
@@ -222,7 +222,7 @@ def test_checkpoints_failing_twice_end_the_run_saying_where_the_last_one_is(
         saved.append(real(run_dir, state, keep))
         return saved[-1]
 
-    monkeypatch.setattr(trainer, "save_checkpoint", full_after_the_first)
+    monkeypatch.setattr(shell, "save_checkpoint", full_after_the_first)
     cfg = dataclasses.replace(inline_cfg, checkpoint_every=1e-9)
     with pytest.raises(CheckpointWriteError):
         train(cfg)

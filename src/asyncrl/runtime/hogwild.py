@@ -34,7 +34,6 @@ import os
 import queue
 import signal
 import time
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -46,14 +45,14 @@ from asyncrl.algos import algorithm
 from asyncrl.algos.schedule import continue_schedule
 from asyncrl.config import learner_threads, worker_config
 from asyncrl.envs import EnvSpec
-from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
+from asyncrl.metrics import EpisodeStats, Throughput
 from asyncrl.nets import FlatParams
-from asyncrl.rundir import restore_learner, save_checkpoint, save_config
+from asyncrl.rundir import restore_learner, save_config
 from asyncrl.runtime.actor import ActorStatus
-from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.faults import ActorError, Restarts, is_env_error
-from asyncrl.runtime.lifecycle import RunEnd, StopSignals
+from asyncrl.runtime.lifecycle import StopSignals
 from asyncrl.runtime.processes import POLL, ChildProcesses, die_with_parent, report_failure
+from asyncrl.runtime.shell import Callback, RunShell, run_figures
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotStore, StopFlag, rollout_layout
 from asyncrl.settings import TrainConfig
 
@@ -212,7 +211,7 @@ def train_hogwild(
     spec: EnvSpec,
     run_dir: Path,
     resume: bool,
-    callback: Callable[[dict[str, Any]], Any] | None = None,
+    callback: Callback | None = None,
     signals: StopSignals | None = None,
 ) -> dict[str, Any]:
     """The parent's side of a Hogwild! run; ``trainer.train`` has validated ``cfg``, made the
@@ -250,14 +249,14 @@ def train_hogwild(
     restarts = Restarts(cfg.actor_restarts, "hogwild worker")
     stop = StopFlag(ctx)  # tells the workers to push their work and say goodbye
     episodes = holder.episode_stats
-    log = progress = evals = None
-    end = RunEnd(run_dir, signals, cfg.checkpoint_every, resumed_from, steps_before)
+    shell: RunShell | None = None
     try:
         flat.write_to(params.array)
-        log = MetricsLog(run_dir, cfg.tensorboard, steps_before if resume else None)
-        evals = Evaluations(cfg, spec, run_dir, log, steps_before, resume)
-        progress = ProgressDisplay(cfg.total_steps, cfg.progress, steps_before)
-        meter = Throughput(cfg.envs_per_actor)
+        shell = RunShell(
+            cfg, spec, run_dir, signals, resume, steps_before, resumed_from, earlier_seconds,
+            callback,
+        )  # fmt: skip
+        meter, end = shell.meter, shell.end
 
         def spawn(w: int, generation: int) -> None:
             status.array[w] = (ActorStatus.WAITING, time.monotonic())
@@ -306,15 +305,14 @@ def train_hogwild(
             flat.read_from(params.array.copy())
             holder.env_steps = total_steps()
             holder.iterations = int(counters.array[:, ITERATIONS].sum())
-            state = {
-                "learner": holder.state_dict(),
-                "policy": holder.policy.state_dict(),  # what acts (shares the tensors)
-                "config": cfg.to_dict(),
-                "wall_seconds": earlier_seconds + meter.wall,
-                "hogwild": counters.array.tolist(),
-                "actors": {"generations": [children.generation.get(w, 0) for w in range(M)]},
-            }
-            return save_checkpoint(run_dir, state, keep=cfg.keep_checkpoints)
+            return shell.checkpoint(
+                {
+                    "learner": holder.state_dict(),
+                    "policy": holder.policy.state_dict(),  # what acts (shares the tensors)
+                    "hogwild": counters.array.tolist(),
+                    "actors": {"generations": [children.generation.get(w, 0) for w in range(M)]},
+                }
+            )
 
         finished = 0
         learn_seconds = 0.0
@@ -327,9 +325,7 @@ def train_hogwild(
             on a signal, until a deadline: a worker ends the iteration it is in first)."""
             nonlocal finished, learn_seconds, first, t_wait, deadline
             while finished < M and time.perf_counter() < deadline:
-                if not stop.is_set() and end.should_stop(
-                    total_steps(), cfg.total_steps, meter.wall, cfg.max_seconds
-                ):
+                if not stop.is_set() and shell.should_stop(total_steps()):
                     stop.set()  # the workers push their work and say goodbye
                     if end.kind == "signal":
                         deadline = time.perf_counter() + 10
@@ -355,16 +351,11 @@ def train_hogwild(
                 row["episodic_length"] = episodes.final_length
                 row[f"worker_env_steps/{worker}"] = int(counters.array[worker, STEPS])
                 row["gradient_steps"] = updates
-                row["wall_seconds"] = earlier_seconds + meter.wall
+                row["wall_seconds"] = shell.wall_seconds
                 row.update(health())
-                log.write(steps, row)
-                sps, lag = row["env_steps_per_second"], row["policy_lag_mean"]
-                progress.update(steps, episodes.final_return, row["eps"], sps, lag)
-                evaluated = evals.step(steps, global_policy)
-                if not stop.is_set() and callback is not None:
-                    if callback({"env_steps": steps, **row, **evaluated}) is False:
-                        end.stopped_by_callback()
-                        stop.set()  # the workers push their work and say goodbye
+                shell.log.write(steps, row)
+                if not shell.after_iteration(steps, row, episodes, global_policy, {}):
+                    stop.set()  # the workers push their work and say goodbye
                 end.periodic(checkpoint, steps)
                 t_wait = time.perf_counter()
 
@@ -379,7 +370,7 @@ def train_hogwild(
             for w in range(M):
                 spawn(w, first_generation)
             receive()
-            end.should_stop(total_steps(), cfg.total_steps, meter.wall, cfg.max_seconds)
+            shell.should_stop(total_steps())
         except BaseException as e:
             end.failed(e)
             if end.consistent and not isinstance(e, ActorError):
@@ -390,39 +381,29 @@ def train_hogwild(
                     receive()
         stop.set()
         children.close()
-        progress.close()  # before the line that says how the run ended
+        shell.progress.close()  # before the line that says how the run ended
 
         def summary(fields: dict[str, Any]) -> dict[str, Any]:
             steady = math.nan
             if first is not None and meter.last > first[0]:
                 steps = int(counters.array[:, UPDATES].sum()) - first[1]
                 steady = steps / (meter.last - first[0])
-            out = _summary(cfg, meter, counters.array, total_steps() - steps_before, episodes)
-            out.update(health())
-            # the evaluation in progress, off the run's clock; not waited for when stopping
-            evals.finish(wait=end.kind in ("budget", "time_limit", "callback"))
-            out.update(evals.summary())
-            out.update(
+            own = _summary(cfg, meter, counters.array, total_steps() - steps_before, episodes)
+            own.update(health())
+            own.update(
                 learn_seconds=learn_seconds / M,
                 gradient_steps_per_second_steady=steady,
                 env_steps=total_steps(),
-                resumed=resume,
-                run_dir=str(run_dir),
-                **fields,
             )
-            return out
+            return shell.summary(fields, own)
 
         # the global network in shared memory is intact whatever ended the run
         return end.conclude(total_steps, checkpoint, summary)
     finally:
         stop.set()
-        if progress is not None:
-            progress.close()
-        if evals is not None:
-            evals.close()
         children.close()
-        if log is not None:
-            log.close()
+        if shell is not None:
+            shell.close()
         params.close()
         counters.close()
         status.close()
@@ -437,8 +418,7 @@ def _summary(
 ) -> dict[str, Any]:
     updates = counters[:, UPDATES].tolist()
     return {
-        "env": cfg.env,
-        "algo": cfg.algo,
+        **run_figures(cfg, episodes),
         "mode": "hogwild",
         "backend": "process",
         "hogwild": cfg.hogwild,
@@ -448,11 +428,6 @@ def _summary(
         "envs_per_actor": cfg.envs_per_actor,
         "rollout": cfg.rollout,
         "iterations": int(counters[:, ITERATIONS].sum()),
-        "episodes": episodes.episodes,
-        # mean of the last 20 episodes of all workers: a return against *total* frames
-        "final_return": episodes.final_return,
-        "last100_return": episodes.last100_return,
-        "final_length": episodes.final_length,
         # lag is in each worker's own versions: it trains on what its copy just collected
         **meter.summary(new_steps, cfg.hogwild),
         "worker_env_steps": counters[:, STEPS].tolist(),

@@ -1,31 +1,12 @@
-"""The training loop: the same lines for every mode and backend.
-
-    publish version 0 -> start actors -> repeat: [work ahead] next batch -> train -> publish
-    -> release
-
-Sync vs async is decided by how many slots a batch holds and when an actor may start its next
-rollout (the backends' SlotBook); the backend decides where actors run and how rollouts and
-policy versions travel, and supervises its actors. The loop itself owns the run directory, the
-periodic and final checkpoints and the summary, and adds the backend's fault counters
-(``health()``) to both; it hands policies to the evaluations during training
-(``runtime/evaluator.py``) and asks the caller's callback after every iteration whether to go
-on.
-
-How a run stops and ends -- budget, time limit, callback, signal, a failing actor or learner,
-a disk that stays full -- is the same here and in Hogwild! (:mod:`asyncrl.runtime.lifecycle`):
-signals set a flag read at the iteration boundary, and every ending writes a final checkpoint
-when the learner's state is consistent and says so in one line.
-
-A run may be started from any thread and leaves its process as it found it
-(:func:`process_state_kept`): the torch thread count is restored, global random states are
-never changed, and SIGINT/SIGTERM handlers are installed only on the main thread, and the ones
-before put back.
+"""Starting a run: its settings resolved and checked, the env's spec read, the run directory
+claimed -- all before any process or segment exists -- then the actor-learner pipeline or
+Hogwild! inside the process state the run keeps (:func:`process_state_kept`). How it stops
+and ends is the same for both (:mod:`asyncrl.runtime.lifecycle`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,18 +17,10 @@ from asyncrl.algos import algorithm
 from asyncrl.config import learner_threads
 from asyncrl.core import Learner
 from asyncrl.envs import env_family
-from asyncrl.metrics import MetricsLog, ProgressDisplay, RowWindow, Throughput
-from asyncrl.rundir import (
-    claim_run_dir,
-    default_run_dir,
-    restore_learner,
-    save_checkpoint,
-    save_config,
-)
-from asyncrl.runtime.backends import make_backend
-from asyncrl.runtime.backends.base import Backend
-from asyncrl.runtime.evaluator import Evaluations
-from asyncrl.runtime.lifecycle import Interrupted, RunEnd, StopSignals
+from asyncrl.rundir import claim_run_dir, default_run_dir, save_config
+from asyncrl.runtime import hogwild, pipeline
+from asyncrl.runtime.lifecycle import Interrupted, StopSignals
+from asyncrl.runtime.shell import Callback
 from asyncrl.runtime.transport import memory_line
 from asyncrl.settings import (
     TrainConfig,
@@ -61,10 +34,6 @@ from asyncrl.settings import (
 )
 
 __all__ = ["Callback", "Interrupted", "make_learner", "process_state_kept", "train"]
-
-Callback = Callable[[dict[str, Any]], Any]
-"""Called after every training iteration with that iteration's figures; returning ``False``
-(exactly ``False``, not any false value) ends the run early, as a finished one ends."""
 
 
 @contextlib.contextmanager
@@ -101,7 +70,7 @@ def make_learner(cfg: TrainConfig, spec) -> Learner:
 def train(
     cfg: TrainConfig,
     resume: bool = False,
-    on_start: Callable[[Backend], None] | None = None,
+    on_start: Callable[[Any], None] | None = None,
     overwrite: bool = False,
     callback: Callback | None = None,
 ) -> dict[str, Any]:
@@ -132,146 +101,5 @@ def train(
         print(text, flush=True)
     with process_state_kept(cfg) as stop:
         if cfg.hogwild:
-            from asyncrl.runtime.hogwild import train_hogwild
-
-            return train_hogwild(cfg, spec, run_dir, resume, callback, stop)
-        return _train_pipeline(cfg, spec, run_dir, resume, on_start, callback, stop)
-
-
-def _train_pipeline(
-    cfg: TrainConfig,
-    spec: Any,
-    run_dir: Path,
-    resume: bool,
-    on_start: Callable[[Backend], None] | None,
-    callback: Callback | None,
-    stop: StopSignals | None = None,
-) -> dict[str, Any]:
-    """The actor-learner run of :func:`train`, which has checked ``cfg`` and claimed
-    ``run_dir``; it ends as :mod:`asyncrl.runtime.lifecycle` says."""
-    stop = stop if stop is not None else StopSignals()
-    with contextlib.ExitStack() as cleanup:  # every close runs, even if one raises
-        learner = make_learner(cfg, spec)
-        cleanup.callback(learner.close)
-        earlier_seconds, resumed_from, state = 0.0, None, {}
-        if resume:
-            state, resumed_from = restore_learner(run_dir, learner)
-            earlier_seconds = state.get("wall_seconds", 0.0)
-            save_config(run_dir, cfg)  # the checkpoint loaded: the run goes on with these
-        steps_at_start = learner.env_steps
-        backend = make_backend(cfg, spec, learner.numel)
-        cleanup.callback(backend.close)
-        if "actors" in state:
-            backend.load_actor_state(state["actors"])
-        learner.publish(backend)
-        # a resumed run's curves go on from its checkpoint: rows written after it are dropped
-        log = MetricsLog(run_dir, cfg.tensorboard, learner.env_steps if resume else None)
-        cleanup.callback(log.close)
-        evals = Evaluations(cfg, spec, run_dir, log, learner.env_steps, resume)
-        cleanup.callback(evals.close)
-        progress = ProgressDisplay(cfg.total_steps, cfg.progress, learner.env_steps)
-        cleanup.callback(progress.close)
-        meter = Throughput(cfg.envs_per_actor)
-        window = RowWindow(cfg.envs_per_actor)
-        end = RunEnd(run_dir, stop, cfg.checkpoint_every, resumed_from, learner.env_steps)
-
-        def counters() -> dict[str, Any]:
-            return {
-                **backend.health(),
-                "episodic_return": learner.episode_stats.final_return,
-                "episodic_length": learner.episode_stats.final_length,
-                "iteration": learner.iterations,
-                "wall_seconds": earlier_seconds + meter.wall,
-            }
-
-        def write_row() -> None:
-            row = window.fold()
-            row.update(counters())
-            log.write(learner.env_steps, row)
-
-        def checkpoint() -> Path:
-            return save_checkpoint(
-                run_dir,
-                {
-                    "learner": learner.state_dict(),
-                    "policy": learner.policy.state_dict(),  # what acts (shares the tensors)
-                    "config": cfg.to_dict(),
-                    "wall_seconds": earlier_seconds + meter.wall,
-                    "actors": backend.actor_state(),
-                },
-                keep=cfg.keep_checkpoints,
-            )
-
-        try:
-            backend.start()
-            if on_start is not None:
-                on_start(backend)
-            while not end.should_stop(
-                learner.env_steps, cfg.total_steps, meter.wall, cfg.max_seconds
-            ):
-                with end.updating():
-                    learner.work_ahead()  # what it can do before the batch arrives
-                t0 = time.perf_counter()
-                batch = backend.next_batch()
-                waited = time.perf_counter() - t0
-                with end.updating():
-                    stats = learner.train(batch)
-                learner.publish(backend)
-                backend.release(batch)
-                row = {**stats, **meter.iteration(waited, stats)}
-                progress.update(
-                    learner.env_steps,
-                    learner.episode_stats.final_return,
-                    row["eps"],
-                    row["env_steps_per_second"],
-                    row["policy_lag_mean"],
-                )
-                window.add(row)
-                if learner.iterations % cfg.log_every == 0:
-                    write_row()
-                evaluated = evals.step(learner.env_steps, learner.policy_vector)
-                if callback is not None:
-                    info = {"env_steps": learner.env_steps, **row, **counters(), **evaluated}
-                    if callback(info) is False:
-                        end.stopped_by_callback()
-                        break
-                end.periodic(checkpoint, learner.env_steps)
-            if len(window):
-                write_row()
-        except BaseException as e:
-            end.failed(e)
-
-        def summary(fields: dict[str, Any]) -> dict[str, Any]:
-            out = _summary(cfg, learner, meter, learner.env_steps - steps_at_start)
-            out.update(backend.health())
-            # the evaluation in progress, off the run's clock; not waited for when stopping
-            evals.finish(wait=end.kind in ("budget", "time_limit", "callback"))
-            out.update(evals.summary())
-            out.update(fields, resumed=resume, run_dir=str(run_dir))
-            return out
-
-        progress.close()  # before the line that says how the run ended
-        # async optimizers stop first, so the counters saved are final
-        return end.conclude(lambda: learner.env_steps, checkpoint, summary, learner.close)
-    raise AssertionError("unreachable")
-
-
-def _summary(cfg: TrainConfig, learner: Learner, meter: Throughput, new_steps: int) -> dict:
-    return {
-        "env": cfg.env,
-        "algo": cfg.algo,
-        "mode": cfg.mode,
-        "backend": cfg.backend,
-        "actors": cfg.actors,
-        "envs_per_actor": cfg.envs_per_actor,
-        "rollout": cfg.rollout,
-        "env_steps": learner.env_steps,
-        "iterations": learner.iterations,
-        "episodes": learner.episode_stats.episodes,
-        "final_return": learner.episode_stats.final_return,
-        "last100_return": learner.episode_stats.last100_return,
-        "final_length": learner.episode_stats.final_length,
-        **meter.summary(new_steps, cfg.actors),
-        "learn_seconds": learner.learn_seconds,
-        **learner.summary_fields(meter.wall),
-    }
+            return hogwild.train_hogwild(cfg, spec, run_dir, resume, callback, stop)
+        return pipeline.train_pipeline(cfg, spec, run_dir, resume, on_start, callback, stop)

@@ -1,0 +1,125 @@
+"""The run shell: what every run is wrapped in, whatever trains inside it -- the actor-learner
+pipeline or Hogwild! workers. It owns the metrics log (metrics.jsonl, TensorBoard), the
+evaluations during training, the progress line, the throughput meter, how the run stops and
+ends (:class:`~asyncrl.runtime.lifecycle.RunEnd`), its checkpoints and its summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
+from asyncrl.rundir import save_checkpoint
+from asyncrl.runtime.evaluator import Evaluations
+from asyncrl.runtime.lifecycle import RunEnd, StopSignals
+
+Callback = Callable[[dict[str, Any]], Any]
+"""Called after every training iteration with that iteration's figures; returning ``False``
+(exactly ``False``, not any false value) ends the run early, as a finished one ends."""
+
+# the endings after which the evaluation in progress is waited for
+CALM_ENDINGS = ("budget", "time_limit", "callback")
+
+
+class RunShell:
+    """One run's shell, for a run that starts (or resumed) at ``env_steps`` and checkpoint
+    ``resumed_from`` after ``earlier_seconds`` of earlier runs. Close it with :meth:`close`
+    (every part is closed, even if one fails)."""
+
+    def __init__(
+        self,
+        cfg: Any,
+        spec: Any,
+        run_dir: Path,
+        stop: StopSignals,
+        resume: bool,
+        env_steps: int,
+        resumed_from: Path | None = None,
+        earlier_seconds: float = 0.0,
+        callback: Callback | None = None,
+    ):
+        self.cfg, self.run_dir, self.resume, self.callback = cfg, run_dir, resume, callback
+        self.steps_at_start, self.earlier_seconds = env_steps, earlier_seconds
+        self._closing = contextlib.ExitStack()
+        try:
+            # a resumed run's curves go on from its checkpoint: rows written after it are dropped
+            self.log = MetricsLog(run_dir, cfg.tensorboard, env_steps if resume else None)
+            self._closing.callback(self.log.close)
+            self.evals = Evaluations(cfg, spec, run_dir, self.log, env_steps, resume)
+            self._closing.callback(self.evals.close)
+            self.progress = ProgressDisplay(cfg.total_steps, cfg.progress, env_steps)
+            self._closing.callback(self.progress.close)
+        except BaseException:
+            self._closing.close()
+            raise
+        self.meter = Throughput(cfg.envs_per_actor)
+        self.end = RunEnd(run_dir, stop, cfg.checkpoint_every, resumed_from, env_steps)
+
+    @property
+    def wall_seconds(self) -> float:
+        """Seconds of training of this run and the ones it resumed."""
+        return self.earlier_seconds + self.meter.wall
+
+    def should_stop(self, env_steps: int) -> bool:
+        return self.end.should_stop(
+            env_steps, self.cfg.total_steps, self.meter.wall, self.cfg.max_seconds
+        )
+
+    def after_iteration(
+        self,
+        env_steps: int,
+        row: dict[str, Any],
+        episodes: EpisodeStats,
+        policy_vector: Callable[[], np.ndarray],
+        info: dict[str, Any],
+    ) -> bool:
+        """The live line, evaluations and the caller's callback after an iteration of
+        ``row``'s figures (``info``: more for the callback); False if the callback ends the
+        run."""
+        self.progress.update(
+            env_steps,
+            episodes.final_return,
+            row["eps"],
+            row["env_steps_per_second"],
+            row["policy_lag_mean"],
+        )
+        evaluated = self.evals.step(env_steps, policy_vector)
+        if self.callback is not None and not self.end.kind:
+            if self.callback({"env_steps": env_steps, **row, **info, **evaluated}) is False:
+                self.end.stopped_by_callback()
+                return False
+        return True
+
+    def checkpoint(self, state: dict[str, Any]) -> Path:
+        """Write a checkpoint of ``state`` with the run's config and clock."""
+        state = {**state, "config": self.cfg.to_dict(), "wall_seconds": self.wall_seconds}
+        return save_checkpoint(self.run_dir, state, keep=self.cfg.keep_checkpoints)
+
+    def summary(self, fields: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+        """The summary: ``own`` figures of the loop, the evaluations' (the one in progress is
+        waited for after a calm ending, off the run's clock) and how the run ended."""
+        out = dict(own)
+        self.evals.finish(wait=self.end.kind in CALM_ENDINGS)
+        out.update(self.evals.summary())
+        out.update(fields, resumed=self.resume, run_dir=str(self.run_dir))
+        return out
+
+    def close(self) -> None:
+        self._closing.close()
+
+
+def run_figures(cfg: Any, episodes: EpisodeStats) -> dict[str, Any]:
+    """What every summary starts with: the run's layout and its episodes' returns."""
+    return {
+        "env": cfg.env,
+        "algo": cfg.algo,
+        "episodes": episodes.episodes,
+        "final_return": episodes.final_return,
+        "last100_return": episodes.last100_return,
+        "final_length": episodes.final_length,
+    }
