@@ -48,7 +48,7 @@ def _command(name: str, parser: argparse.ArgumentParser, summary: str) -> list[s
     if parser.description:
         lines += [parser.description, ""]
     width = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "96"  # argparse wraps the usage to the terminal: fix it
+    os.environ["COLUMNS"] = "80"  # argparse wraps the usage to the terminal: fix it
     try:
         usage = parser.format_usage().strip().removeprefix("usage: ")
     finally:
@@ -56,6 +56,11 @@ def _command(name: str, parser: argparse.ArgumentParser, summary: str) -> list[s
             del os.environ["COLUMNS"]
         else:
             os.environ["COLUMNS"] = width
+    first, *rest = usage.splitlines()
+    usage = "\n".join([first, *("    " + line.strip() for line in rest)])
+    if rest and len(rest) > 5:  # every flag is in the table: the usage line only says how
+        positional = [a.metavar or a.dest.upper() for a in parser._actions if not a.option_strings]
+        usage = " ".join([parser.prog, "[options]", *positional])
     lines += ["```text", usage, "```", "", "| argument | what (default) |", "| --- | --- |"]
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):
