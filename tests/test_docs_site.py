@@ -80,6 +80,11 @@ class _Recorder(ThreadingHTTPServer):
     def base(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/"
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        if isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):
+            return  # the browser went away mid-response (it is ended after each page)
+        super().handle_error(request, client_address)
+
     def take_log(self) -> list[tuple[str, int]]:
         with self.lock:
             log, self.log = self.log, []
