@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measured study behind docs/when-async-helps.md: `asyncrl compare` (sync vs async over K,
+# The measured study behind docs/benchmarks/when-async-helps.md: `asyncrl compare` (sync vs async over K,
 # N = 2 actors) on four envs, one run after another, then one `asyncrl tune` probe table.
 #
 #   bash benchmarks/study.sh              # everything, ~45 minutes on 2 cores
@@ -16,7 +16,7 @@ which="${1:-all}"
 
 # PPO settings for the MuJoCo / PyBullet locomotion envs: normalised inputs, 64 steps per
 # rollout, 4 epochs of minibatch 256 (learning and env stepping both take real time); no return
-# normalisation, as docs/when-async-helps.md was measured (the mujoco preset would turn it on).
+# normalisation, as docs/benchmarks/when-async-helps.md was measured (the mujoco preset would turn it on).
 LOCO=(--actors 2 --rollout 64 --epochs 4 --minibatch-size 256 --norm-obs --no-norm-reward
       --gamma 0.99 --gae-lambda 0.95 --lr 3e-4 --steps 100000000 --no-progress --seed 1)
 
