@@ -178,8 +178,8 @@ def test_sync_learner_publishes_only_a_new_version(tmp_path):
 def test_an_async_optimizer_error_surfaces_with_its_own_traceback(tmp_path, monkeypatch):
     """The optimizer thread's exception is what the run raises -- its type, message and the
     frame it was raised in -- not the closed rate limiter the loop then finds."""
-    from asyncrl.algos.replay_learner import OptimizerFailed
     from asyncrl.algos.sac.update import SAC
+    from asyncrl.learning.replay_learner import OptimizerFailed
 
     original = SAC.update
     calls = []

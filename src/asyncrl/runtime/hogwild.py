@@ -42,9 +42,9 @@ import numpy as np
 import torch
 
 from asyncrl.algos import algorithm
-from asyncrl.algos.schedule import continue_schedule
 from asyncrl.config import learner_threads, worker_config
 from asyncrl.envs import EnvSpec
+from asyncrl.learning.schedule import continue_schedule
 from asyncrl.metrics import EpisodeStats, Throughput
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import restore_learner, save_config

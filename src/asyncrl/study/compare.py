@@ -138,8 +138,8 @@ def compare(
     echo=print,
 ) -> list[StudyRun]:
     """Train (or reuse) every configuration in turn; write the table, CSV and plots to out."""
-    from asyncrl.settings import env_spec
     from asyncrl.runtime.trainer import train
+    from asyncrl.settings import env_spec
 
     out = Path(out) if out else default_study_dir("compare", base)
     cfgs = plan(base, ks, modes, steps, minutes, out)

@@ -105,9 +105,9 @@ def tune(
     out: Path | str = "",
     echo=print,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    from asyncrl.settings import env_spec
     from asyncrl.envs import env_family
     from asyncrl.runtime.trainer import train
+    from asyncrl.settings import env_spec
 
     base = resolve(base, env_family(base.env))
     out = Path(out) if out else default_study_dir("tune", base)

@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos.base import LearnerBase
 from asyncrl.algos.ppo.config import PPOConfig
 from asyncrl.algos.ppo.networks import build_policy
 from asyncrl.algos.ppo.reward_norm import RewardNormalizer
 from asyncrl.algos.ppo.update import PPO
 from asyncrl.envs import EnvSpec
+from asyncrl.learning.base import LearnerBase
 from asyncrl.nets import FlatParams, encoder_of, learner_device
 
 ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")

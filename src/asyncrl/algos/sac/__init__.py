@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from asyncrl.algos import offpolicy
 from asyncrl.algos.sac import config
+from asyncrl.learning import offpolicy
 
 
 class SACAlgorithm:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos.offpolicy import FinalObsActing
+from asyncrl.learning.offpolicy import FinalObsActing
 
 
 class SACActing(FinalObsActing):

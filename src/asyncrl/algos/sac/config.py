@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from asyncrl.algos.offpolicy import ReplaySettings, validate_replay
 from asyncrl.config import need, preset_setting, setting
+from asyncrl.learning.offpolicy import ReplaySettings, validate_replay
 
 
 @dataclass

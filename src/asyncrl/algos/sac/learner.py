@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos.replay_learner import ReplayLearner
 from asyncrl.algos.sac.config import SACConfig
 from asyncrl.algos.sac.update import SAC
 from asyncrl.envs import EnvSpec
+from asyncrl.learning.replay_learner import ReplayLearner
 from asyncrl.nets import FlatParams, choose_encoder, encoder_of, learner_device, make_encoder
 from asyncrl.replay import make_replay
 

@@ -1,6 +1,6 @@
 """What off-policy algorithms (SAC, DQN) share before any learning: their replay settings and
 the checks on them, the replay buffer's memory, and the final observation an actor records at
-every episode end (the learner they share is :mod:`asyncrl.algos.replay_learner`)."""
+every episode end (the learner they share is :mod:`asyncrl.learning.replay_learner`)."""
 
 from __future__ import annotations
 

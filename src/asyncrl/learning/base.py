@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos.schedule import continue_schedule, linear, schedule_state
 from asyncrl.core import PolicySink
+from asyncrl.learning.schedule import continue_schedule, linear, schedule_state
 from asyncrl.metrics import EpisodeStats
 from asyncrl.nets import FlatParams
 

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos.base import LearnerBase
-from asyncrl.algos.offpolicy import insert_batch
 from asyncrl.config import learner_threads
+from asyncrl.learning.base import LearnerBase
+from asyncrl.learning.offpolicy import insert_batch
 from asyncrl.replay.rate_limiter import LimiterClosed, RateLimiter
 
 
