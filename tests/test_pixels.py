@@ -167,6 +167,26 @@ def test_a_replay_buffer_larger_than_the_memory_available_is_refused_before_the_
     assert cfg.buffer_size == 999
 
 
+def test_a_presets_replay_buffer_that_does_not_fit_is_reduced_to_what_fits(tmp_path, monkeypatch):
+    """With no --buffer-size, a preset's 1M transitions are cut to what fits, in one line,
+    where a given size is refused (the test above)."""
+    import asyncrl.system as system
+
+    env = DOT.replace("DotSide", "DotSideContinuous")
+    per = 2 * DOT_BYTES + 4 + 4 + 2
+    monkeypatch.setattr(system, "available_memory", lambda: (5000 * per, "MemAvailable"))
+    given = TrainConfig(env=env, algo="sac", learning_starts=100)
+    spec = check_env(env)
+    cfg, lines = for_env(resolve(given, env_family(env)), spec, given)
+    assert cfg.buffer_size == 4000  # 80% of what is available
+    assert len(lines) == 1 and lines[0].startswith("asyncrl: buffer_size 1,000,000 -> 4,000: ")
+    assert "(--buffer-size sets it)" in lines[0]
+    # fewer than learning_starts would fit: refused, naming the way out
+    small = TrainConfig(env=env, algo="sac", learning_starts=4500)
+    with pytest.raises(ConfigError, match="fewer than learning_starts 4,500"):
+        for_env(resolve(small, env_family(env)), spec, small)
+
+
 def test_available_memory_is_a_positive_figure_with_its_source():
     from asyncrl.system import available_memory
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -10,9 +11,10 @@ import gymnasium as gym
 import numpy as np
 
 from asyncrl.config import ConfigError
+from asyncrl.envs.atari import ATARI_STACK
 from asyncrl.envs.envpool import envpool_task
 from asyncrl.envs.make import make_env
-from asyncrl.envs.registry import resolve_id
+from asyncrl.envs.registry import is_atari, resolve_id
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,8 @@ class EnvSpec:
     # the dtype observations travel and rest in (slots, replay): uint8 for an env whose
     # observations are uint8 (pixels), float32 for every other
     obs_dtype: str = "float32"
+    # frames stacked along the first axis of each observation (the Atari preprocessing's 4)
+    frame_stack: int = 1
 
     @property
     def obs_dim(self) -> int:
@@ -91,4 +95,6 @@ def check_env(
         spec = spec_from_spaces(env_id, env.observation_space, env.action_space)
     finally:
         env.close()
+    if atari_preprocessing and is_atari(env_id):
+        spec = dataclasses.replace(spec, frame_stack=ATARI_STACK)
     return spec

@@ -32,10 +32,17 @@ class ReplaySettings(Hyperparameters):
     save_replay: bool = setting(
         False, "store the replay buffer in checkpoints (resume with its data)"
     )
+    replay_layout: str = setting(
+        "auto",
+        "how transitions are stored: transitions (observation and next observation each), "
+        "frames (each image frame once, stacks and next observations rebuilt from the stream), "
+        "or auto (frames for stacked frames, as the Atari preprocessing makes them)",
+        choices=("auto", "transitions", "frames"),
+    )
 
 
 REPLAY_DERIVED = {"ratio_tolerance": 0}
-REPLAY_FIXED_ON_RESUME = ("buffer_size",)
+REPLAY_FIXED_ON_RESUME = ("buffer_size", "replay_layout")
 MEMORY_SHARE = 0.8  # of the memory available, what a preset's replay buffer may take
 
 
@@ -92,17 +99,17 @@ def derived_replay(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def replay_bytes(spec: Any) -> int:
-    """Bytes one stored transition takes, as the replay this spec gets lays it out."""
+def replay_bytes(cfg: Any, spec: Any) -> int:
+    """Bytes one stored transition takes, as the replay of this run lays it out."""
     from asyncrl.replay import bytes_per_transition
 
-    return bytes_per_transition(spec)
+    return bytes_per_transition(cfg, spec)
 
 
 def fit_replay(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
     """The replay buffer is allocated whole, up front: a given ``buffer_size`` that does not
     fit in the memory available is refused; a preset's is reduced to what fits, with a line."""
-    per = replay_bytes(spec)
+    per = replay_bytes(cfg, spec)
     need_bytes = per * cfg.buffer_size
     avail, source = system.available_memory()
     if need_bytes <= avail:
@@ -129,7 +136,7 @@ def fit_replay(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[st
 
 
 def replay_note(cfg: Any, spec: Any) -> str:
-    per = replay_bytes(spec)
+    per = replay_bytes(cfg, spec)
     return (
         f"replay {per:,} B per transition, {per * cfg.buffer_size / 1e9:,.2f} GB for "
         f"buffer_size {cfg.buffer_size:,}"
