@@ -116,7 +116,19 @@ class HangOnce(Countdown):
         return super().step(action)
 
 
+class HangInReset(Countdown):
+    """Sleeps for two minutes in its first reset -- an env that hangs while its actor starts --
+    once across processes: in whichever first creates the file $ASYNCRL_TEST_HANG_FLAG names."""
+
+    def reset(self, *, seed=None, options=None):
+        flag = os.environ.get("ASYNCRL_TEST_HANG_FLAG")
+        if flag and _first(flag):
+            time.sleep(120)
+        return super().reset(seed=seed, options=options)
+
+
 gym.register("RaiseOnce-v0", entry_point=RaiseOnce, max_episode_steps=50)
+gym.register("HangInReset-v0", entry_point=HangInReset, max_episode_steps=50)
 gym.register("BadObsOnce-v0", entry_point=BadObsOnce, max_episode_steps=50)
 gym.register("HangOnce-v0", entry_point=HangOnce, max_episode_steps=50)
 

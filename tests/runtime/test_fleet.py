@@ -26,6 +26,7 @@ from asyncrl.config import TrainConfig
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import FILLING, FULL, TRAINING, SlotBook
 from asyncrl.runtime.faults import ActorError
+from asyncrl.runtime.lifecycle import Interrupted
 from asyncrl.runtime.trainer import train
 from asyncrl.runtime.transport import PolicyStore
 from conftest import alive, shm_segments
@@ -384,6 +385,58 @@ def test_hung_env_step_gets_its_actor_killed_and_replaced(tmp_path, monkeypatch)
     assert summary["actor_restarts"] == 1
     assert summary["env_steps"] >= cfg.total_steps
     assert time.monotonic() - t0 < 50  # not the minute the env slept
+
+
+def test_an_env_hanging_while_its_actor_starts_gets_the_actor_replaced(
+    tmp_path, monkeypatch, capfd
+):
+    """An env's first reset hangs (two minutes) while its actor builds its envs: the actor is
+    timed as in an env step, killed past --env-step-timeout and replaced; a sync run, which
+    needs every actor's rollout, reaches its budget."""
+    monkeypatch.setenv("ASYNCRL_TEST_HANG_FLAG", str(tmp_path / "hung"))
+    cfg = _run_cfg(
+        tmp_path,
+        "ppo",
+        "sync",
+        env="fake_envs:HangInReset-v0",
+        env_step_timeout=5.0,
+        total_steps=3_000,
+    )
+    summary = train(cfg)
+    assert (tmp_path / "hung").exists()  # an env did hang
+    assert summary["actor_restarts"] == 1 and summary["dropped_rollouts"] == 0, summary
+    assert summary["env_steps"] >= cfg.total_steps
+    err = capfd.readouterr().err
+    assert "hung: building and resetting its envs took over" in err, err
+
+
+def test_the_first_sigint_ends_a_run_whose_actor_hangs_while_starting(tmp_path, monkeypatch):
+    """Sync, one actor's env hangs in its first reset (within --env-step-timeout): the learner
+    waits for a batch that cannot come, and the first SIGINT must still end the run there, as
+    a signal ending with its checkpoint, not once the env returns two minutes later."""
+    flag = tmp_path / "hung"
+    monkeypatch.setenv("ASYNCRL_TEST_HANG_FLAG", str(flag))
+    cfg = _run_cfg(tmp_path, "ppo", "sync", env="fake_envs:HangInReset-v0", total_steps=10**6)
+    sent: list[float] = []
+
+    def interrupt() -> None:  # once an env hangs the run handles SIGINT (it started actors)
+        deadline = time.monotonic() + 120
+        while not flag.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=interrupt, daemon=True)
+    thread.start()
+    with pytest.raises(Interrupted):
+        train(cfg)
+    ended = time.monotonic()
+    thread.join(5)
+    assert sent, "no env hung"
+    assert ended - sent[0] < 60, f"the run ended {ended - sent[0]:.0f} s after the SIGINT"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["ended"] == "signal" and summary["checkpoint"], summary
 
 
 @pytest.mark.parametrize("backend", ["thread", "inline"])

@@ -37,7 +37,9 @@ class ActorStatus:
     the actor (``since`` is ``time.monotonic()``, the same clock in every process), read by its
     supervisor. Backed by any float64 array of shape (actors, 2): shared memory for processes."""
 
-    WAITING, POLICY, ACTING, STEPPING, DONE = range(5)
+    WAITING, POLICY, ACTING, STEPPING, DONE, STARTING = range(6)
+    # the phases that wait on envs, which may hang: what a supervisor times (--env-step-timeout)
+    WATCHED = {STEPPING: "one env step", STARTING: "building and resetting its envs"}
 
     def __init__(self, rows: np.ndarray):
         self.rows = rows
@@ -49,13 +51,18 @@ class ActorStatus:
             row[0] = phase
 
     def hung(self, actor: int, timeout: float) -> float | None:
-        """Seconds ``actor`` has been stepping its envs, if more than ``timeout`` (0: never)."""
+        """Seconds ``actor`` has been in a watched phase (an env step; building and first
+        resetting its envs), if more than ``timeout`` (0: never)."""
         phase, since = self.rows[actor]
-        if timeout and int(phase) == self.STEPPING:
+        if timeout and int(phase) in self.WATCHED:
             busy = time.monotonic() - since
             if busy > timeout:
                 return busy
         return None
+
+    def doing(self, actor: int) -> str:
+        """What ``actor`` is timed for, in words ("one env step")."""
+        return self.WATCHED.get(self.phase(actor), "its work")
 
     def phase(self, actor: int) -> int:
         return int(self.rows[actor][0])

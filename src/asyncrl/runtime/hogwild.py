@@ -155,6 +155,7 @@ def worker_main(
         outside_steps = sync.shared and cfg.algo == "ppo" and cfg.norm_obs
         learner.set_step_hooks(sync.before_update, sync.after_update)
         store = PolicyStore(learner.flat.numel, shared=False, buffers=1)
+        ActorStatus.set(status.array[worker], ActorStatus.STARTING)  # timed: an env may hang
         actor = Actor(  # one process, one buffer: acts with the published parameters in place
             worker,
             wcfg,
@@ -163,6 +164,7 @@ def worker_main(
             generation=generation,
             status=status.array[worker],
         )
+        ActorStatus.set(status.array[worker], ActorStatus.WAITING)
         layout = SlotLayout.for_rollout(spec, wcfg.rollout, wcfg.envs_per_actor, cfg.algo == "sac")
         slots = SlotStore(layout, 1, shared=False)
         slot = slots.slots[0]
@@ -268,14 +270,14 @@ def train_hogwild(
             children.start(worker_main, (*args, generation, schedule_from), w, generation)
 
         done: set[int] = set()  # workers that said goodbye (their exit is not a fault)
-        hung: dict[int, float] = {}
+        hung: dict[int, str] = {}  # worker -> what it was killed for
 
         def kill_hung() -> None:
             watch = ActorStatus(status.array)  # a view: kept out of frames that raise
             for w in range(M):
                 busy = None if w in hung or w in done else watch.hung(w, cfg.env_step_timeout)
                 if busy is not None:
-                    hung[w] = busy
+                    hung[w] = f"{watch.doing(w)} took over {busy:.1f} s"
                     children.kill(w)
 
         def supervise() -> None:
@@ -289,8 +291,7 @@ def train_hogwild(
                     raise ActorError(f"{label} failed:\n{tb}")
                 if w in hung:
                     cause = (
-                        f"hung: one env step took over {hung.pop(w):.1f} s "
-                        f"(--env-step-timeout {cfg.env_step_timeout:g}); killed"
+                        f"hung: {hung.pop(w)} (--env-step-timeout {cfg.env_step_timeout:g}); killed"
                     )
                 # the iteration it was in (rollout and update) is lost; the global network
                 # holds every step it had pushed

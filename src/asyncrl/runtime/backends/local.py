@@ -35,6 +35,7 @@ class LocalFleet:
         may not be replaced."""
         try:
             if self.actors[i] is None:
+                ActorStatus.set(self.status.rows[i], ActorStatus.STARTING)  # timed: may hang
                 self.actors[i] = Actor(
                     i,
                     self.cfg,
@@ -87,7 +88,8 @@ class LocalFleet:
             busy = self.status.hung(i, self.cfg.env_step_timeout)
             if busy is not None:
                 raise ActorError(
-                    f"{actor_label(self.cfg, i)} hung: one env step has taken {busy:.1f} s "
+                    f"{actor_label(self.cfg, i)} hung: {self.status.doing(i)} has taken "
+                    f"{busy:.1f} s "
                     f"(--env-step-timeout {self.cfg.env_step_timeout:g}); an actor thread "
                     "cannot be stopped, use --backend process to have hung actors replaced"
                 )

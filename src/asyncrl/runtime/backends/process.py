@@ -8,12 +8,13 @@ no lock (the policy store is a seqlock), no semaphore permit.
 
 A supervisor thread in the learner's process waits on the filled-slot pipe and on every actor's
 process sentinel at once, and looks at every actor's status row (ActorStatus) at least every
-``POLL`` seconds: a death is seen the moment it happens and a hung env step within ``POLL`` of
-``--env-step-timeout``, whatever the learner and the other actors are doing. A lost actor's
-partial rollout is dropped, its slot reclaimed, and a fresh actor with the same id, the next
-generation's env seeds and the newest policy takes its place, within the ``--actor-restarts``
-budget (:class:`Restarts`). An env error under ``--on-env-error raise``, or a fault past the
-budget, ends the run with an ActorError naming the actor and its traceback.
+``POLL`` seconds: a death is seen the moment it happens and a hung env step (or env start: building
+and first resetting its envs) within ``POLL`` of ``--env-step-timeout``, whatever the learner and
+the other actors are doing. A lost actor's partial rollout is dropped, its slot reclaimed, and a
+fresh actor with the same id, the next generation's env seeds and the newest policy takes its place,
+within the ``--actor-restarts`` budget (:class:`Restarts`). An env error under
+``--on-env-error raise``, or a fault past the budget, ends the run with an ActorError naming the
+actor and its traceback.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def actor_main(
     actor = None
     row = status.array[actor_id]
     try:
+        ActorStatus.set(row, ActorStatus.STARTING)  # timed like an env step: an env may hang here
         actor = Actor(
             actor_id,
             cfg,
@@ -117,7 +119,7 @@ class ProcessBackend(OwnedTransport):
         self.stop = StopFlag(self.ctx)
         self.failure: BaseException | None = None
         self.closing = False
-        self.hung: dict[int, float] = {}
+        self.hung: dict[int, str] = {}  # actor -> what it was killed for
         self._wake_r, self._wake_w = self.ctx.Pipe(duplex=False)
         self.supervisor: threading.Thread | None = None
 
@@ -132,9 +134,9 @@ class ProcessBackend(OwnedTransport):
         )
         self.supervisor.start()
 
-    def next_batch(self) -> list:
+    def next_batch(self, stop: Any = None) -> list:
         with self.book.cond:  # the supervisor thread fills the book and watches the actors
-            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL)
+            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL, stop)
             self._send_grants()  # async: a batch left the queue, a held-back actor may go on
         return self._batch(ids)
 
@@ -243,7 +245,7 @@ class ProcessBackend(OwnedTransport):
                 continue
             busy = status.hung(actor, self.cfg.env_step_timeout)
             if busy is not None:
-                self.hung[actor] = busy
+                self.hung[actor] = f"{status.doing(actor)} took over {busy:.1f} s"
                 self.children.kill(actor)
 
     def _check_actors(self) -> int:
@@ -253,11 +255,12 @@ class ProcessBackend(OwnedTransport):
         for actor, cause, tb, fatal in self.children.dead():
             if actor in self.hung:
                 cause = (
-                    f"hung: one env step took over {self.hung.pop(actor):.1f} s "
+                    f"hung: {self.hung.pop(actor)} "
                     f"(--env-step-timeout {self.cfg.env_step_timeout:g}); killed"
                 )
             label = self.children.label(actor)
-            started = ActorStatus(self.status.array).phase(actor) != ActorStatus.WAITING
+            phase = ActorStatus(self.status.array).phase(actor)
+            started = phase not in (ActorStatus.WAITING, ActorStatus.STARTING)
             dropped = self.book.lost(actor, started)
             if fatal:
                 self.failure = ActorError(f"{label} failed:\n{tb}")

@@ -177,9 +177,9 @@ class RayBackend(OwnedTransport):
         )
         self.supervisor.start()
 
-    def next_batch(self) -> list[Slot]:
+    def next_batch(self, stop: Any = None) -> list[Slot]:
         with self.book.cond:
-            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL)
+            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL, stop)
             self._send_grants()
         return self._batch(ids)
 
