@@ -219,3 +219,16 @@ class SlowSteps(Countdown):
 
 
 gym.register("SlowSteps-v0", entry_point=SlowSteps, max_episode_steps=50)
+
+
+class NapSteps(Countdown):
+    """Half a second per step, slept in 50-ms naps: a process stopped mid-step (SIGSTOP) and
+    continued is still in that step for a while after, however long it was stopped."""
+
+    def step(self, action):
+        for _ in range(10):
+            time.sleep(0.05)
+        return super().step(action)
+
+
+gym.register("NapSteps-v0", entry_point=NapSteps, max_episode_steps=50)

@@ -35,7 +35,10 @@ def test_env_exception_in_actor_ends_the_run_naming_the_actor(small_cfg, mode, b
 
 
 def _start_cli(tmp_path: Path, *extra: str, env_id: str = "CartPole-v1") -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
+    tests = str(Path(__file__).parents[1])  # fake_envs; the code under test stays first
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, (os.getenv("PYTHONPATH"), tests)))
+    )
     return subprocess.Popen(
         [
             sys.executable,
@@ -164,3 +167,32 @@ def test_a_second_sigint_aborts_the_cli_at_once_claiming_no_checkpoint(tmp_path)
     assert not [c for c in children if alive(c)], "child processes left behind"
     assert not shm_segments(proc.pid), "shared memory left behind"
     assert not [p for p in run.iterdir() if ".tmp" in p.name]
+
+
+def test_a_run_stopped_and_continued_charges_no_actor_for_the_pause(tmp_path):
+    """SIGSTOP to the run's whole process group for 8 s (a suspended job, a frozen container),
+    then SIGCONT: the actors were in 0.5-s env steps, timed against a 3-s --env-step-timeout
+    while the monotonic clock ran on through the stop; none is read as hung and replaced."""
+    extra = ("--envs-per-actor", "1", "--rollout", "4", "--minibatch-size", "4", "--epochs", "1")
+    proc = _start_cli(tmp_path, *extra, "--env-step-timeout", "3", env_id="fake_envs:NapSteps-v0")
+    run = tmp_path / "run"
+    try:
+        _wait_for_training(proc, run, rows=2)
+        children = descendants(proc.pid)
+        group = [proc.pid, *children]
+        for pid in group:  # as a job's suspension stops every process of it
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(8)
+        for pid in group:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(4)  # the supervisor looks every 0.2 s: long enough to have judged the actors
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "hung" not in err, err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["actor_restarts"] == 0, summary

@@ -47,7 +47,7 @@ from asyncrl.envs import EnvSpec
 from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import restore_learner, save_checkpoint, save_config
-from asyncrl.runtime.actor import ActorStatus
+from asyncrl.runtime.actor import ActorStatus, Pauses
 from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.faults import ActorError, Restarts, is_env_error
 from asyncrl.runtime.learner import continue_schedule
@@ -271,11 +271,14 @@ def train_hogwild(
 
         done: set[int] = set()  # workers that said goodbye (their exit is not a fault)
         hung: dict[int, str] = {}  # worker -> what it was killed for
+        pauses = Pauses()  # a stopped run (Ctrl+Z, a frozen container) is no hang
 
         def kill_hung() -> None:
             watch = ActorStatus(status.array)  # a view: kept out of frames that raise
+            pauses.tick()
             for w in range(M):
-                busy = None if w in hung or w in done else watch.hung(w, cfg.env_step_timeout)
+                timeout = cfg.env_step_timeout
+                busy = None if w in hung or w in done else watch.hung(w, timeout, pauses)
                 if busy is not None:
                     hung[w] = f"{watch.doing(w)} took over {busy:.1f} s"
                     children.kill(w)

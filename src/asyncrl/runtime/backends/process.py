@@ -34,7 +34,7 @@ import torch
 
 from asyncrl.config import TrainConfig
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.actor import ActorStatus
+from asyncrl.runtime.actor import ActorStatus, Pauses
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
 from asyncrl.runtime.faults import ActorError, Restarts, is_env_error
 from asyncrl.runtime.processes import (
@@ -120,6 +120,7 @@ class ProcessBackend(OwnedTransport):
         self.failure: BaseException | None = None
         self.closing = False
         self.hung: dict[int, str] = {}  # actor -> what it was killed for
+        self.pauses = Pauses()  # a stopped run (Ctrl+Z, a frozen container) is no hang
         self._wake_r, self._wake_w = self.ctx.Pipe(duplex=False)
         self.supervisor: threading.Thread | None = None
 
@@ -240,10 +241,11 @@ class ProcessBackend(OwnedTransport):
 
     def _kill_hung(self) -> None:
         status = ActorStatus(self.status.array)
+        self.pauses.tick()
         for actor in range(self.cfg.actors):
             if actor in self.hung:
                 continue
-            busy = status.hung(actor, self.cfg.env_step_timeout)
+            busy = status.hung(actor, self.cfg.env_step_timeout, self.pauses)
             if busy is not None:
                 self.hung[actor] = f"{status.doing(actor)} took over {busy:.1f} s"
                 self.children.kill(actor)
