@@ -232,3 +232,17 @@ class NapSteps(Countdown):
 
 
 gym.register("NapSteps-v0", entry_point=NapSteps, max_episode_steps=50)
+
+
+class RecordsClose(Countdown):
+    """Leaves a file named by its process id in $ASYNCRL_TEST_CLOSED_DIR when closed: which
+    actor processes closed their envs (ran their cleanup) before they ended."""
+
+    def close(self):
+        folder = os.environ.get("ASYNCRL_TEST_CLOSED_DIR")
+        if folder:
+            open(os.path.join(folder, str(os.getpid())), "a").close()
+        super().close()
+
+
+gym.register("RecordsClose-v0", entry_point=RecordsClose, max_episode_steps=50)

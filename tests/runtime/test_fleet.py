@@ -342,6 +342,22 @@ def test_with_no_restarts_a_kill_ends_the_run_at_once_with_a_checkpoint(tmp_path
     assert ended - killer.killed_at < 2.0
 
 
+def test_a_replacement_actor_runs_its_cleanup_when_the_run_ends(tmp_path, monkeypatch):
+    """Actor 0 is killed and replaced (by the supervisor thread); at the end of the run the
+    replacement, like actor 1, closes its envs and exits -- not SIGKILLed as the thread that
+    started it ends (PR_SET_PDEATHSIG follows that thread)."""
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    monkeypatch.setenv("ASYNCRL_TEST_CLOSED_DIR", str(closed))
+    cfg = _run_cfg(tmp_path, "ppo", "async", env="fake_envs:RecordsClose-v0", total_steps=30_000)
+    killer = Killer(ActorStatus.ACTING, after=0.5)  # mid-rollout (its env steps take no time)
+    summary = train(cfg, on_start=killer)
+    assert killer.killed is not None and summary["actor_restarts"] == 1, summary
+    pids = {int(p.name) for p in closed.iterdir()} - {os.getpid()}  # here: the env probe
+    assert killer.killed not in pids
+    assert len(pids) == 2, f"{len(pids)} of the 2 actors at the end closed their envs"
+
+
 def test_env_error_under_raise_names_actor_env_and_traceback(tmp_path):
     cfg = _run_cfg(tmp_path, "ppo", "async", env="fake_envs:RaiseOnce-v0", actors=1)
     with pytest.raises(ActorError) as e:

@@ -123,6 +123,7 @@ class ProcessBackend(OwnedTransport):
         self.pauses = Pauses()  # a stopped run (Ctrl+Z, a frozen container) is no hang
         self._wake_r, self._wake_w = self.ctx.Pipe(duplex=False)
         self.supervisor: threading.Thread | None = None
+        self._children_closed = threading.Event()  # the supervisor thread may end (see close)
 
     # ------------------------------------------------------------ what the learner calls
     def start(self) -> None:
@@ -161,13 +162,17 @@ class ProcessBackend(OwnedTransport):
 
     def close(self) -> None:
         with self.book.cond:
-            self.closing = True
+            self.closing = True  # the supervisor starts no actor after this
         self.stop.set()
+        # the actors first: those the supervisor thread started (replacements) get SIGKILL when
+        # that thread ends (PR_SET_PDEATHSIG follows the thread that forked), cutting their
+        # cleanup short; the thread waits for this
+        self.children.close()
+        self._children_closed.set()
         if self.supervisor is not None:
             self._wake_w.send_bytes(b"x")
             self.supervisor.join(timeout=30)
             self.supervisor = None
-        self.children.close()
         for channel in (*self.todo, self.full):
             channel.close()
         self._wake_r.close()
@@ -201,6 +206,12 @@ class ProcessBackend(OwnedTransport):
             self.todo[actor].put(slot)
 
     def _supervise(self) -> None:
+        try:
+            self._watch()
+        finally:  # it outlives the actors it started: see close
+            self._children_closed.wait()
+
+    def _watch(self) -> None:
         try:
             checked = time.monotonic()
             while True:
