@@ -57,7 +57,7 @@ from asyncrl.runtime.backends.base import Backend
 from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.learner import Learner
 from asyncrl.runtime.lifecycle import Interrupted, RunEnd, StopSignals
-from asyncrl.runtime.transport import memory_line
+from asyncrl.runtime.transport import check_shared_memory, memory_line
 
 __all__ = ["Callback", "Interrupted", "make_learner", "process_state_kept", "train"]
 
@@ -122,6 +122,7 @@ def train(
     # before any process or segment exists
     spec = env_spec(cfg)
     cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
+    check_shared_memory(cfg, spec)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
     cfg.run_dir = str(run_dir)
     if resume:  # before anything is written: a refused resume leaves the run as it was

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the transport needs no env package at run time (light child
     from asyncrl.envs import EnvSpec
 
 SHM_PREFIX = "asyncrl_"
+SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared-memory segments (a tmpfs)
 
 # What an actor reports of one rollout beside its samples: one number each, read by the learner
 # (``slot.env_steps[0]``) and by the backend (``slot.actor[0]``, ``slot.env_restarts[0]``).
@@ -115,6 +116,42 @@ def memory_line(cfg: Any, spec: EnvSpec) -> str:
             f"buffer_size {cfg.buffer_size:,}"
         )
     return line
+
+
+def shm_free(path: str = SHM_DIR) -> int | None:
+    """Bytes free in the shared-memory filesystem; None where there is none to ask (not Linux)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def check_shared_memory(cfg: Any, spec: EnvSpec) -> None:
+    """Refuse, before any process starts, a process-backend run whose rollout slots do not fit
+    in the free space of /dev/shm (Docker gives a container 64 MB): its segments are sparse, so
+    they are made without complaint and an actor writing one dies of SIGBUS, again and again
+    until the restarts run out."""
+    if cfg.backend != "process" or cfg.hogwild:
+        return  # the other backends' slots are plain memory (Hogwild!'s segments are small)
+    free = shm_free()
+    layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
+    page = os.sysconf("SC_PAGE_SIZE")
+    _, nbytes = layout.offsets()
+    need = cfg.actors * cfg.slots_per_actor * -(-nbytes // page) * page  # a tmpfs counts pages
+    if free is not None and need > free:
+        from asyncrl.config import ConfigError
+
+        raise ConfigError(
+            f"shared memory: the rollout slots of {cfg.actors} actors need {_mb(need)} in "
+            f"{SHM_DIR}, which has {_mb(free)} free; give it more (docker run --shm-size=1g; "
+            "Kubernetes: an emptyDir of medium Memory at /dev/shm) or lower --actors, "
+            "--envs-per-actor or --rollout"
+        )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.1f} MB"
 
 
 class Slot:
