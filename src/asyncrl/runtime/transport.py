@@ -13,8 +13,11 @@ The creator of a store owns its segments and unlinks them in :meth:`close`, also
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import queue
+import re
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -131,9 +134,12 @@ def check_shared_memory(cfg: Any, spec: EnvSpec) -> None:
     """Refuse, before any process starts, a process-backend run whose rollout slots do not fit
     in the free space of /dev/shm (Docker gives a container 64 MB): its segments are sparse, so
     they are made without complaint and an actor writing one dies of SIGBUS, again and again
-    until the restarts run out."""
-    if cfg.backend != "process" or cfg.hogwild:
-        return  # the other backends' slots are plain memory (Hogwild!'s segments are small)
+    until the restarts run out. Removes the segments killed runs left there first."""
+    if cfg.backend != "process" and not cfg.hogwild:
+        return  # no shared memory
+    remove_stale_segments()  # they hold space, and no one else removes them
+    if cfg.hogwild:
+        return  # its slots are plain memory; its shared segments are small
     free = shm_free()
     layout = SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, cfg.algo == "sac")
     page = os.sysconf("SC_PAGE_SIZE")
@@ -152,6 +158,58 @@ def check_shared_memory(cfg: Any, spec: EnvSpec) -> None:
 
 def _mb(n: int) -> str:
     return f"{n / 2**20:,.1f} MB"
+
+
+def remove_stale_segments(directory: str = SHM_DIR) -> int:
+    """Remove the segments of runs killed with their whole process group (SIGKILL to the group,
+    a scheduler's final kill, ``docker kill``): multiprocessing's resource tracker died with
+    them, and their segments would stay until reboot. A segment is stale when the pid in its
+    name is no live process here and no process holds its lock (every process that opens a
+    segment holds one, so a live run in another pid namespace sharing /dev/shm keeps its own).
+    Says in one line what it removed; returns the count."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    owners: set[int] = set()
+    count = size = 0
+    for entry in entries:
+        m = re.match(rf"{SHM_PREFIX}(\d+)_", entry.name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken only if no one holds it
+            nbytes = os.fstat(fd).st_blocks * 512
+            os.unlink(entry.path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        owners.add(int(m.group(1)))
+        count, size = count + 1, size + nbytes
+    if count:
+        pids = ", ".join(str(p) for p in sorted(owners))
+        print(
+            f"asyncrl: removed {count} shared-memory segment(s) ({_mb(size)}) that killed runs "
+            f"left in {directory} (pids {pids})",
+            file=sys.stderr,
+            flush=True,
+        )
+    return count
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 class Slot:
@@ -182,6 +240,9 @@ class _Segments:
             shared_memory.SharedMemory(name=n, create=create, size=size if create else 0)
             for n in names
         ]
+        # "in use" while open, whatever pid namespace looks (see remove_stale_segments)
+        for shm in self.shms:
+            fcntl.flock(shm._fd, fcntl.LOCK_SH)  # released by the kernel when the fd closes
 
     def close(self) -> None:
         for shm in self.shms:
