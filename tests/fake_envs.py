@@ -127,7 +127,20 @@ class HangInReset(Countdown):
         return super().reset(seed=seed, options=options)
 
 
+class HangFirst(Countdown):
+    """Sleeps for a minute at step 20 in whichever process first creates the file
+    ``$ASYNCRL_TEST_HANG_FLAG-first`` (atomically: of actors that reach step 20 together, one
+    hangs and the others go on)."""
+
+    def step(self, action):
+        flag = os.environ.get("ASYNCRL_TEST_HANG_FLAG")
+        if self.t >= 20 and flag and _first(flag + "-first"):
+            time.sleep(60)
+        return super().step(action)
+
+
 gym.register("RaiseOnce-v0", entry_point=RaiseOnce, max_episode_steps=50)
+gym.register("HangFirst-v0", entry_point=HangFirst, max_episode_steps=50)
 gym.register("HangInReset-v0", entry_point=HangInReset, max_episode_steps=50)
 gym.register("BadObsOnce-v0", entry_point=BadObsOnce, max_episode_steps=50)
 gym.register("HangOnce-v0", entry_point=HangOnce, max_episode_steps=50)

@@ -252,6 +252,34 @@ def test_a_hung_env_step_gets_its_actor_killed_and_replaced(cluster, tmp_path):
     assert time.monotonic() - t0 < 50  # not the minute the env slept
 
 
+def test_a_hung_actor_is_replaced_while_another_keeps_delivering(cluster, tmp_path):
+    """Async, two actors: one hangs in an env step (a minute), the other delivers a rollout every
+    few milliseconds. The driver must still look at the calls in flight, find the hung one past
+    --env-step-timeout and replace it (the run stops itself once it has, or after 45 s)."""
+    t0 = time.monotonic()
+
+    def until_replaced(info):
+        return info["actor_restarts"] < 1 and time.monotonic() - t0 < 45
+
+    s = train(
+        _cfg(
+            tmp_path,
+            env="fake_envs:HangFirst-v0",
+            mode="async",
+            actors=2,
+            envs_per_actor=2,
+            rollout=8,
+            minibatch_size=16,
+            total_steps=10**7,
+            env_step_timeout=1.0,
+        ),
+        callback=until_replaced,
+    )
+    assert os.path.exists(os.environ["ASYNCRL_TEST_HANG_FLAG"] + "-first")  # an env did hang
+    assert s["actor_restarts"] == 1, s
+    assert s["dropped_rollouts"] == 1, s
+
+
 @pytest.mark.slow
 def test_a_lost_node_is_replaced_and_the_run_reaches_its_budget(cluster, tmp_path):
     """A non-head node is killed mid-run: its actor is placed on the node left over, the run

@@ -291,18 +291,21 @@ class RayBackend(OwnedTransport):
 
     def _supervise(self) -> None:
         try:
+            checked = time.monotonic()
             while True:
                 with self.book.cond:
                     if self.closing or self.failure is not None:
                         self.book.cond.notify_all()
                         return
                 try:
-                    fut = self._done.get(timeout=POLL)
+                    self._arrived(self._done.get(timeout=POLL))
                 except queue.Empty:
+                    pass
+                # every POLL, also while other actors deliver (async: they may never pause)
+                if time.monotonic() - checked >= POLL:
                     self._check_placement()
                     self._kill_hung()
-                    continue
-                self._arrived(fut)
+                    checked = time.monotonic()
         except BaseException as e:  # a bug here must not leave the learner waiting
             with self.book.cond:
                 self.failure = ActorError(f"ray supervisor failed:\n{traceback.format_exc()}")
