@@ -416,9 +416,11 @@ def _ray_processes(marker: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path):
-    """The run starts its own local Ray (no address); SIGINT mid-run ends it with a
-    checkpoint and no raylet, GCS or worker process left behind."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path, sig):
+    """The run starts its own local Ray (no address); SIGINT or SIGTERM mid-run ends it as a
+    signal ending (exit code 130, as on every backend) with a checkpoint and no raylet, GCS or
+    worker process left behind."""
     # Ray's socket paths live under its temp dir and must fit in 107 bytes: a short one
     ray_tmp = Path(tempfile.mkdtemp(prefix="art-", dir="/tmp"))
     env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "PYTHONUNBUFFERED": "1"}
@@ -451,9 +453,12 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path):
             time.sleep(0.2)
         time.sleep(2)
         assert _ray_processes(str(ray_tmp)), "no Ray process found to begin with"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
         assert (run / "checkpoint.pt").exists(), out.decode()
+        assert proc.returncode == 130, out.decode()[-3000:]
+        name = signal.Signals(sig).name
+        assert f"asyncrl: interrupted ({name}) at " in out.decode(), out.decode()[-3000:]
         # the instance asyncrl starts runs its actors at the learner's priority
         assert "RAY_worker_niceness" not in out.decode(), out.decode()
         deadline = time.monotonic() + 20

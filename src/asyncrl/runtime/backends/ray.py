@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -116,6 +117,17 @@ def connect(address: str, needed_cpus: float) -> bool:
 
     if ray.is_initialized():
         return False
+    # ray.init makes SIGTERM raise SystemExit in the driver, which would end the run as an
+    # error (exit code 15); the run's own handler (a stop flag, as for SIGINT) goes back
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        return _init(ray, address, needed_cpus)
+    finally:
+        if sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)
+
+
+def _init(ray: Any, address: str, needed_cpus: float) -> bool:
     if address:
         ray.init(address=address, log_to_driver=True, configure_logging=False)
         return False
