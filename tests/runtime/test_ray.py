@@ -472,6 +472,27 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path, sig):
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+def test_an_own_ray_instance_with_more_actors_than_cpus_says_so_in_one_line(monkeypatch, capsys):
+    """64 actors on a 2-CPU machine with no address: the run's own instance claims 64 CPUs to
+    place them all, and says so before it starts (Ray itself is not started here: its init is
+    recorded)."""
+    from asyncrl.runtime.backends import ray as ray_backend
+
+    started: list = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: started.append(kw))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert ray_backend.connect("", 64 * 1.0) is True
+    assert started and started[0]["num_cpus"] == 64
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("asyncrl:")]
+    assert len(lines) == 1, lines
+    assert "need 64 CPUs" in lines[0] and "this machine has 2" in lines[0]
+    assert "oversubscribed 32.0x" in lines[0] and "--actors" in lines[0]
+    started.clear()
+    assert ray_backend.connect("", 2.0) is True  # what fits is not remarked on
+    assert started[0]["num_cpus"] == 2 and "asyncrl:" not in capsys.readouterr().err
+
+
 def test_bad_settings_fail_before_ray_starts():
     from asyncrl.config import ConfigError, validate
 

@@ -131,8 +131,19 @@ def _init(ray: Any, address: str, needed_cpus: float) -> bool:
     if address:
         ray.init(address=address, log_to_driver=True, configure_logging=False)
         return False
+    cpus, need = os.cpu_count() or 1, int(np.ceil(needed_cpus))
+    if need > cpus:  # Ray would place the actors, but a process each on too few cores
+        print(
+            f"asyncrl: warning: --backend ray: the actors need {need} CPUs (--actors x "
+            f"--ray-cpus-per-actor) and this machine has {cpus}; the run's own Ray instance "
+            f"claims {need}, oversubscribed {need / cpus:.1f}x: each actor is a process, and "
+            "starting them alone can take minutes. Lower --actors, or give --ray-address of a "
+            "cluster with the CPUs.",
+            file=sys.stderr,
+            flush=True,
+        )
     ray.init(
-        num_cpus=max(os.cpu_count() or 1, int(np.ceil(needed_cpus))),
+        num_cpus=max(cpus, need),
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
         configure_logging=False,
