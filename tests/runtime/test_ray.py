@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from asyncrl.config import TrainConfig  # noqa: E402
 from asyncrl.runtime.faults import ActorError  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
+from conftest import descendants  # noqa: E402
 
 # one cluster for the module, so with pytest-xdist the whole module runs on one worker
 pytestmark = pytest.mark.xdist_group("ray")
@@ -399,6 +401,34 @@ def test_resume_eval_compare_and_tune_run_on_ray(cluster, tmp_path, capsys):
     assert int(rows["ray"]["iterations"]) >= 3 and float(rows["ray"]["env_steps_per_second"]) > 0
 
 
+def _listening(pids: set[int]) -> list[tuple[int, str, int]]:
+    """Every TCP socket the processes ``pids`` listen on: ``(pid, address, port)``."""
+    bound: dict[str, tuple[str, int]] = {}  # socket inode -> address, port
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        for row in Path(table).read_text().splitlines()[1:]:
+            f = row.split()
+            if f[3] != "0A":  # LISTEN
+                continue
+            hexaddr, port = f[1].split(":")
+            raw = bytes.fromhex(hexaddr)  # 32-bit words in host (little-endian) order
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            bound[f[9]] = (socket.inet_ntop(family, raw), int(port, 16))
+    found = []
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in bound:
+                found.append((pid, *bound[target[8:-1]]))
+    return found
+
+
 def _ray_processes(marker: str) -> list[int]:
     """Pids of live processes whose command line mentions ``marker`` (a temp dir)."""
     pids = []
@@ -424,6 +454,7 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path, sig):
     # Ray's socket paths live under its temp dir and must fit in 107 bytes: a short one
     ray_tmp = Path(tempfile.mkdtemp(prefix="art-", dir="/tmp"))
     env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # this module's own setting: not a user's
     run = tmp_path / "run"
     proc = subprocess.Popen(
         [
@@ -453,6 +484,12 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path, sig):
             time.sleep(0.2)
         time.sleep(2)
         assert _ray_processes(str(ray_tmp)), "no Ray process found to begin with"
+        # the run's own instance is on loopback: none of its servers listens anywhere else
+        ours = {proc.pid, *descendants(proc.pid), *_ray_processes(str(ray_tmp))}
+        sockets = _listening(ours)
+        assert len({pid for pid, _, _ in sockets}) >= 3, sockets  # GCS, raylet, the driver...
+        loopback = ("127.0.0.1", "::ffff:127.0.0.1", "::1")
+        assert [s for s in sockets if s[1] not in loopback] == [], sockets
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
         assert (run / "checkpoint.pt").exists(), out.decode()

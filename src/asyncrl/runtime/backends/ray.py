@@ -30,6 +30,7 @@ run leaves running (it kills only its own actors). A driver already connected (`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -37,6 +38,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -142,19 +144,41 @@ def _init(ray: Any, address: str, needed_cpus: float) -> bool:
             file=sys.stderr,
             flush=True,
         )
-    ray.init(
-        num_cpus=max(cpus, need),
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        configure_logging=False,
-        log_to_driver=True,
-        # Ray starts its workers at nice 15 so that its own daemons keep the CPU; on the
-        # learner's machine that would starve the actors whenever the learner trains (a
-        # 2-core machine under load: 370 env steps/s instead of 5,400 with the process
-        # backend). The actors are this run's work, so they get the learner's priority.
-        _system_config={"worker_niceness": 0},
-    )
+    with _loopback_only():
+        ray.init(
+            num_cpus=max(cpus, need),
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            configure_logging=False,
+            log_to_driver=True,
+            # Ray starts its workers at nice 15 so that its own daemons keep the CPU; on the
+            # learner's machine that would starve the actors whenever the learner trains (a
+            # 2-core machine under load: 370 env steps/s instead of 5,400 with the process
+            # backend). The actors are this run's work, so they get the learner's priority.
+            _system_config={"worker_niceness": 0},
+        )
     return True
+
+
+@contextlib.contextmanager
+def _loopback_only() -> Iterator[None]:
+    """While the run's own instance starts: Ray turns a node address of 127.0.0.1 into the
+    machine's network address (so that other nodes could join) and its servers then listen on
+    every interface, unless its multi-node mode is off. Off here, in this process (read at call
+    time) and for the processes Ray starts (its environment variable, read at their import)."""
+    from ray._private import ray_constants
+
+    var = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+    env, flag = os.environ.get(var), getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    os.environ[var], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:  # a later ray.init of this process (a cluster's address) is not affected
+        if env is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = env
+        ray_constants.ENABLE_RAY_CLUSTER = flag
 
 
 class RayBackend(OwnedTransport):
