@@ -116,7 +116,32 @@ class HangOnce(Countdown):
         return super().step(action)
 
 
+class HangInReset(Countdown):
+    """Sleeps for two minutes in its first reset -- an env that hangs while its actor starts --
+    once across processes: in whichever first creates the file $ASYNCRL_TEST_HANG_FLAG names."""
+
+    def reset(self, *, seed=None, options=None):
+        flag = os.environ.get("ASYNCRL_TEST_HANG_FLAG")
+        if flag and _first(flag):
+            time.sleep(120)
+        return super().reset(seed=seed, options=options)
+
+
+class HangFirst(Countdown):
+    """Sleeps for a minute at step 20 in whichever process first creates the file
+    ``$ASYNCRL_TEST_HANG_FLAG-first`` (atomically: of actors that reach step 20 together, one
+    hangs and the others go on)."""
+
+    def step(self, action):
+        flag = os.environ.get("ASYNCRL_TEST_HANG_FLAG")
+        if self.t >= 20 and flag and _first(flag + "-first"):
+            time.sleep(60)
+        return super().step(action)
+
+
 gym.register("RaiseOnce-v0", entry_point=RaiseOnce, max_episode_steps=50)
+gym.register("HangFirst-v0", entry_point=HangFirst, max_episode_steps=50)
+gym.register("HangInReset-v0", entry_point=HangInReset, max_episode_steps=50)
 gym.register("BadObsOnce-v0", entry_point=BadObsOnce, max_episode_steps=50)
 gym.register("HangOnce-v0", entry_point=HangOnce, max_episode_steps=50)
 
@@ -207,3 +232,30 @@ class SlowSteps(Countdown):
 
 
 gym.register("SlowSteps-v0", entry_point=SlowSteps, max_episode_steps=50)
+
+
+class NapSteps(Countdown):
+    """Half a second per step, slept in 50-ms naps: a process stopped mid-step (SIGSTOP) and
+    continued is still in that step for a while after, however long it was stopped."""
+
+    def step(self, action):
+        for _ in range(10):
+            time.sleep(0.05)
+        return super().step(action)
+
+
+gym.register("NapSteps-v0", entry_point=NapSteps, max_episode_steps=50)
+
+
+class RecordsClose(Countdown):
+    """Leaves a file named by its process id in $ASYNCRL_TEST_CLOSED_DIR when closed: which
+    actor processes closed their envs (ran their cleanup) before they ended."""
+
+    def close(self):
+        folder = os.environ.get("ASYNCRL_TEST_CLOSED_DIR")
+        if folder:
+            open(os.path.join(folder, str(os.getpid())), "a").close()
+        super().close()
+
+
+gym.register("RecordsClose-v0", entry_point=RecordsClose, max_episode_steps=50)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,8 +35,13 @@ def test_env_exception_in_actor_ends_the_run_naming_the_actor(small_cfg, mode, b
     assert "Traceback" in msg and "boom: simulated env failure" in msg
 
 
-def _start_cli(tmp_path: Path, *extra: str, env_id: str = "CartPole-v1") -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
+def _start_cli(
+    tmp_path: Path, *extra: str, env_id: str = "CartPole-v1", new_session: bool = False
+) -> subprocess.Popen:
+    tests = str(Path(__file__).parents[1])  # fake_envs; the code under test stays first
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, (os.getenv("PYTHONPATH"), tests)))
+    )
     return subprocess.Popen(
         [
             sys.executable,
@@ -56,6 +62,7 @@ def _start_cli(tmp_path: Path, *extra: str, env_id: str = "CartPole-v1") -> subp
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=new_session,  # a process group of its own, to be killed whole
     )
 
 
@@ -164,3 +171,73 @@ def test_a_second_sigint_aborts_the_cli_at_once_claiming_no_checkpoint(tmp_path)
     assert not [c for c in children if alive(c)], "child processes left behind"
     assert not shm_segments(proc.pid), "shared memory left behind"
     assert not [p for p in run.iterdir() if ".tmp" in p.name]
+
+
+def test_a_run_stopped_and_continued_charges_no_actor_for_the_pause(tmp_path):
+    """SIGSTOP to the run's whole process group for 8 s (a suspended job, a frozen container),
+    then SIGCONT: the actors were in 0.5-s env steps, timed against a 3-s --env-step-timeout
+    while the monotonic clock ran on through the stop; none is read as hung and replaced."""
+    extra = ("--envs-per-actor", "1", "--rollout", "4", "--minibatch-size", "4", "--epochs", "1")
+    proc = _start_cli(tmp_path, *extra, "--env-step-timeout", "3", env_id="fake_envs:NapSteps-v0")
+    run = tmp_path / "run"
+    try:
+        _wait_for_training(proc, run, rows=2)
+        children = descendants(proc.pid)
+        group = [proc.pid, *children]
+        for pid in group:  # as a job's suspension stops every process of it
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(8)
+        for pid in group:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(4)  # the supervisor looks every 0.2 s: long enough to have judged the actors
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "hung" not in err, err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["actor_restarts"] == 0, summary
+
+
+def test_segments_of_a_run_killed_with_its_process_group_are_removed_by_the_next_run(
+    tmp_path, small_cfg, capfd
+):
+    """SIGKILL to a run's whole process group (a scheduler's final kill, docker kill) kills
+    multiprocessing's resource tracker too: the run's segments stay in /dev/shm. The next run
+    removes them at its start -- but not a segment some live process still holds open (a run
+    in another pid namespace sharing /dev/shm, whose pid means nothing here)."""
+    import fcntl
+    from multiprocessing import shared_memory
+
+    proc = _start_cli(tmp_path / "killed", new_session=True)
+    try:
+        _wait_for_training(proc, tmp_path / "killed" / "run", rows=1)
+        children = descendants(proc.pid)
+        left = shm_segments(proc.pid)
+        assert left
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        deadline = time.monotonic() + 10
+        while any(alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [c for c in children if alive(c)]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert shm_segments(proc.pid) == left  # no one removed them
+    held = shared_memory.SharedMemory(f"asyncrl_{proc.pid}_elsewhere_array0", create=True, size=8)
+    fcntl.flock(held._fd, fcntl.LOCK_SH)  # as every process that opens a segment does
+    try:
+        summary = train(small_cfg)  # the process backend
+        assert shm_segments(proc.pid) == {held.name}
+    finally:
+        held.close()
+        held.unlink()
+    assert summary["env_steps"] >= small_cfg.total_steps
+    err = capfd.readouterr().err
+    # (other killed runs' segments on this machine may go with them, under their own pids)
+    assert re.search(rf"removed \d+ shared-memory segment\(s\) .*\(pids [^)]*\b{proc.pid}\b", err)

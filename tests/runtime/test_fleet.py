@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import FILLING, FULL, TRAINING, SlotBook
 from asyncrl.runtime.faults import ActorError
+from asyncrl.runtime.lifecycle import Interrupted
 from asyncrl.runtime.trainer import train
 from asyncrl.runtime.transport import PolicyStore
 from asyncrl.settings import TrainConfig
@@ -341,6 +342,22 @@ def test_with_no_restarts_a_kill_ends_the_run_at_once_with_a_checkpoint(tmp_path
     assert ended - killer.killed_at < 2.0
 
 
+def test_a_replacement_actor_runs_its_cleanup_when_the_run_ends(tmp_path, monkeypatch):
+    """Actor 0 is killed and replaced (by the supervisor thread); at the end of the run the
+    replacement, like actor 1, closes its envs and exits -- not SIGKILLed as the thread that
+    started it ends (PR_SET_PDEATHSIG follows that thread)."""
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    monkeypatch.setenv("ASYNCRL_TEST_CLOSED_DIR", str(closed))
+    cfg = _run_cfg(tmp_path, "ppo", "async", env="fake_envs:RecordsClose-v0", total_steps=30_000)
+    killer = Killer(ActorStatus.ACTING, after=0.5)  # mid-rollout (its env steps take no time)
+    summary = train(cfg, on_start=killer)
+    assert killer.killed is not None and summary["actor_restarts"] == 1, summary
+    pids = {int(p.name) for p in closed.iterdir()} - {os.getpid()}  # here: the env probe
+    assert killer.killed not in pids
+    assert len(pids) == 2, f"{len(pids)} of the 2 actors at the end closed their envs"
+
+
 def test_env_error_under_raise_names_actor_env_and_traceback(tmp_path):
     cfg = _run_cfg(tmp_path, "ppo", "async", env="fake_envs:RaiseOnce-v0", actors=1)
     with pytest.raises(ActorError) as e:
@@ -384,6 +401,58 @@ def test_hung_env_step_gets_its_actor_killed_and_replaced(tmp_path, monkeypatch)
     assert summary["actor_restarts"] == 1
     assert summary["env_steps"] >= cfg.total_steps
     assert time.monotonic() - t0 < 50  # not the minute the env slept
+
+
+def test_an_env_hanging_while_its_actor_starts_gets_the_actor_replaced(
+    tmp_path, monkeypatch, capfd
+):
+    """An env's first reset hangs (two minutes) while its actor builds its envs: the actor is
+    timed as in an env step, killed past --env-step-timeout and replaced; a sync run, which
+    needs every actor's rollout, reaches its budget."""
+    monkeypatch.setenv("ASYNCRL_TEST_HANG_FLAG", str(tmp_path / "hung"))
+    cfg = _run_cfg(
+        tmp_path,
+        "ppo",
+        "sync",
+        env="fake_envs:HangInReset-v0",
+        env_step_timeout=5.0,
+        total_steps=3_000,
+    )
+    summary = train(cfg)
+    assert (tmp_path / "hung").exists()  # an env did hang
+    assert summary["actor_restarts"] == 1 and summary["dropped_rollouts"] == 0, summary
+    assert summary["env_steps"] >= cfg.total_steps
+    err = capfd.readouterr().err
+    assert "hung: building and resetting its envs took over" in err, err
+
+
+def test_the_first_sigint_ends_a_run_whose_actor_hangs_while_starting(tmp_path, monkeypatch):
+    """Sync, one actor's env hangs in its first reset (within --env-step-timeout): the learner
+    waits for a batch that cannot come, and the first SIGINT must still end the run there, as
+    a signal ending with its checkpoint, not once the env returns two minutes later."""
+    flag = tmp_path / "hung"
+    monkeypatch.setenv("ASYNCRL_TEST_HANG_FLAG", str(flag))
+    cfg = _run_cfg(tmp_path, "ppo", "sync", env="fake_envs:HangInReset-v0", total_steps=10**6)
+    sent: list[float] = []
+
+    def interrupt() -> None:  # once an env hangs the run handles SIGINT (it started actors)
+        deadline = time.monotonic() + 120
+        while not flag.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=interrupt, daemon=True)
+    thread.start()
+    with pytest.raises(Interrupted):
+        train(cfg)
+    ended = time.monotonic()
+    thread.join(5)
+    assert sent, "no env hung"
+    assert ended - sent[0] < 60, f"the run ended {ended - sent[0]:.0f} s after the SIGINT"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["ended"] == "signal" and summary["checkpoint"], summary
 
 
 @pytest.mark.parametrize("backend", ["thread", "inline"])

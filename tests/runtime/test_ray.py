@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from asyncrl.runtime.faults import ActorError  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
 from asyncrl.settings import TrainConfig  # noqa: E402
+from conftest import descendants  # noqa: E402
 
 # one cluster for the module, so with pytest-xdist the whole module runs on one worker
 pytestmark = pytest.mark.xdist_group("ray")
@@ -252,6 +254,34 @@ def test_a_hung_env_step_gets_its_actor_killed_and_replaced(cluster, tmp_path):
     assert time.monotonic() - t0 < 50  # not the minute the env slept
 
 
+def test_a_hung_actor_is_replaced_while_another_keeps_delivering(cluster, tmp_path):
+    """Async, two actors: one hangs in an env step (a minute), the other delivers a rollout every
+    few milliseconds. The driver must still look at the calls in flight, find the hung one past
+    --env-step-timeout and replace it (the run stops itself once it has, or after 45 s)."""
+    t0 = time.monotonic()
+
+    def until_replaced(info):
+        return info["actor_restarts"] < 1 and time.monotonic() - t0 < 45
+
+    s = train(
+        _cfg(
+            tmp_path,
+            env="fake_envs:HangFirst-v0",
+            mode="async",
+            actors=2,
+            envs_per_actor=2,
+            rollout=8,
+            minibatch_size=16,
+            total_steps=10**7,
+            env_step_timeout=1.0,
+        ),
+        callback=until_replaced,
+    )
+    assert os.path.exists(os.environ["ASYNCRL_TEST_HANG_FLAG"] + "-first")  # an env did hang
+    assert s["actor_restarts"] == 1, s
+    assert s["dropped_rollouts"] == 1, s
+
+
 @pytest.mark.slow
 def test_a_lost_node_is_replaced_and_the_run_reaches_its_budget(cluster, tmp_path):
     """A non-head node is killed mid-run: its actor is placed on the node left over, the run
@@ -371,6 +401,34 @@ def test_resume_eval_compare_and_tune_run_on_ray(cluster, tmp_path, capsys):
     assert int(rows["ray"]["iterations"]) >= 3 and float(rows["ray"]["env_steps_per_second"]) > 0
 
 
+def _listening(pids: set[int]) -> list[tuple[int, str, int]]:
+    """Every TCP socket the processes ``pids`` listen on: ``(pid, address, port)``."""
+    bound: dict[str, tuple[str, int]] = {}  # socket inode -> address, port
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        for row in Path(table).read_text().splitlines()[1:]:
+            f = row.split()
+            if f[3] != "0A":  # LISTEN
+                continue
+            hexaddr, port = f[1].split(":")
+            raw = bytes.fromhex(hexaddr)  # 32-bit words in host (little-endian) order
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            bound[f[9]] = (socket.inet_ntop(family, raw), int(port, 16))
+    found = []
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in bound:
+                found.append((pid, *bound[target[8:-1]]))
+    return found
+
+
 def _ray_processes(marker: str) -> list[int]:
     """Pids of live processes whose command line mentions ``marker`` (a temp dir)."""
     pids = []
@@ -388,12 +446,15 @@ def _ray_processes(marker: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path):
-    """The run starts its own local Ray (no address); SIGINT mid-run ends it with a
-    checkpoint and no raylet, GCS or worker process left behind."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path, sig):
+    """The run starts its own local Ray (no address); SIGINT or SIGTERM mid-run ends it as a
+    signal ending (exit code 130, as on every backend) with a checkpoint and no raylet, GCS or
+    worker process left behind."""
     # Ray's socket paths live under its temp dir and must fit in 107 bytes: a short one
     ray_tmp = Path(tempfile.mkdtemp(prefix="art-", dir="/tmp"))
     env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # this module's own setting: not a user's
     run = tmp_path / "run"
     proc = subprocess.Popen(
         [
@@ -423,9 +484,18 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path):
             time.sleep(0.2)
         time.sleep(2)
         assert _ray_processes(str(ray_tmp)), "no Ray process found to begin with"
-        proc.send_signal(signal.SIGINT)
+        # the run's own instance is on loopback: none of its servers listens anywhere else
+        ours = {proc.pid, *descendants(proc.pid), *_ray_processes(str(ray_tmp))}
+        sockets = _listening(ours)
+        assert len({pid for pid, _, _ in sockets}) >= 3, sockets  # GCS, raylet, the driver...
+        loopback = ("127.0.0.1", "::ffff:127.0.0.1", "::1")
+        assert [s for s in sockets if s[1] not in loopback] == [], sockets
+        proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
         assert (run / "checkpoint.pt").exists(), out.decode()
+        assert proc.returncode == 130, out.decode()[-3000:]
+        name = signal.Signals(sig).name
+        assert f"asyncrl: interrupted ({name}) at " in out.decode(), out.decode()[-3000:]
         # the instance asyncrl starts runs its actors at the learner's priority
         assert "RAY_worker_niceness" not in out.decode(), out.decode()
         deadline = time.monotonic() + 20
@@ -437,6 +507,27 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_an_own_ray_instance_with_more_actors_than_cpus_says_so_in_one_line(monkeypatch, capsys):
+    """64 actors on a 2-CPU machine with no address: the run's own instance claims 64 CPUs to
+    place them all, and says so before it starts (Ray itself is not started here: its init is
+    recorded)."""
+    from asyncrl.runtime.backends import ray as ray_backend
+
+    started: list = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: started.append(kw))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert ray_backend.connect("", 64 * 1.0) is True
+    assert started and started[0]["num_cpus"] == 64
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("asyncrl:")]
+    assert len(lines) == 1, lines
+    assert "need 64 CPUs" in lines[0] and "this machine has 2" in lines[0]
+    assert "oversubscribed 32.0x" in lines[0] and "--actors" in lines[0]
+    started.clear()
+    assert ray_backend.connect("", 2.0) is True  # what fits is not remarked on
+    assert started[0]["num_cpus"] == 2 and "asyncrl:" not in capsys.readouterr().err
 
 
 def test_bad_settings_fail_before_ray_starts():

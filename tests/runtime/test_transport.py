@@ -191,3 +191,107 @@ def test_stop_flag_is_set_after_children_reading_it_were_killed_mid_read():
     p.join(60)
     assert p.exitcode == 0  # it saw the flag set
     ready.close()
+
+
+# ------------------------------------------------------------------------------ /dev/shm's size
+def _big_slots(tmp_path, **kw):
+    """CartPole with 64 envs x 1,024 steps per actor: 3.4 MB a slot, 20 MB for 2 async actors."""
+    from asyncrl.settings import TrainConfig
+
+    base = dict(
+        env="CartPole-v1",
+        actors=2,
+        envs_per_actor=64,
+        rollout=1024,
+        minibatch_size=64,
+        total_steps=10**6,
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+        run_dir=str(tmp_path / "run"),
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+def test_slots_larger_than_the_free_shared_memory_stop_the_run_before_it_starts(
+    tmp_path, monkeypatch
+):
+    from asyncrl.config import ConfigError
+    from asyncrl.runtime import transport
+    from asyncrl.runtime.trainer import train
+
+    monkeypatch.setattr(transport, "shm_free", lambda path=transport.SHM_DIR: 8 * 2**20)
+    with pytest.raises(ConfigError) as e:
+        train(_big_slots(tmp_path))
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("shared memory: the rollout slots of 2 actors need 20.3 MB in /dev/shm")
+    assert "which has 8.0 MB free" in msg and "--shm-size" in msg
+    assert not (tmp_path / "run").exists()  # refused before anything was written or started
+    assert mp.active_children() == []
+    # what fits, and the backends whose slots are not shared memory, are not refused
+    monkeypatch.setattr(transport, "shm_free", lambda path=transport.SHM_DIR: 22 * 2**20)
+    transport.check_shared_memory(_big_slots(tmp_path), _cartpole_spec())
+    monkeypatch.setattr(transport, "shm_free", lambda path=transport.SHM_DIR: 0)
+    transport.check_shared_memory(_big_slots(tmp_path, backend="thread"), _cartpole_spec())
+
+
+def _cartpole_spec():
+    from asyncrl.settings import env_spec
+
+    return env_spec(_big_slots(__import__("pathlib").Path("/nonexistent")))
+
+
+def _can_mount_a_private_tmpfs() -> str | None:
+    """Why a private /dev/shm cannot be had here (None: it can)."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return "needs root and unshare(1) to mount a private tmpfs on /dev/shm"
+    probe = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o size=1m tmpfs /dev/shm",
+        ],
+        capture_output=True,
+    )
+    if probe.returncode != 0:
+        return f"cannot mount a tmpfs in a mount namespace: {probe.stderr.decode().strip()}"
+    return None
+
+
+def test_a_real_dev_shm_too_small_for_the_slots_is_refused_in_one_line(tmp_path):
+    """The CLI in a mount namespace of its own whose /dev/shm is a 4 MB tmpfs (Docker gives 64 MB
+    and Atari needs ~176 MB; here 20 MB of CartPole slots): it stops at once with one line naming
+    both sizes and the fix, instead of actors dying of SIGBUS until the restarts run out."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    why = _can_mount_a_private_tmpfs()
+    if why:
+        pytest.skip(why)
+    cli = [
+        sys.executable, "-m", "asyncrl.cli", "train", "--env", "CartPole-v1",
+        "--envs-per-actor", "64", "--rollout", "1024", "--minibatch-size", "64",
+        "--no-progress", "--no-tensorboard", "--run-dir", str(tmp_path / "run"),
+    ]  # fmt: skip
+    script = 'mount -t tmpfs -o size=4m tmpfs /dev/shm && exec "$@"'
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *cli],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("asyncrl:")]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("asyncrl: error: shared memory: the rollout slots of 2 actors")
+    assert "which has 4.0 MB free" in errors[0] and "--shm-size" in errors[0]
+    assert not Path(tmp_path / "run").exists()

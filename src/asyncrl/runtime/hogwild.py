@@ -48,7 +48,7 @@ from asyncrl.learning.schedule import continue_schedule
 from asyncrl.metrics import EpisodeStats, Throughput
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import restore_learner, save_config
-from asyncrl.runtime.actor import ActorStatus
+from asyncrl.runtime.actor import ActorStatus, Pauses
 from asyncrl.runtime.faults import ActorError, Restarts, is_env_error
 from asyncrl.runtime.lifecycle import StopSignals
 from asyncrl.runtime.processes import POLL, ChildProcesses, die_with_parent, report_failure
@@ -154,6 +154,7 @@ def worker_main(
         outside_steps = sync.shared and learner.changes_outside_steps
         learner.set_step_hooks(sync.before_update, sync.after_update)
         store = PolicyStore(learner.numel, shared=False, buffers=1)
+        ActorStatus.set(status.array[worker], ActorStatus.STARTING)  # timed: an env may hang
         actor = Actor(  # one process, one buffer: acts with the published parameters in place
             worker,
             wcfg,
@@ -162,6 +163,7 @@ def worker_main(
             generation=generation,
             status=status.array[worker],
         )
+        ActorStatus.set(status.array[worker], ActorStatus.WAITING)
         slots = SlotStore(rollout_layout(wcfg, spec), 1, shared=False)
         slot = slots.slots[0]
         row[READY] = 1  # start together: a worker spawned later would find the budget spent
@@ -264,14 +266,17 @@ def train_hogwild(
             children.start(worker_main, (*args, generation, schedule_from), w, generation)
 
         done: set[int] = set()  # workers that said goodbye (their exit is not a fault)
-        hung: dict[int, float] = {}
+        hung: dict[int, str] = {}  # worker -> what it was killed for
+        pauses = Pauses()  # a stopped run (Ctrl+Z, a frozen container) is no hang
 
         def kill_hung() -> None:
             watch = ActorStatus(status.array)  # a view: kept out of frames that raise
+            pauses.tick()
             for w in range(M):
-                busy = None if w in hung or w in done else watch.hung(w, cfg.env_step_timeout)
+                timeout = cfg.env_step_timeout
+                busy = None if w in hung or w in done else watch.hung(w, timeout, pauses)
                 if busy is not None:
-                    hung[w] = busy
+                    hung[w] = f"{watch.doing(w)} took over {busy:.1f} s"
                     children.kill(w)
 
         def supervise() -> None:
@@ -285,8 +290,7 @@ def train_hogwild(
                     raise ActorError(f"{label} failed:\n{tb}")
                 if w in hung:
                     cause = (
-                        f"hung: one env step took over {hung.pop(w):.1f} s "
-                        f"(--env-step-timeout {cfg.env_step_timeout:g}); killed"
+                        f"hung: {hung.pop(w)} (--env-step-timeout {cfg.env_step_timeout:g}); killed"
                     )
                 # the iteration it was in (rollout and update) is lost; the global network
                 # holds every step it had pushed

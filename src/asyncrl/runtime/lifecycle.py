@@ -48,6 +48,11 @@ class Interrupted(KeyboardInterrupt):
     was written. A KeyboardInterrupt, so that callers that stop on Ctrl+C stop on it."""
 
 
+class StopRequested(KeyboardInterrupt):
+    """A wait for actors ended because the run's stop flag was set (a first SIGINT or SIGTERM):
+    the run ends as a signal ending, with its final checkpoint."""
+
+
 class Aborted(KeyboardInterrupt):
     """A second SIGINT or SIGTERM: the run stops at once, wherever it was, without a final
     checkpoint."""

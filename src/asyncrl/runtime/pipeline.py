@@ -89,7 +89,7 @@ def train_pipeline(
                 with end.updating():
                     learner.work_ahead()  # what it can do before the batch arrives
                 t0 = time.perf_counter()
-                batch = backend.next_batch()
+                batch = backend.next_batch(stop)  # a signal ends the wait (hung actors)
                 waited = time.perf_counter() - t0
                 with end.updating():
                     stats = learner.train(batch)

@@ -26,7 +26,9 @@ class Stopped(Exception):
 def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when the thread that started it ends (the learner's):
     an actor busy in a long rollout then goes with a learner that was killed, instead of
-    noticing only at its next wait. Elsewhere a no-op; the waits' parent check remains."""
+    noticing only at its next wait. Elsewhere a no-op; the waits' parent check remains. The
+    thread, not the process: a thread that starts children must outlive them (join them
+    before it ends), or they are killed mid-cleanup."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):

@@ -21,7 +21,7 @@ from asyncrl.rundir import claim_run_dir, default_run_dir, save_config
 from asyncrl.runtime import hogwild, pipeline
 from asyncrl.runtime.lifecycle import Interrupted, StopSignals
 from asyncrl.runtime.shell import Callback
-from asyncrl.runtime.transport import memory_line
+from asyncrl.runtime.transport import check_shared_memory, memory_line
 from asyncrl.settings import (
     TrainConfig,
     check_resume,
@@ -88,6 +88,7 @@ def train(
     # before any process or segment exists
     spec = env_spec(cfg)
     cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
+    check_shared_memory(cfg, spec)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
     cfg.run_dir = str(run_dir)
     if resume:  # before anything is written: a refused resume leaves the run as it was

@@ -13,8 +13,11 @@ The creator of a store owns its segments and unlinks them in :meth:`close`, also
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import queue
+import re
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ if TYPE_CHECKING:  # the transport needs no env package at run time (light child
     from asyncrl.envs import EnvSpec
 
 SHM_PREFIX = "asyncrl_"
+SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared-memory segments (a tmpfs)
 
 # What an actor reports of one rollout beside its samples: one number each, read by the learner
 # (``slot.env_steps[0]``) and by the backend (``slot.actor[0]``, ``slot.env_restarts[0]``).
@@ -111,6 +115,97 @@ def memory_line(cfg: Any, spec: EnvSpec) -> str:
     return line + (f"; {note}" if note else "")
 
 
+def shm_free(path: str = SHM_DIR) -> int | None:
+    """Bytes free in the shared-memory filesystem; None where there is none to ask (not Linux)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def check_shared_memory(cfg: Any, spec: EnvSpec) -> None:
+    """Refuse, before any process starts, a process-backend run whose rollout slots do not fit
+    in the free space of /dev/shm (Docker gives a container 64 MB): its segments are sparse, so
+    they are made without complaint and an actor writing one dies of SIGBUS, again and again
+    until the restarts run out. Removes the segments killed runs left there first."""
+    if cfg.backend != "process" and not cfg.hogwild:
+        return  # no shared memory
+    remove_stale_segments()  # they hold space, and no one else removes them
+    if cfg.hogwild:
+        return  # its slots are plain memory; its shared segments are small
+    free = shm_free()
+    layout = rollout_layout(cfg, spec)
+    page = os.sysconf("SC_PAGE_SIZE")
+    _, nbytes = layout.offsets()
+    need = cfg.actors * cfg.slots_per_actor * -(-nbytes // page) * page  # a tmpfs counts pages
+    if free is not None and need > free:
+        from asyncrl.config import ConfigError
+
+        raise ConfigError(
+            f"shared memory: the rollout slots of {cfg.actors} actors need {_mb(need)} in "
+            f"{SHM_DIR}, which has {_mb(free)} free; give it more (docker run --shm-size=1g; "
+            "Kubernetes: an emptyDir of medium Memory at /dev/shm) or lower --actors, "
+            "--envs-per-actor or --rollout"
+        )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.1f} MB"
+
+
+def remove_stale_segments(directory: str = SHM_DIR) -> int:
+    """Remove the segments of runs killed with their whole process group (SIGKILL to the group,
+    a scheduler's final kill, ``docker kill``): multiprocessing's resource tracker died with
+    them, and their segments would stay until reboot. A segment is stale when the pid in its
+    name is no live process here and no process holds its lock (every process that opens a
+    segment holds one, so a live run in another pid namespace sharing /dev/shm keeps its own).
+    Says in one line what it removed; returns the count."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    owners: set[int] = set()
+    count = size = 0
+    for entry in entries:
+        m = re.match(rf"{SHM_PREFIX}(\d+)_", entry.name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken only if no one holds it
+            nbytes = os.fstat(fd).st_blocks * 512
+            os.unlink(entry.path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        owners.add(int(m.group(1)))
+        count, size = count + 1, size + nbytes
+    if count:
+        pids = ", ".join(str(p) for p in sorted(owners))
+        print(
+            f"asyncrl: removed {count} shared-memory segment(s) ({_mb(size)}) that killed runs "
+            f"left in {directory} (pids {pids})",
+            file=sys.stderr,
+            flush=True,
+        )
+    return count
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
 class Slot:
     """Numpy views of one slot's fields, by attribute: ``slot.obs``, ``slot.rewards``, ...;
     ``slot.index`` is its place in its store (what messages carry)."""
@@ -139,6 +234,9 @@ class _Segments:
             shared_memory.SharedMemory(name=n, create=create, size=size if create else 0)
             for n in names
         ]
+        # "in use" while open, whatever pid namespace looks (see remove_stale_segments)
+        for shm in self.shms:
+            fcntl.flock(shm._fd, fcntl.LOCK_SH)  # released by the kernel when the fd closes
 
     def close(self) -> None:
         for shm in self.shms:

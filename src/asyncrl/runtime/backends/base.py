@@ -18,6 +18,7 @@ from collections import deque
 from typing import Any, Protocol
 
 from asyncrl.runtime.faults import Restarts
+from asyncrl.runtime.lifecycle import StopRequested
 from asyncrl.runtime.transport import PolicyStore, Slot, SlotStore, rollout_layout
 
 
@@ -36,10 +37,11 @@ class Backend(Protocol):
     def start(self) -> None:
         """Start the actors (the learner has published version 0 already)."""
 
-    def next_batch(self) -> list[Slot]:
+    def next_batch(self, stop: Any = None) -> list[Slot]:
         """Block until the learner's next batch is filled: all actors' slots in sync mode, one
         actor's in async mode. Dead or hung actors are replaced meanwhile; raises ActorError when
-        one cannot be (restart budget spent, an env error under ``--on-env-error raise``)."""
+        one cannot be (restart budget spent, an env error under ``--on-env-error raise``), and
+        StopRequested once ``stop`` (the run's StopSignals) is true and no batch is ready."""
 
     def release(self, slots: list[Slot]) -> None:
         """The learner is done with these slots (and has published): actors may refill them."""
@@ -195,9 +197,10 @@ class SlotBook:
             self.state[s] = TRAINING
         return ids
 
-    def wait_take(self, failure: Any, idle: Any, poll: float) -> list[int]:
+    def wait_take(self, failure: Any, idle: Any, poll: float, stop: Any = None) -> list[int]:
         """Block (holding :attr:`cond`) until :meth:`take` gives a batch; every ``poll`` seconds
-        raise ``failure()`` if it is not None, and call ``idle()`` (a backend's own checks)."""
+        raise ``failure()`` if it is not None, raise StopRequested if ``stop`` is true (a signal
+        came: a hung actor must not hold the run), and call ``idle()`` (a backend's checks)."""
         while True:
             error = failure()
             if error is not None:
@@ -205,6 +208,8 @@ class SlotBook:
             ids = self.take()
             if ids is not None:
                 return ids
+            if stop:
+                raise StopRequested("stopped while waiting for the actors")
             idle()
             self.cond.wait(poll)
 

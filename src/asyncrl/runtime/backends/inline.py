@@ -13,6 +13,7 @@ slot, so a fault costs a dropped rollout, never a batch.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport
@@ -39,7 +40,7 @@ class InlineBackend(OwnedTransport):
             pass  # replaced: the new actor collects the rollout again
         self.waiting.append(i)
 
-    def next_batch(self) -> list[Slot]:
+    def next_batch(self, stop: Any = None) -> list[Slot]:  # collects in this thread: no wait
         if not self.waiting:
             for i in range(self.cfg.actors):
                 self._collect(i)

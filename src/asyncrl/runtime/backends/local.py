@@ -14,7 +14,7 @@ import traceback
 import numpy as np
 
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.actor import Actor, ActorStatus
+from asyncrl.runtime.actor import Actor, ActorStatus, Pauses
 from asyncrl.runtime.faults import ActorError, Restarts, actor_label, is_env_error
 from asyncrl.runtime.transport import PolicyStore, Slot
 from asyncrl.settings import TrainConfig
@@ -25,6 +25,9 @@ class LocalFleet:
         self.cfg, self.spec, self.store = cfg, spec, store
         self.restarts = Restarts(cfg.actor_restarts)
         self.status = ActorStatus(np.zeros((cfg.actors, 2)))
+        # ticked by the learner's waits: a stopped process, or a learner busy training, is not
+        # time an actor is charged for
+        self.pauses = Pauses()
         self.generation = [0] * cfg.actors
         self.actors: list[Actor | None] = [None] * cfg.actors
         self.restored: list[dict | None] = [None] * cfg.actors  # applied as actors are made
@@ -35,6 +38,7 @@ class LocalFleet:
         may not be replaced."""
         try:
             if self.actors[i] is None:
+                ActorStatus.set(self.status.rows[i], ActorStatus.STARTING)  # timed: may hang
                 self.actors[i] = Actor(
                     i,
                     self.cfg,
@@ -83,11 +87,13 @@ class LocalFleet:
 
     def hung(self) -> None:
         """Raise ActorError if an actor has been in one env step past ``--env-step-timeout``."""
+        self.pauses.tick()
         for i in range(self.cfg.actors):
-            busy = self.status.hung(i, self.cfg.env_step_timeout)
+            busy = self.status.hung(i, self.cfg.env_step_timeout, self.pauses)
             if busy is not None:
                 raise ActorError(
-                    f"{actor_label(self.cfg, i)} hung: one env step has taken {busy:.1f} s "
+                    f"{actor_label(self.cfg, i)} hung: {self.status.doing(i)} has taken "
+                    f"{busy:.1f} s "
                     f"(--env-step-timeout {self.cfg.env_step_timeout:g}); an actor thread "
                     "cannot be stopped, use --backend process to have hung actors replaced"
                 )

@@ -8,12 +8,13 @@ no lock (the policy store is a seqlock), no semaphore permit.
 
 A supervisor thread in the learner's process waits on the filled-slot pipe and on every actor's
 process sentinel at once, and looks at every actor's status row (ActorStatus) at least every
-``POLL`` seconds: a death is seen the moment it happens and a hung env step within ``POLL`` of
-``--env-step-timeout``, whatever the learner and the other actors are doing. A lost actor's
-partial rollout is dropped, its slot reclaimed, and a fresh actor with the same id, the next
-generation's env seeds and the newest policy takes its place, within the ``--actor-restarts``
-budget (:class:`Restarts`). An env error under ``--on-env-error raise``, or a fault past the
-budget, ends the run with an ActorError naming the actor and its traceback.
+``POLL`` seconds: a death is seen the moment it happens and a hung env step (or env start: building
+and first resetting its envs) within ``POLL`` of ``--env-step-timeout``, whatever the learner and
+the other actors are doing. A lost actor's partial rollout is dropped, its slot reclaimed, and a
+fresh actor with the same id, the next generation's env seeds and the newest policy takes its place,
+within the ``--actor-restarts`` budget (:class:`Restarts`). An env error under
+``--on-env-error raise``, or a fault past the budget, ends the run with an ActorError naming the
+actor and its traceback.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 import torch
 
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.actor import ActorStatus
+from asyncrl.runtime.actor import ActorStatus, Pauses
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
 from asyncrl.runtime.faults import ActorError, Restarts, is_env_error
 from asyncrl.runtime.processes import (
@@ -72,6 +73,7 @@ def actor_main(
     actor = None
     row = status.array[actor_id]
     try:
+        ActorStatus.set(row, ActorStatus.STARTING)  # timed like an env step: an env may hang here
         actor = Actor(
             actor_id,
             cfg,
@@ -117,9 +119,11 @@ class ProcessBackend(OwnedTransport):
         self.stop = StopFlag(self.ctx)
         self.failure: BaseException | None = None
         self.closing = False
-        self.hung: dict[int, float] = {}
+        self.hung: dict[int, str] = {}  # actor -> what it was killed for
+        self.pauses = Pauses()  # a stopped run (Ctrl+Z, a frozen container) is no hang
         self._wake_r, self._wake_w = self.ctx.Pipe(duplex=False)
         self.supervisor: threading.Thread | None = None
+        self._children_closed = threading.Event()  # the supervisor thread may end (see close)
 
     # ------------------------------------------------------------ what the learner calls
     def start(self) -> None:
@@ -132,9 +136,9 @@ class ProcessBackend(OwnedTransport):
         )
         self.supervisor.start()
 
-    def next_batch(self) -> list:
+    def next_batch(self, stop: Any = None) -> list:
         with self.book.cond:  # the supervisor thread fills the book and watches the actors
-            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL)
+            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL, stop)
             self._send_grants()  # async: a batch left the queue, a held-back actor may go on
         return self._batch(ids)
 
@@ -158,13 +162,17 @@ class ProcessBackend(OwnedTransport):
 
     def close(self) -> None:
         with self.book.cond:
-            self.closing = True
+            self.closing = True  # the supervisor starts no actor after this
         self.stop.set()
+        # the actors first: those the supervisor thread started (replacements) get SIGKILL when
+        # that thread ends (PR_SET_PDEATHSIG follows the thread that forked), cutting their
+        # cleanup short; the thread waits for this
+        self.children.close()
+        self._children_closed.set()
         if self.supervisor is not None:
             self._wake_w.send_bytes(b"x")
             self.supervisor.join(timeout=30)
             self.supervisor = None
-        self.children.close()
         for channel in (*self.todo, self.full):
             channel.close()
         self._wake_r.close()
@@ -198,6 +206,12 @@ class ProcessBackend(OwnedTransport):
             self.todo[actor].put(slot)
 
     def _supervise(self) -> None:
+        try:
+            self._watch()
+        finally:  # it outlives the actors it started: see close
+            self._children_closed.wait()
+
+    def _watch(self) -> None:
         try:
             checked = time.monotonic()
             while True:
@@ -238,12 +252,13 @@ class ProcessBackend(OwnedTransport):
 
     def _kill_hung(self) -> None:
         status = ActorStatus(self.status.array)
+        self.pauses.tick()
         for actor in range(self.cfg.actors):
             if actor in self.hung:
                 continue
-            busy = status.hung(actor, self.cfg.env_step_timeout)
+            busy = status.hung(actor, self.cfg.env_step_timeout, self.pauses)
             if busy is not None:
-                self.hung[actor] = busy
+                self.hung[actor] = f"{status.doing(actor)} took over {busy:.1f} s"
                 self.children.kill(actor)
 
     def _check_actors(self) -> int:
@@ -253,11 +268,12 @@ class ProcessBackend(OwnedTransport):
         for actor, cause, tb, fatal in self.children.dead():
             if actor in self.hung:
                 cause = (
-                    f"hung: one env step took over {self.hung.pop(actor):.1f} s "
+                    f"hung: {self.hung.pop(actor)} "
                     f"(--env-step-timeout {self.cfg.env_step_timeout:g}); killed"
                 )
             label = self.children.label(actor)
-            started = ActorStatus(self.status.array).phase(actor) != ActorStatus.WAITING
+            phase = ActorStatus(self.status.array).phase(actor)
+            started = phase not in (ActorStatus.WAITING, ActorStatus.STARTING)
             dropped = self.book.lost(actor, started)
             if fatal:
                 self.failure = ActorError(f"{label} failed:\n{tb}")

@@ -30,12 +30,15 @@ run leaves running (it kills only its own actors). A driver already connected (`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import signal
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -116,22 +119,66 @@ def connect(address: str, needed_cpus: float) -> bool:
 
     if ray.is_initialized():
         return False
+    # ray.init makes SIGTERM raise SystemExit in the driver, which would end the run as an
+    # error (exit code 15); the run's own handler (a stop flag, as for SIGINT) goes back
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        return _init(ray, address, needed_cpus)
+    finally:
+        if sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)
+
+
+def _init(ray: Any, address: str, needed_cpus: float) -> bool:
     if address:
         ray.init(address=address, log_to_driver=True, configure_logging=False)
         return False
-    ray.init(
-        num_cpus=max(os.cpu_count() or 1, int(np.ceil(needed_cpus))),
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        configure_logging=False,
-        log_to_driver=True,
-        # Ray starts its workers at nice 15 so that its own daemons keep the CPU; on the
-        # learner's machine that would starve the actors whenever the learner trains (a
-        # 2-core machine under load: 370 env steps/s instead of 5,400 with the process
-        # backend). The actors are this run's work, so they get the learner's priority.
-        _system_config={"worker_niceness": 0},
-    )
+    cpus, need = os.cpu_count() or 1, int(np.ceil(needed_cpus))
+    if need > cpus:  # Ray would place the actors, but a process each on too few cores
+        print(
+            f"asyncrl: warning: --backend ray: the actors need {need} CPUs (--actors x "
+            f"--ray-cpus-per-actor) and this machine has {cpus}; the run's own Ray instance "
+            f"claims {need}, oversubscribed {need / cpus:.1f}x: each actor is a process, and "
+            "starting them alone can take minutes. Lower --actors, or give --ray-address of a "
+            "cluster with the CPUs.",
+            file=sys.stderr,
+            flush=True,
+        )
+    with _loopback_only():
+        ray.init(
+            num_cpus=max(cpus, need),
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            configure_logging=False,
+            log_to_driver=True,
+            # Ray starts its workers at nice 15 so that its own daemons keep the CPU; on the
+            # learner's machine that would starve the actors whenever the learner trains (a
+            # 2-core machine under load: 370 env steps/s instead of 5,400 with the process
+            # backend). The actors are this run's work, so they get the learner's priority.
+            _system_config={"worker_niceness": 0},
+        )
     return True
+
+
+@contextlib.contextmanager
+def _loopback_only() -> Iterator[None]:
+    """While the run's own instance starts: Ray turns a node address of 127.0.0.1 into the
+    machine's network address (so that other nodes could join) and its servers then listen on
+    every interface, unless its multi-node mode is off. Off here, in this process (read at call
+    time) and for the processes Ray starts (its environment variable, read at their import)."""
+    from ray._private import ray_constants
+
+    var = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+    env, flag = os.environ.get(var), getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    os.environ[var], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:  # a later ray.init of this process (a cluster's address) is not affected
+        if env is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = env
+        ray_constants.ENABLE_RAY_CLUSTER = flag
 
 
 class RayBackend(OwnedTransport):
@@ -177,9 +224,9 @@ class RayBackend(OwnedTransport):
         )
         self.supervisor.start()
 
-    def next_batch(self) -> list[Slot]:
+    def next_batch(self, stop: Any = None) -> list[Slot]:
         with self.book.cond:
-            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL)
+            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL, stop)
             self._send_grants()
         return self._batch(ids)
 
@@ -291,18 +338,21 @@ class RayBackend(OwnedTransport):
 
     def _supervise(self) -> None:
         try:
+            checked = time.monotonic()
             while True:
                 with self.book.cond:
                     if self.closing or self.failure is not None:
                         self.book.cond.notify_all()
                         return
                 try:
-                    fut = self._done.get(timeout=POLL)
+                    self._arrived(self._done.get(timeout=POLL))
                 except queue.Empty:
+                    pass
+                # every POLL, also while other actors deliver (async: they may never pause)
+                if time.monotonic() - checked >= POLL:
                     self._check_placement()
                     self._kill_hung()
-                    continue
-                self._arrived(fut)
+                    checked = time.monotonic()
         except BaseException as e:  # a bug here must not leave the learner waiting
             with self.book.cond:
                 self.failure = ActorError(f"ray supervisor failed:\n{traceback.format_exc()}")

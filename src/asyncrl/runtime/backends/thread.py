@@ -21,6 +21,7 @@ import threading
 import time
 import traceback
 from collections import deque
+from typing import Any
 
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
@@ -84,9 +85,9 @@ class ThreadBackend(OwnedTransport):
         self.thread = threading.Thread(target=self._run, name="asyncrl-actors", daemon=True)
         self.thread.start()
 
-    def next_batch(self) -> list[Slot]:
+    def next_batch(self, stop: Any = None) -> list[Slot]:
         with self.book.cond:  # no thread watches a hung actor thread: look while waiting
-            ids = self.book.wait_take(lambda: self.failure, self.fleet.hung, POLL)
+            ids = self.book.wait_take(lambda: self.failure, self.fleet.hung, POLL, stop)
             self._grant()
         return self._batch(ids)
 
