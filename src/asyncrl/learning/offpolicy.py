@@ -136,11 +136,21 @@ def fit_replay(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[st
 
 
 def replay_note(cfg: Any, spec: Any) -> str:
+    """The replay's part of the start-up memory line; for the frame layout, also what the
+    whole-observation layout would take."""
+    from asyncrl.replay import action_dtype, layout, transition_bytes
+
     per = replay_bytes(cfg, spec)
-    return (
+    note = (
         f"replay {per:,} B per transition, {per * cfg.buffer_size / 1e9:,.2f} GB for "
         f"buffer_size {cfg.buffer_size:,}"
     )
+    if layout(cfg, spec) == "frames":
+        whole = transition_bytes(
+            spec.obs_shape, spec.obs_dtype, spec.action_shape, action_dtype(spec)
+        )
+        note += f" (each frame stored once; {whole:,} B with whole observations)"
+    return note
 
 
 # ------------------------------------------------------------------------------ acting
