@@ -1,29 +1,10 @@
 """Evaluation during training (``--eval-every S --eval-episodes E``), off the learner's path.
 
-Every S env steps the training loop hands the newest policy -- the flat float32 vector a
-published version holds, observation statistics included -- to an evaluator *process*, which
-runs E deterministic episodes on an env of its own (reset with :func:`eval_seeds`, apart from
-every training env's seeds; its steps are not training steps) and sends back their returns and
-lengths. The loop never waits for it: handing over is one copy of the parameters into a queue,
-and results are picked up, when there are any, after a later iteration. While an evaluation
-runs, the next one that falls due waits until it is done and then takes the newest policy, so
-evaluations are skipped, never queued, when they take longer than S env steps of training.
-
-Why a process and not a thread: a thread would step the env and the policy under the learner's
-interpreter lock (the README's thread-backend table shows what that costs); a spawned process
-runs beside it. It runs at the lowest priority (nice 19, set by the parent as soon as the
-process exists, so its start-up is background work too): where the actors and the learner keep
-the cores busy they come first, and evaluations use what is left -- on a saturated machine they
-come less often, they never slow training down. (Measured on this project's 2-core machine
-with other work running: a busy second process cost the learner's update 50% of its speed at
-nice 0, 25% at nice 5, 10% at nice 10 and under 2% at nice 19.)
-
-Each result is logged at the env step the evaluated weights were from (``eval/mean_return``,
-``eval/std_return``, ``eval/mean_length``, ``eval/std_length``, ``eval/episodes``,
-``eval/seconds``; metrics.jsonl and TensorBoard), and a new best mean return writes
-``checkpoint-best.pt`` (those weights and the evaluation). An evaluator that fails is reported
-in one line and evaluation stops for the rest of the run; training goes on.
-"""
+Every S env steps the newest policy vector goes to an evaluator process at the lowest priority,
+which runs E deterministic episodes on envs of its own seeds and sends back returns and
+lengths; evaluations are skipped, never queued, and never slow training down. Each result is
+logged at the env step of the weights it evaluated; a new best writes ``checkpoint-best.pt``
+(docs: Internals; Guides: evaluation)."""
 
 from __future__ import annotations
 

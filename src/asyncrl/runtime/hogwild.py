@@ -1,28 +1,9 @@
-"""Hogwild!: M worker processes, each with its own envs, experience and optimizer, all training
-one global network that lives in shared memory (Recht et al. 2011; A3C's way of spending cores).
-
-A worker is an actor and a learner in one process: it collects one rollout of its K envs (PPO)
-or one batched env step (SAC, into its own replay buffer), then trains on it with the same
-``Learner`` / ``SACLearner`` the actor-learner pipeline uses. What makes it Hogwild! is
-:class:`HogwildSync`, called around every gradient step:
-
-* ``shared``: before every step the worker reads the global parameters; after it, it adds its
-  change (local minus what it read) to them, without a lock. Concurrent steps may interleave
-  element by element; Hogwild!'s claim is that sparse-enough interference does not hurt.
-* ``synced``: the worker trains its local copy alone and every ``sync_every`` steps adds its
-  accumulated change to the global parameters and reads them back, so between syncs an
-  on-policy algorithm's samples come from exactly the parameters it updates.
-
-Every float the learner updates takes part: network weights, SAC's target critics and
-temperature, PPO's observation statistics (their change is summed like any other; an
-approximation of merging the workers' statistics). Optimizer state stays per worker.
-
-The parent process owns the shared memory and the workers, logs what they report (per-worker
-and total env steps, return over the episodes of all workers), hands the global network to the
-evaluations during training, checkpoints it and stops everyone on the step budget, the time
-limit, the caller's callback, Ctrl+C or SIGTERM; how it stops and ends is the lifecycle every
-run shares (:mod:`asyncrl.runtime.lifecycle`).
-"""
+"""Hogwild!: M worker processes, each an actor and a learner of its own (the pipeline's learner),
+all training one global network in shared memory (Recht et al. 2011). :class:`HogwildSync`
+reads the global parameters before each gradient step and adds the worker's change after it,
+without a lock (``shared``), or every ``--sync-every`` steps (``synced``). The parent owns the
+shared memory and the workers and runs the run shell every run has (docs: Internals;
+Guides: Hogwild!)."""
 
 from __future__ import annotations
 

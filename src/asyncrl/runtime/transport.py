@@ -302,17 +302,9 @@ class SlotStore:
 
 
 class StopFlag:
-    """A run's stop signal from a parent to its child processes: one shared byte that the parent
-    sets and the children read, with no lock on either side.
-
-    ``multiprocessing.Event`` guards its flag with a lock that ``is_set()`` takes too: a child
-    SIGKILLed inside ``is_set()`` (actors poll it in every wait, every 0.2 s; Hogwild! workers
-    once per iteration) leaves that lock held, and the parent's ``set()`` then blocks forever --
-    a run that hangs in its shutdown because an actor was killed. One writer and a byte need no
-    lock. The flag lives in ``multiprocessing``'s heap (an unlinked file), so it leaves no named
-    segment behind; it reaches a child as an argument of the process it starts. Set once, never
-    cleared.
-    """
+    """A run's stop signal from a parent to its child processes: one shared byte, no lock.
+    ``multiprocessing.Event`` takes a lock in ``is_set()``: a child SIGKILLed inside it left the
+    lock held and the parent's ``set()`` blocked forever. Set once, never cleared."""
 
     def __init__(self, ctx: Any):
         self._flag = ctx.RawValue(ctypes.c_bool, False)

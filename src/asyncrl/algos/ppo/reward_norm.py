@@ -1,29 +1,7 @@
-"""Return normalisation: rewards divided by the running std of the discounted return.
-
-What Gymnasium's ``NormalizeReward`` and SB3's ``VecNormalize(norm_reward=True)`` do, and what
-CleanRL, SB3 and Sample Factory train PPO on MuJoCo with. Per env, a discounted return is
-accumulated from the start of its episode, ``G_t = gamma * G_(t-1) + r_t``, and one running
-mean and variance is kept over every ``G_t`` seen; a reward is scaled as
-``r_t / sqrt(var + eps)``, then clipped to ``+/- clip`` (0: no clip). No mean is subtracted:
-shifting rewards would change what an episode's length is worth (openai/baselines#538).
-
-Episode ends, as SB3's ``VecNormalize`` has them: ``G`` is reset to 0 after the step that ends
-an episode, whether it terminated or was truncated (SB3's ``done`` includes time limits), so the
-next episode accumulates from 0. Gymnasium 1.x's vector wrapper in same-step autoreset (the mode
-asyncrl's actors use) resets after both as well, but also drops the accumulated return *at* a
-terminating step, keeping only that step's reward -- a quirk its own source keeps "for
-backward compatibility"; this follows SB3.
-
-One difference of granularity: SB3 updates the statistic every env step and scales that step's
-rewards with it. Here the statistic is updated with a whole batch of returns (one rollout of one
-actor, or of all of them in sync mode), and then that batch's rewards are scaled: every reward of
-one PPO update shares one scale. The statistic merges batches exactly (Chan et al.'s parallel
-formula in :class:`~asyncrl.nets.RunningNorm`), so how the envs are split among actors and in
-which order the batches arrive do not change it, only the streams of rewards seen.
-
-The math only: numpy in, numpy out, no processes. The learner owns one instance and says which
-env each column of a batch comes from (``streams``, an id per env: actor x K + env index).
-"""
+"""Return normalisation: rewards divided by the running std of the discounted return, per
+env, reset at every episode end (SB3's ``VecNormalize(norm_reward=True)``), updated a batch at
+a time. Numpy in, numpy out; docs (Internals) has the details and the differences from
+Gymnasium's wrapper."""
 
 from __future__ import annotations
 

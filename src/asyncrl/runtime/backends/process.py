@@ -1,21 +1,9 @@
 """Actors as processes on one machine, supervised; trajectories and policies in shared memory.
 
-Messages carry slot indices only: the learner grants an actor a slot through the actor's own
-one-way pipe, the actor fills it and sends its index back on the one pipe every actor writes to.
-Which slot may be granted when -- sync's lockstep, async's ``--max-batches-waiting`` -- is decided
-on the learner's side (:class:`SlotBook`), so an actor that dies holds nothing anyone waits for:
-no lock (the policy store is a seqlock), no semaphore permit.
-
-A supervisor thread in the learner's process waits on the filled-slot pipe and on every actor's
-process sentinel at once, and looks at every actor's status row (ActorStatus) at least every
-``POLL`` seconds: a death is seen the moment it happens and a hung env step (or env start: building
-and first resetting its envs) within ``POLL`` of ``--env-step-timeout``, whatever the learner and
-the other actors are doing. A lost actor's partial rollout is dropped, its slot reclaimed, and a
-fresh actor with the same id, the next generation's env seeds and the newest policy takes its place,
-within the ``--actor-restarts`` budget (:class:`Restarts`). An env error under
-``--on-env-error raise``, or a fault past the budget, ends the run with an ActorError naming the
-actor and its traceback.
-"""
+Messages carry slot indices only; which slot may be granted when is the learner's
+:class:`SlotBook`'s to decide, so an actor that dies holds nothing anyone waits for. A
+supervisor thread watches every actor's process and status row and replaces the dead and the
+hung within the restart budget (docs: Internals, and Guides: faults)."""
 
 from __future__ import annotations
 

@@ -1,32 +1,9 @@
 """Actors as Ray actors, on the nodes of a Ray cluster; the learner stays in the driver.
 
-Nothing here assumes memory shared between an actor and the learner. A rollout call carries the
-newest policy version, put into Ray's object store by the first call that needs it (Ray hands an
-actor on the same node a zero-copy view of it): a version no call went out with is never put, so
-a learner that publishes after every gradient step (async SAC) puts one object per call, not one
-per step. A rollout comes back as one object: the slot's bytes in the layout both ends know
-(``SlotLayout``); the driver reads it where it lies in the object store and copies it once, into
-the learner's own slot.
-
-Which actor may start a rollout when is decided by the same ledger as on one machine
-(:class:`SlotBook`): a grant is a remote call, so ``--max-batches-waiting`` bounds the calls in
-flight per actor exactly as it bounds the process backend's rollouts. A thread of the driver is
-handed every call that ends (its future's callback), books what arrived and makes the next calls
-at once, so actors go on while the learner trains.
-
-Faults: a call that raises (the actor's traceback, Ray's ``RayTaskError``) or whose actor died
-(its process, or its node: ``RayActorError``) costs one restart from ``--actor-restarts``: the
-actor is killed if still there and a new one with the same id, the next generation's env seeds
-and the newest policy is placed by Ray on the nodes left. An env error under
-``--on-env-error raise`` ends the run naming the actor, its node and the traceback. A call running
-longer than ``--env-step-timeout`` makes the driver ask the actor (a second thread of the Ray
-actor answers) whether one env step has taken that long; if so it is killed and replaced.
-
-Ray itself: ``--ray-address ''`` starts a local instance bound to loopback, owned by this run and
-shut down with it (also on Ctrl+C); ``auto`` or ``HOST:PORT`` joins a running cluster, which the
-run leaves running (it kills only its own actors). A driver already connected (``ray.init`` before
-``train``) is used as it is.
-"""
+A rollout call carries the newest policy version (put in Ray's object store once) and returns
+the slot's bytes as one object; grants follow the same :class:`SlotBook` as on one machine, and
+a driver thread books every call that ends and makes the next. Failed, dead and hung actors are
+replaced within the restart budget (docs: Internals; Ray's security: docs/ray-security.md)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,6 @@
-"""Actors in a thread of the learner's own process: the ML-Agents arrangement, one process.
-
-One thread steps all N actors in turn while the training loop (the learner) runs in the main
-thread. They share the slot ledger of the process backend (SlotBook: every slot's state, sync's
-lockstep, async's ``--max-batches-waiting``), so sync and async mean the same here. Every
-blocking wait has a timeout so a stop request or a failure is noticed.
-
-What it costs: both threads share one interpreter lock, so env stepping and the learner's
-Python-level work do not run in parallel; only the parts that release the lock (PyTorch
-kernels, MuJoCo's C step, numpy copies) overlap. What it saves: no process start-up, no
-shared-memory segments, no pickling of configs. Async actors copy published versions from a
-double-buffered store, so no sample is ever taken with parameters half-way through an update.
-
-An actor whose rollout raises is replaced within the restart budget (LocalFleet); a hung env
-step is reported (a thread cannot be stopped).
-"""
+"""Actors in a thread of the learner's own process: one thread steps all N actors in turn,
+sharing the process backend's slot ledger, so sync and async mean the same here. They share the
+interpreter lock with the learner (docs: Internals has what that costs and saves)."""
 
 from __future__ import annotations
 
