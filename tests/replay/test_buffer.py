@@ -212,3 +212,42 @@ def test_partial_state_round_trip_and_layout_mismatch():
         ReplayBuffer(13, (3,), np.float32, (2,)).load_state_dict(state)
     with pytest.raises(ValueError, match="obs_dtype"):
         ReplayBuffer(12, (3,), np.float64, (2,)).load_state_dict(state)
+
+
+def test_n_step_transitions_sum_discounted_rewards_within_the_rollout_and_the_episode():
+    """Each transition spans up to n steps, fewer where its episode or the rollout ends first;
+    its next observation is the one after its last step (the final one at an episode's end)."""
+    from types import SimpleNamespace
+
+    from asyncrl.replay.buffer import rollout_transitions
+
+    rng = np.random.default_rng(0)
+    T, K, n, gamma = 7, 3, 3, 0.9
+    slot = SimpleNamespace(
+        obs=rng.standard_normal((T + 1, K, 2)).astype(np.float32),
+        final_obs=rng.standard_normal((T, K, 2)).astype(np.float32),
+        actions=rng.integers(0, 4, (T, K)),
+        rewards=rng.standard_normal((T, K)).astype(np.float32),
+        terminated=rng.random((T, K)) < 0.15,
+        truncated=rng.random((T, K)) < 0.1,
+    )
+    tr = rollout_transitions(slot, n, gamma)
+    buf = ReplayBuffer(100, (2,), np.float32, (), np.int64, n_step=n, gamma=gamma)
+    buf.add_slots([slot])
+    assert len(buf) == T * K and buf.fields[-1] == "steps"
+    for t in range(T):
+        for k in range(K):
+            i = t * K + k
+            total, j = 0.0, t
+            while True:  # the reference: step by step
+                total += gamma ** (j - t) * slot.rewards[j, k]
+                ended = slot.terminated[j, k] or slot.truncated[j, k]
+                if ended or j - t + 1 == n or j == T - 1:
+                    break
+                j += 1
+            assert tr["steps"][i] == j - t + 1
+            assert tr["reward"][i] == pytest.approx(total, rel=1e-5)
+            nxt = slot.final_obs[j, k] if ended else slot.obs[j + 1, k]
+            assert np.array_equal(tr["next_obs"][i], nxt)
+            assert tr["terminated"][i] == slot.terminated[j, k]
+    assert np.array_equal(buf.steps[: T * K], tr["steps"])

@@ -303,5 +303,5 @@ def rollout_transitions(slot: Any, n_step: int = 1, gamma: float = 0.99) -> dict
         "truncated": (slot.truncated[last, cols] & done).reshape(-1),
     }
     if steps is not None:
-        out["steps"] = steps.reshape(-1)
+        out["steps"] = steps.reshape(-1).astype(np.uint8)
     return out
