@@ -7,7 +7,10 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import signal
 import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from asyncrl.rundir import (
     checkpoint_files,
     claim_run_dir,
     load_checkpoint,
+    load_run_config,
     save_checkpoint,
     save_config,
 )
@@ -333,8 +337,10 @@ def test_cli_refuses_a_used_run_dir_and_overwrite_starts_over(tmp_path, capsys, 
     assert "--resume" in err and "--overwrite" in err and not runs_seen
     assert main(["train", "--run-dir", str(run), "--overwrite", "--total-steps", "100"]) == 0
     _, resume, files = runs_seen[0]
-    # the old run's files are gone; the new run has written its config, nothing else yet
-    assert files == ["config.yaml", "notes.txt"] and resume is False
+    # the old run's files are gone; the new run has written its config and holds the lock
+    # file, nothing else yet
+    assert files == [".asyncrl.lock", "config.yaml", "notes.txt"]
+    assert resume is False
     with pytest.raises(SystemExit) as e:
         main(["train", "--resume", str(run), "--overwrite"])
     assert e.value.code == 2
@@ -392,3 +398,153 @@ def test_a_resumed_run_keeps_keep_checkpoints_generations_and_eval_reads_the_new
     ]
     assert load_checkpoint(run)["learner"]["counters"]["env_steps"] == 256
     assert evaluate(str(run), episodes=1)["episodes"] == 1
+
+
+# ---------------------------------------------------------------------- one run per directory
+def _cli(*args: str | Path) -> list[str]:
+    return [sys.executable, "-m", "asyncrl.cli", *map(str, args)]
+
+
+def _env() -> dict[str, str]:
+    """This environment, with the tests' fake envs importable (and any PYTHONPATH kept)."""
+    tests = str(Path(__file__).parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tests, PYTHONPATH]))}
+
+
+PYTHONPATH = os.environ.get("PYTHONPATH", "")
+QUICK = ("--no-progress", "--no-tensorboard", "--backend", "inline")
+
+
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {
+        p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".asyncrl.lock"
+    }
+
+
+def test_a_directory_in_use_is_refused_in_one_line_and_freed_when_its_run_is_killed(tmp_path):
+    """A second run of a directory a live run holds -- resumed or started over -- is refused
+    in one line and changes nothing there; once the first is SIGKILLed (no cleanup runs) the
+    kernel has dropped its lock and the directory resumes."""
+    run = tmp_path / "run"
+    first = subprocess.Popen(
+        _cli(
+            "train", "--run-dir", run, "--total-steps", 10**8, "--checkpoint-every", "0.5", *QUICK
+        ),
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not (run / "checkpoint-000002.pt").exists():
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "the first run never checkpointed"
+            time.sleep(0.1)
+        for second in (
+            ("--resume", run, "--total-steps", 10**8),
+            ("--run-dir", run, "--overwrite", "--total-steps", 10**8),
+        ):
+            first.send_signal(signal.SIGSTOP)  # a still picture of its files meanwhile
+            before = _snapshot(run)
+            out = subprocess.run(
+                _cli("train", *second, *QUICK),
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert _snapshot(run) == before
+            first.send_signal(signal.SIGCONT)
+            err = out.stderr.strip().splitlines()
+            assert out.returncode == 2 and len(err) == 1, out.stderr
+            assert err[0].startswith(f"asyncrl: error: run_dir: {run} is in use by another run")
+            assert f"pid {first.pid} " in err[0] and "--run-dir" in err[0]
+        assert first.poll() is None
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    reached = load_checkpoint(run)["learner"]["counters"]["env_steps"]
+    out = subprocess.run(
+        _cli("train", "--resume", run, "--total-steps", reached + 256, *QUICK),
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert load_checkpoint(run)["learner"]["counters"]["env_steps"] >= reached + 256
+
+
+SLOW_CLAIM = """
+import sys, time
+from pathlib import Path
+import asyncrl.rundir as rundir
+
+time.strftime = lambda fmt: "20261123-120000"  # both runs start in the same second
+real = rundir.claim_run_dir
+
+def slow(*a, **kw):  # a slow (network) filesystem: the claim takes a while
+    time.sleep(2.0)
+    return real(*a, **kw)
+
+rundir.claim_run_dir = slow
+import asyncrl.runtime.trainer  # what main() imports, before the start line
+from asyncrl.cli import main
+
+go = Path(sys.argv[1])
+(go.parent / f"ready-{sys.argv[2]}").touch()
+while not go.exists():  # both runs choose their directory at once
+    time.sleep(0.001)
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_runs_started_at_once_with_default_names_get_a_directory_each(tmp_path):
+    """A seed sweep launched in one second: two runs choosing their default directory at the
+    same moment each get their own (the name is taken with an exclusive mkdir), and each
+    directory holds one run's config and checkpoint."""
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                SLOW_CLAIM,
+                str(go),
+                str(seed),
+                "train",
+                "--total-steps",
+                "64",
+                "--seed",
+                str(seed),
+                *QUICK,
+            ],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < 2:  # both have imported asyncrl and wait
+        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+        assert time.monotonic() < deadline, "the runs never got ready"
+        time.sleep(0.01)
+    go.touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert [r.name for r in runs] == [
+        "CartPole-v1-ppo-async-20261123-120000",
+        "CartPole-v1-ppo-async-20261123-120000-2",
+    ]
+    seeds = {load_run_config(r).seed for r in runs}
+    assert seeds == {1, 2}
+    for r in runs:
+        assert [p.name for p in checkpoint_files(r)] == ["checkpoint-000001.pt"]

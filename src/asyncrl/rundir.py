@@ -28,14 +28,17 @@ accepts tensors, numbers, strings and containers of them and refuses everything 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pickle
 import re
 import shutil
+import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,7 @@ BEST_CHECKPOINT = "checkpoint-best.pt"
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tb"
+LOCK = ".asyncrl.lock"  # flock'ed by the run using the directory, for its whole life
 KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state without a config
 
 _NUMBERED = re.compile(r"^checkpoint-(\d+)\.pt$")
@@ -65,17 +69,27 @@ class CheckpointWriteError(OSError):
     ``errno`` is that of the failed write (``errno.ENOSPC`` for a full disk)."""
 
 
-def default_run_dir(cfg: TrainConfig) -> Path:
+def default_run_dir(cfg: TrainConfig, create: bool = False) -> Path:
     """``runs/<env>-<algo>-<mode>-<time>``, with ``-2``, ``-3``, ... appended if a run started
-    in the same second already has that name: a default never points at another run."""
+    in the same second already has that name: a default never points at another run.
+    ``create``: make the directory too, exclusively (``mkdir`` fails on an existing one), so
+    that two runs choosing at the same moment still get two directories."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     mode = f"hogwild{cfg.hogwild}-{cfg.sync_mode}" if cfg.hogwild else cfg.mode
     base = Path("runs") / f"{cfg.env}-{cfg.algo}-{mode}-{stamp}"
     path, n = base, 1
-    while path.exists():
+    while True:
+        if create:
+            base.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                pass
+        elif not path.exists():
+            return path
         n += 1
         path = base.with_name(f"{base.name}-{n}")
-    return path
 
 
 def default_study_dir(kind: str, cfg: TrainConfig) -> Path:
@@ -127,6 +141,60 @@ def claim_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
             if _TEMP.match(path.name):
                 path.unlink(missing_ok=True)
     return run_dir
+
+
+@contextmanager
+def run_dir_held(run_dir: str | Path, resume: bool, overwrite: bool) -> Iterator[Path]:
+    """Hold ``run_dir`` for a run's life: an exclusive advisory lock (``flock``) on its
+    :data:`LOCK` file, then :func:`claim_run_dir` under it. A second run of the same directory
+    -- in this process, another, or on another host of a shared filesystem -- is refused in one
+    line. The kernel drops the lock when the process ends, SIGKILL included. Creates the
+    directory; a refused claim removes what it created."""
+    run_dir = Path(run_dir)
+    made = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK
+    while True:
+        try:
+            fd, made_lock = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            fd, made_lock = os.open(path, os.O_RDWR), False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "starting"
+            os.close(fd)
+            raise ConfigError(
+                f"run_dir: {run_dir} is in use by another run ({holder}); wait for it to end "
+                "or give another --run-dir"
+            ) from None
+        # a refused claim may have removed the file between our open and our lock: lock the
+        # file that is there now, not the removed one
+        try:
+            here = os.stat(path)
+        except FileNotFoundError:
+            here = None
+        held = os.fstat(fd)
+        if here is not None and (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)
+    try:
+        try:
+            claim_run_dir(run_dir, resume=resume, overwrite=overwrite)
+        except BaseException:
+            if made_lock:
+                path.unlink(missing_ok=True)
+            if made:
+                with suppress(OSError):  # only if empty: never delete what is not ours
+                    run_dir.rmdir()
+            raise
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        holder = f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n".encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder, 0)
+        yield run_dir
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _run_files(run_dir: Path) -> list[Path]:

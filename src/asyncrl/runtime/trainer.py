@@ -44,10 +44,10 @@ from asyncrl.config import (
 from asyncrl.envs import check_env, env_family
 from asyncrl.metrics import MetricsLog, ProgressDisplay, RowWindow, Throughput
 from asyncrl.rundir import (
-    claim_run_dir,
     default_run_dir,
     load_run_config,
     restore_learner,
+    run_dir_held,
     save_checkpoint,
     save_config,
 )
@@ -121,23 +121,22 @@ def train(
     # before any process or segment exists
     spec = check_env(cfg.env, cfg.algo, cfg.atari_preprocessing, cfg.vectorizer)
     cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
-    run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg, create=True)
     cfg.run_dir = str(run_dir)
     if resume:  # before anything is written: a refused resume leaves the run as it was
         check_resume(load_run_config(run_dir), cfg)
-    claim_run_dir(run_dir, resume=resume, overwrite=overwrite)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:  # a resumed run's, once its checkpoint has loaded
-        save_config(run_dir, cfg)
-    line = preset_line(given, cfg)
-    for text in ([line] if line else []) + env_lines + [memory_line(cfg, spec)]:
-        print(text, flush=True)
-    with process_state_kept(cfg) as stop:
-        if cfg.hogwild:
-            from asyncrl.runtime.hogwild import train_hogwild
+    with run_dir_held(run_dir, resume=resume, overwrite=overwrite):  # locked till the end
+        if not resume:  # a resumed run's, once its checkpoint has loaded
+            save_config(run_dir, cfg)
+        line = preset_line(given, cfg)
+        for text in ([line] if line else []) + env_lines + [memory_line(cfg, spec)]:
+            print(text, flush=True)
+        with process_state_kept(cfg) as stop:
+            if cfg.hogwild:
+                from asyncrl.runtime.hogwild import train_hogwild
 
-            return train_hogwild(cfg, spec, run_dir, resume, callback, stop)
-        return _train_pipeline(cfg, spec, run_dir, resume, on_start, callback, stop)
+                return train_hogwild(cfg, spec, run_dir, resume, callback, stop)
+            return _train_pipeline(cfg, spec, run_dir, resume, on_start, callback, stop)
 
 
 def _train_pipeline(
