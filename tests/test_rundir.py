@@ -337,9 +337,9 @@ def test_cli_refuses_a_used_run_dir_and_overwrite_starts_over(tmp_path, capsys, 
     assert "--resume" in err and "--overwrite" in err and not runs_seen
     assert main(["train", "--run-dir", str(run), "--overwrite", "--total-steps", "100"]) == 0
     _, resume, files = runs_seen[0]
-    # the old run's files are gone; the new run has written its config and holds the lock
-    # file, nothing else yet
-    assert files == [".asyncrl.lock", "config.yaml", "notes.txt"]
+    # the old run's files are gone; the new run has written its config (and the marker that
+    # makes the directory its own) and holds the lock file, nothing else yet
+    assert files == [".asyncrl-run", ".asyncrl.lock", "config.yaml", "notes.txt"]
     assert resume is False
     with pytest.raises(SystemExit) as e:
         main(["train", "--resume", str(run), "--overwrite"])
@@ -548,3 +548,38 @@ def test_runs_started_at_once_with_default_names_get_a_directory_each(tmp_path):
     assert seeds == {1, 2}
     for r in runs:
         assert [p.name for p in checkpoint_files(r)] == ["checkpoint-000001.pt"]
+
+
+def test_overwrite_refuses_a_directory_asyncrl_did_not_mark_and_deletes_nothing(tmp_path):
+    """Another tool's directory with a config.yaml, summary.json, metrics.jsonl and tb/ is not
+    an asyncrl run: --overwrite refuses it in one line and leaves every file."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.yaml").write_text("model: resnet50\n")
+    (other / "summary.json").write_text("{}\n")
+    (other / "metrics.jsonl").write_text('{"loss": 1.0}\n')
+    (other / "tb").mkdir()
+    (other / "tb" / "events.out.tfevents.1").write_text("theirs")
+    before = sorted(str(p.relative_to(other)) for p in other.rglob("*"))
+    out = subprocess.run(
+        _cli("train", "--run-dir", other, "--overwrite", "--total-steps", 64, *QUICK),
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(err) == 1, out.stderr
+    assert err[0].startswith(f"asyncrl: error: run_dir: {other} holds files that asyncrl did not")
+    assert sorted(str(p.relative_to(other)) for p in other.rglob("*")) == before
+    assert (other / "config.yaml").read_text() == "model: resnet50\n"
+    # a run asyncrl wrote is marked, and --overwrite starts it over
+    mine = tmp_path / "mine"
+    for extra in ((), ("--overwrite",)):
+        out = subprocess.run(
+            _cli("train", "--run-dir", mine, *extra, "--total-steps", 64, *QUICK),
+            env=_env(),
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0, out.stderr
+    assert [p.name for p in checkpoint_files(mine)] == ["checkpoint-000001.pt"]

@@ -53,13 +53,15 @@ BEST_CHECKPOINT = "checkpoint-best.pt"
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tb"
+MARKER = ".asyncrl-run"  # written with the config: --overwrite deletes only a marked run
 LOCK = ".asyncrl.lock"  # flock'ed by the run using the directory, for its whole life
 KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state without a config
 
 _NUMBERED = re.compile(r"^checkpoint-(\d+)\.pt$")
 # what _atomic_write leaves behind if the process dies between writing and renaming
 _TEMP = re.compile(
-    r"^\.(checkpoint(-\d+|-best)?\.pt|config\.yaml|summary\.json|metrics\.jsonl)\.tmp\d+$"
+    r"^\.(checkpoint(-\d+|-best)?\.pt|config\.yaml|summary\.json|metrics\.jsonl"
+    r"|\.asyncrl-run)\.tmp\d+$"
 )
 
 
@@ -112,7 +114,8 @@ def claim_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
     A directory that already holds a run is never written over by accident: without ``resume``
     (continue that run) or ``overwrite`` (start over) it is refused with a ConfigError naming
     both ways out. ``overwrite`` deletes only the files a run writes -- config.yaml, the
-    checkpoints, metrics.jsonl, summary.json and tb/ -- and leaves anything else there alone.
+    checkpoints, metrics.jsonl, summary.json and tb/ -- and leaves anything else there alone;
+    it refuses a directory without asyncrl's marker (:data:`MARKER`), whose files are not ours.
     Leftover temporary files of a killed run are removed in every case (they can be as large
     as a checkpoint and are never complete). Does not create the directory.
     """
@@ -130,6 +133,12 @@ def claim_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
             raise ConfigError(
                 f"run_dir: {run_dir} already holds a run; continue it with --resume {run_dir} "
                 "or start over with --overwrite"
+            )
+        if not (run_dir / MARKER).is_file():
+            raise ConfigError(
+                f"run_dir: {run_dir} holds files that asyncrl did not mark as its run (no "
+                f"{MARKER}), so --overwrite deletes nothing there; move them away or give "
+                "another --run-dir"
             )
         for path in _run_files(run_dir):
             if path.is_dir() and not path.is_symlink():
@@ -198,7 +207,7 @@ def run_dir_held(run_dir: str | Path, resume: bool, overwrite: bool) -> Iterator
 
 
 def _run_files(run_dir: Path) -> list[Path]:
-    names = (CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD)
+    names = (CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD, MARKER)
     named = [run_dir / n for n in names]
     return [p for p in named if p.exists() or p.is_symlink()] + [
         p for _, p in _numbered_checkpoints(run_dir)
@@ -472,7 +481,10 @@ def save_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def save_config(run_dir: Path, cfg: TrainConfig) -> None:
+    """Write the run's config, and the marker that makes the directory an asyncrl run's."""
     _atomic_write(run_dir / CONFIG, cfg.save)
+    if not (run_dir / MARKER).is_file():
+        _atomic_write(run_dir / MARKER, lambda p: p.write_text("an asyncrl run directory\n"))
 
 
 # Preset-governed settings that runs saved before they existed did not have, with the value

@@ -439,6 +439,27 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path):
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+def test_overwrite_keeps_the_old_run_when_the_cluster_is_too_small(cluster, tmp_path, capsys):
+    """The cluster's size is checked before --overwrite deletes the old run: 4 actors of 1 CPU
+    on a 3-CPU cluster are refused in one line, and every file of the old run is still there."""
+    from asyncrl.cli import main
+
+    run = tmp_path / "run"
+    small = dict(actors=1, envs_per_actor=2, rollout=16, minibatch_size=32, total_steps=64)
+    train(_cfg(tmp_path, backend="inline", **small))
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.name != ".asyncrl.lock"}
+    assert "checkpoint.pt" in before and "config.yaml" in before
+    capsys.readouterr()
+    args = ["train", "--run-dir", str(run), "--overwrite", "--backend", "ray", "--actors", "4"]
+    assert main([*args, "--no-progress", "--no-tensorboard"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "asyncrl: error: ray_cpus_per_actor: 4 actors x 1 CPUs need 4 CPUs, the Ray cluster has 3"
+    ), err
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.name != ".asyncrl.lock"}
+    assert after == before
+
+
 def test_bad_settings_fail_before_ray_starts():
     from asyncrl.config import ConfigError, validate
 

@@ -51,7 +51,7 @@ from asyncrl.rundir import (
     save_checkpoint,
     save_config,
 )
-from asyncrl.runtime.backends import make_backend
+from asyncrl.runtime.backends import check_backend, make_backend
 from asyncrl.runtime.backends.base import Backend
 from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.learner import Learner
@@ -121,6 +121,7 @@ def train(
     # before any process or segment exists
     spec = check_env(cfg.env, cfg.algo, cfg.atari_preprocessing, cfg.vectorizer)
     cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
+    check_backend(cfg)  # e.g. a Ray cluster too small: before --overwrite deletes anything
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg, create=True)
     cfg.run_dir = str(run_dir)
     if resume:  # before anything is written: a refused resume leaves the run as it was
