@@ -250,7 +250,7 @@ def _run_cfg(tmp_path: Path, algo: str, mode: str, **kw) -> TrainConfig:
 
 class Killer:
     """Watches the fleet from a thread and SIGKILLs actor 0 once it is in ``phase`` (after
-    ``after`` seconds of training), recording what it killed."""
+    ``after`` seconds of training and at least one iteration), recording what it killed."""
 
     def __init__(self, phase: int, after: float = 1.0, timeout: float = 60.0):
         self.phase, self.after, self.timeout = phase, after, timeout
@@ -265,6 +265,9 @@ class Killer:
     def _run(self, backend) -> None:
         time.sleep(self.after)
         deadline = time.monotonic() + self.timeout
+        # an iteration done first: a run ending before any writes no checkpoint (lifecycle.py)
+        while backend.version < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
         while time.monotonic() < deadline:
             pid = backend.actor_pids().get(0)
             if self.phase == ActorStatus.WAITING:
@@ -399,8 +402,10 @@ def test_in_process_actor_that_crashes_is_replaced(tmp_path, backend, capfd):
 
 @pytest.mark.parametrize("backend", ["thread", "inline"])
 def test_in_process_env_error_under_raise_ends_the_run(tmp_path, backend):
-    cfg = _run_cfg(tmp_path, "ppo", "async", env="fake_envs:RaiseOnce-v0", backend=backend)
-    with pytest.raises(ActorError, match=r"(?s)actor \d .*env \d raised in step.*boom once"):
+    # the env raises after some iterations: a run that fails before its first writes no
+    # checkpoint (lifecycle.py)
+    cfg = _run_cfg(tmp_path, "ppo", "async", env="fake_envs:CrashAfter-v0", backend=backend)
+    with pytest.raises(ActorError, match=r"(?s)actor \d .*env \d raised in step.*boom: simul"):
         train(cfg)
     assert (tmp_path / "run" / "checkpoint.pt").exists()
 
@@ -463,7 +468,8 @@ def test_hogwild_env_error_under_restart_is_counted_for_every_worker(tmp_path, c
 
 
 def test_hogwild_env_error_under_raise_names_the_worker(tmp_path):
-    cfg = _run_cfg(tmp_path, "ppo", "sync", hogwild=2, env="fake_envs:RaiseOnce-v0")
+    # after some iterations, as above
+    cfg = _run_cfg(tmp_path, "ppo", "sync", hogwild=2, env="fake_envs:CrashAfter-v0")
     with pytest.raises(ActorError, match=r"(?s)hogwild worker \d .*env \d raised in step"):
         train(cfg)
     assert (tmp_path / "run" / "checkpoint.pt").exists()
