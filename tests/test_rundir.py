@@ -583,3 +583,69 @@ def test_overwrite_refuses_a_directory_asyncrl_did_not_mark_and_deletes_nothing(
         )
         assert out.returncode == 0, out.stderr
     assert [p.name for p in checkpoint_files(mine)] == ["checkpoint-000001.pt"]
+
+
+# ---------------------------------------------------------------------- falling back
+MEMORY_CAPPED = """
+import resource, sys
+import asyncrl.cli, gymnasium, torch
+
+size = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+# what the run needs past its imports is ~80 MB; the 512 MiB tensor does not fit
+resource.setrlimit(resource.RLIMIT_AS, (size + 256 * 2**20, resource.RLIM_INFINITY))
+sys.exit(asyncrl.cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_does_not_fit_in_memory_is_reported_not_fallen_back_from(tmp_path):
+    """A large newest checkpoint (a 512 MiB replay, say) that a process with less memory cannot
+    load is not damaged: the resume ends in one line naming it, and neither falls back to the
+    older checkpoint nor cuts metrics.jsonl back to it."""
+    run = tmp_path / "run"
+    small = ("--actors", 2, "--envs-per-actor", 4, "--rollout", 16, *QUICK)  # 128 steps a batch
+    for args in (("--run-dir", run, "--total-steps", 128), ("--resume", run, "--total-steps", 256)):
+        out = subprocess.run(_cli("train", *args, *small), env=_env(), capture_output=True)
+        assert out.returncode == 0, out.stderr.decode()
+    newest = run / "checkpoint-000002.pt"
+    state = torch.load(newest, weights_only=True)
+    state["replay"] = torch.zeros(2**29, dtype=torch.uint8)
+    torch.save(state, newest)  # in place: checkpoint.pt is the same file
+    del state
+    before = _snapshot(run)
+    resume = ["train", "--resume", str(run), "--total-steps", "512", *QUICK]
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_CAPPED, *resume],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and len(err) == 1, out.stderr
+    assert err[0].startswith(f"asyncrl: error: checkpoint {newest} could not be read (")
+    assert "allocate memory" in err[0] and "it is not damaged" in err[0]
+    assert _snapshot(run) == before  # metrics.jsonl, checkpoints and config as they were
+
+
+def test_an_io_error_reading_a_checkpoint_is_reported_not_fallen_back_from(tmp_path, monkeypatch):
+    """An I/O error reading the newest (a network filesystem's hiccup) is no reason to use the
+    older one; a damaged newest still is."""
+    from asyncrl.rundir import CheckpointReadError
+
+    save_checkpoint(tmp_path, _state(1))
+    save_checkpoint(tmp_path, _state(2))
+    real_load = torch.load
+
+    def load(path, *a, **kw):
+        if Path(path).name == "checkpoint-000002.pt":
+            raise OSError(errno.EIO, "Input/output error")
+        return real_load(path, *a, **kw)
+
+    monkeypatch.setattr(torch, "load", load)
+    with pytest.raises(CheckpointReadError) as e:
+        load_checkpoint(tmp_path)
+    assert e.value.errno == errno.EIO and "checkpoint-000002.pt could not be read" in str(e.value)
+    monkeypatch.setattr(torch, "load", real_load)
+    (tmp_path / "checkpoint-000002.pt").write_bytes(b"PK\x03\x04 cut short")
+    assert load_checkpoint(tmp_path)["learner"]["counters"]["env_steps"] == 1

@@ -28,6 +28,7 @@ accepts tensors, numbers, strings and containers of them and refuses everything 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -37,6 +38,7 @@ import shutil
 import socket
 import sys
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -63,6 +65,12 @@ _TEMP = re.compile(
     r"^\.(checkpoint(-\d+|-best)?\.pt|config\.yaml|summary\.json|metrics\.jsonl"
     r"|\.asyncrl-run)\.tmp\d+$"
 )
+
+
+class CheckpointReadError(OSError):
+    """A checkpoint that is not damaged could not be read (out of memory, an I/O error). No
+    older checkpoint is used in its place: falling back would resume from older work and drop
+    the metrics written since, for a cause that passes."""
 
 
 class CheckpointWriteError(OSError):
@@ -407,9 +415,11 @@ def _same_file(a: Path, b: Path) -> bool:
 def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     """The newest checkpoint of ``run_dir`` that loads.
 
-    One that does not (truncated, corrupt, or holding anything but tensors and plain data) is
-    reported in one line on stderr and the next older one is tried; if none loads, or there is
-    none, a ConfigError names the run directory. Nothing in a file is ever run as code.
+    One that is damaged (truncated, corrupt, or holding anything but tensors and plain data)
+    is reported in one line on stderr and the next older one is tried; if none loads, or there
+    is none, a ConfigError names the run directory. One that is intact but cannot be read (out
+    of memory, an I/O error) raises :class:`CheckpointReadError`. Nothing in a file is ever run
+    as code.
     """
     return load_checkpoint_file(run_dir)[0]
 
@@ -427,6 +437,12 @@ def load_checkpoint_file(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
                 raise ValueError(f"holds a {type(state).__name__}, not a checkpoint's mapping")
             return state, path
         except Exception as e:
+            if not _damaged(path, e):
+                raise CheckpointReadError(
+                    getattr(e, "errno", None) or errno.EIO,
+                    f"checkpoint {path} could not be read ({_why(e)}); it is not damaged, so no "
+                    "older checkpoint is used in its place: try again once that is fixed",
+                ) from e
             then = f"falling back to {files[i + 1].name}" if i + 1 < len(files) else "none older"
             print(
                 f"asyncrl: warning: checkpoint {path} does not load ({_why(e)}); {then}",
@@ -454,6 +470,23 @@ def load_best_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     return state
 
 
+def _damaged(path: Path, e: Exception) -> bool:
+    """Whether ``e``, raised loading ``path``, says the file is bad rather than that reading it
+    failed (memory, I/O). Torch raises a RuntimeError for a corrupt archive and for an
+    allocation that failed alike: then the archive's own checksums decide."""
+    if isinstance(e, pickle.UnpicklingError | EOFError | ValueError):
+        return True
+    if not isinstance(e, RuntimeError):  # MemoryError, OSError, ...
+        return False
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is not None
+    except (zipfile.BadZipFile, EOFError):
+        return True
+    except (OSError, MemoryError):
+        return False
+
+
 def _why(e: Exception) -> str:
     """One line on why a checkpoint did not load (torch's messages run to paragraphs)."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
@@ -463,7 +496,9 @@ def _why(e: Exception) -> str:
         return "it holds more than tensors and plain data; loading it could run code" + (
             f": {detail.rstrip('.')}" if detail else ""
         )
-    first = lines[0].split(". ")[0] if lines else "no detail"
+    first = lines[0] if lines else "no detail"
+    # torch's allocator: "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: ..."
+    first = re.sub(r"^\[enforce fail at [^\]]*\] [^.]*\. ", "", first).split(". ")[0]
     return f"{type(e).__name__}: {first[:200]}"
 
 
