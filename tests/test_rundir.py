@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from asyncrl.rundir import (
     CheckpointWriteError,
     checkpoint_files,
     claim_run_dir,
+    load_best_checkpoint,
     load_checkpoint,
     load_run_config,
     save_checkpoint,
@@ -649,3 +651,30 @@ def test_an_io_error_reading_a_checkpoint_is_reported_not_fallen_back_from(tmp_p
     monkeypatch.setattr(torch, "load", real_load)
     (tmp_path / "checkpoint-000002.pt").write_bytes(b"PK\x03\x04 cut short")
     assert load_checkpoint(tmp_path)["learner"]["counters"]["env_steps"] == 1
+
+
+# ---------------------------------------------------------------------- a torch that is safe
+def test_the_torch_floor_is_one_whose_weights_only_loader_runs_no_code():
+    """weights_only=True is bypassable before torch 2.6 (CVE-2025-32434) and can corrupt memory
+    before 2.10 (CVE-2026-24747): the project must not allow those."""
+    text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    (floor,) = re.findall(r'"torch>=([\d.]+)', text)
+    assert tuple(int(x) for x in floor.split(".")[:2]) >= (2, 10), floor
+
+
+@pytest.mark.parametrize("version", ["2.5.1+cpu", "2.9.1"])
+def test_an_unsafe_torch_is_refused_in_one_line_before_any_checkpoint_is_read(
+    tmp_path, monkeypatch, version
+):
+    save_checkpoint(tmp_path, _state(1))
+    (tmp_path / "checkpoint-best.pt").write_bytes((tmp_path / "checkpoint.pt").read_bytes())
+    monkeypatch.setattr(torch, "__version__", version)
+    read: list = []
+    monkeypatch.setattr(torch, "load", lambda *a, **kw: read.append(a))
+    for load in (load_checkpoint, load_best_checkpoint):
+        with pytest.raises(ConfigError) as e:
+            load(tmp_path)
+        message = str(e.value)
+        assert len(message.splitlines()) == 1 and message.startswith(f"torch: {version} ")
+        assert "CVE-2025-32434" in message and "torch>=2.10" in message
+    assert read == []

@@ -23,7 +23,8 @@ return in the evaluations during training so far, with its evaluation: written l
 file here, replaced only by a better one, never numbered or pruned.
 
 Loading never runs code from the file: checkpoints are read with ``weights_only=True``, which
-accepts tensors, numbers, strings and containers of them and refuses everything else.
+accepts tensors, numbers, strings and containers of them and refuses everything else -- on a
+torch new enough for that to hold (:data:`SAFE_TORCH`); an older one is refused.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ TENSORBOARD = "tb"
 MARKER = ".asyncrl-run"  # written with the config: --overwrite deletes only a marked run
 LOCK = ".asyncrl.lock"  # flock'ed by the run using the directory, for its whole life
 KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state without a config
+
+# weights_only=True is bypassable before torch 2.6 (CVE-2025-32434) and can corrupt memory
+# before 2.10 (CVE-2026-24747)
+SAFE_TORCH = (2, 10)
 
 _NUMBERED = re.compile(r"^checkpoint-(\d+)\.pt$")
 # what _atomic_write leaves behind if the process dies between writing and renaming
@@ -412,6 +417,17 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 # ---------------------------------------------------------------------- reading files
+def _check_torch() -> None:
+    """Refuse, in one line, a torch on which ``weights_only=True`` does not keep code out."""
+    version = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+    if version < SAFE_TORCH:
+        raise ConfigError(
+            f"torch: {torch.__version__} cannot load a checkpoint safely (its weights-only "
+            "loader can run code or corrupt memory: CVE-2025-32434, CVE-2026-24747); "
+            "install torch>=2.10"
+        )
+
+
 def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     """The newest checkpoint of ``run_dir`` that loads.
 
@@ -426,6 +442,7 @@ def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
 
 def load_checkpoint_file(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
     """:func:`load_checkpoint`, and the file it loaded."""
+    _check_torch()
     run_dir = Path(run_dir)
     files = checkpoint_files(run_dir)
     if not files:
@@ -455,6 +472,7 @@ def load_checkpoint_file(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
 def load_best_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     """``checkpoint-best.pt`` of ``run_dir``; a ConfigError if there is none or it does not
     load (there is no older one to fall back to: the latest checkpoint is another policy)."""
+    _check_torch()
     path = Path(run_dir) / BEST_CHECKPOINT
     if not path.is_file():
         raise ConfigError(
