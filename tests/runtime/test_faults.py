@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from asyncrl.runtime.backends.base import ActorError
+from asyncrl.runtime.evaluator import NICE
 from asyncrl.runtime.trainer import train
 from conftest import alive, descendants, shm_segments
 
@@ -34,8 +35,12 @@ def test_env_exception_in_actor_ends_the_run_naming_the_actor(small_cfg, mode, b
     assert "Traceback" in msg and "boom: simulated env failure" in msg
 
 
+PYTHONPATH = os.environ.get("PYTHONPATH", "")
+
+
 def _start_cli(tmp_path: Path, *extra: str, env_id: str = "CartPole-v1") -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
+    tests = str(Path(__file__).parents[1])  # the fake envs; a PYTHONPATH given is kept
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [tests, PYTHONPATH])))
     return subprocess.Popen(
         [
             sys.executable,
@@ -73,6 +78,22 @@ def _wait_for_training(
     raise AssertionError("training did not start")
 
 
+def _spawned(pids: set[int]) -> list[int]:
+    """The processes multiprocessing spawned to run our code (not its resource tracker)."""
+    found = []
+    for pid in pids:
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def _nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 HOGWILD = ("--hogwild", "2")
 
 
@@ -102,8 +123,11 @@ def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode, al
     _wait_for_training(proc, run, rows=1 if algo == "sac" else 3)
     children = descendants(proc.pid)
     assert len(children) >= 2  # the actors (and multiprocessing's resource tracker)
-    if "--eval-every" in topology:  # and the evaluator
-        assert len(children) >= 3
+    # the 2 actors or workers, and the evaluator (the one at the lowest priority) if asked for
+    spawned = _spawned(children)
+    evaluators = [c for c in spawned if _nice(c) == NICE]
+    assert len(spawned) - len(evaluators) == 2, spawned
+    assert len(evaluators) == (1 if "--eval-every" in topology else 0), spawned
     assert shm_segments(proc.pid)
     # Ctrl+C in a terminal reaches the whole process group; send it the same way.
     proc.send_signal(sig)
