@@ -425,6 +425,7 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path):
         assert _ray_processes(str(ray_tmp)), "no Ray process found to begin with"
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out.decode()[-3000:]  # as Ctrl+C ends a command
         assert (run / "checkpoint.pt").exists(), out.decode()
         # the instance asyncrl starts runs its actors at the learner's priority
         assert "RAY_worker_niceness" not in out.decode(), out.decode()
