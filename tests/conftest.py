@@ -77,6 +77,62 @@ def runs_seen(monkeypatch) -> list:
     return seen
 
 
+# ---------------------------------------------------------------------- skips in CI
+# CI (.ci/run sets ASYNCRL_CI_NO_SKIP=1) installs every extra, so a skip there means tests that
+# quietly stopped running (an extra that no longer installs, a tool gone from the machine): it
+# fails the run unless its reason starts with one of these. A local run skips as it likes.
+ALLOWED_SKIPS = (
+    "this machine has CUDA",  # CPU-only checks, on a machine with a GPU (CI has none)
+    "a display is present",  # the no-display video error, where there is a display
+)
+_unexpected_skips: list[tuple[str, str]] = []
+_xdist_worker = False  # an xdist worker: its reports reach the controller, which judges them
+
+
+def pytest_configure(config) -> None:
+    global _xdist_worker
+    _xdist_worker = hasattr(config, "workerinput")
+
+
+def _ci_no_skip() -> bool:
+    return os.environ.get("ASYNCRL_CI_NO_SKIP", "") not in ("", "0")
+
+
+def _note_skip(report) -> None:
+    """Remember a skip CI does not allow (on the xdist controller, which sees every report)."""
+    if not (_ci_no_skip() and report.skipped) or hasattr(report, "wasxfail") or _xdist_worker:
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    if not reason.startswith(ALLOWED_SKIPS):
+        _unexpected_skips.append((report.nodeid, reason))
+
+
+def pytest_runtest_logreport(report) -> None:
+    _note_skip(report)
+
+
+def pytest_collectreport(report) -> None:
+    _note_skip(report)  # a whole module skipped (importorskip at its top)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _unexpected_skips:
+        terminalreporter.section("skips CI does not allow (ASYNCRL_CI_NO_SKIP)", red=True)
+        for nodeid, reason in _unexpected_skips:
+            terminalreporter.line(f"{nodeid}: {reason}")
+        terminalreporter.line(
+            f"{len(_unexpected_skips)} unexpected skip(s): install what they need, or add the "
+            "reason to ALLOWED_SKIPS in tests/conftest.py with why"
+        )
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if _unexpected_skips and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(autouse=True)
 def _no_leaks():
     """Every test must leave no segment and no child process of this test process behind."""

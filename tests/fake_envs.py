@@ -139,9 +139,21 @@ class HangFirst(Countdown):
         return super().step(action)
 
 
+class CrashIfFlag(Countdown):
+    """Raises at every step while the file named by $ASYNCRL_TEST_CRASH_FLAG exists: an env
+    that trained fine and fails from the first step of a later (resumed) run."""
+
+    def step(self, action):
+        flag = os.environ.get("ASYNCRL_TEST_CRASH_FLAG")
+        if flag and os.path.exists(flag):
+            raise RuntimeError("boom: the crash flag is set")
+        return super().step(action)
+
+
 gym.register("RaiseOnce-v0", entry_point=RaiseOnce, max_episode_steps=50)
 gym.register("HangFirst-v0", entry_point=HangFirst, max_episode_steps=50)
 gym.register("HangInReset-v0", entry_point=HangInReset, max_episode_steps=50)
+gym.register("CrashIfFlag-v0", entry_point=CrashIfFlag, max_episode_steps=50)
 gym.register("BadObsOnce-v0", entry_point=BadObsOnce, max_episode_steps=50)
 gym.register("HangOnce-v0", entry_point=HangOnce, max_episode_steps=50)
 

@@ -252,3 +252,37 @@ def test_a_video_that_cannot_render_is_one_line_naming_what_is_needed(tmp_path):
     assert err[0].startswith("asyncrl: error: video: InvertedPendulum-v5 cannot render off-screen")
     assert "MUJOCO_GL=egl (needs libEGL) or MUJOCO_GL=osmesa (needs libOSMesa)" in err[0]
     assert not (tmp_path / "v.gif").exists()
+
+
+@pytest.mark.slow
+def test_a_renderer_that_hangs_ends_in_one_line_naming_what_to_install(tmp_path):
+    """MUJOCO_GL=egl with an OpenGL library that never answers (stock Debian Mesa hung for
+    2 minutes; here the library file is a FIFO, whose open blocks, in real native code): eval
+    --video ends within the render timeout, in one line naming what to install."""
+    run = tmp_path / "run"
+    asyncrl.train(
+        "InvertedPendulum-v5", total_steps=64, backend="inline", run_dir=str(run), **SMALL
+    )
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    for name in ("libEGL.so", "libEGL.so.1"):
+        os.mkfifo(libs / name)
+    env = {**os.environ, "MUJOCO_GL": "egl", "LD_LIBRARY_PATH": str(libs)}
+    env["ASYNCRL_RENDER_TIMEOUT"] = "5"
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncrl.cli", "eval", str(run), "--video", str(tmp_path / "v.gif")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert out.returncode == 2, out.stderr
+    err = out.stderr.strip().splitlines()
+    assert len(err) == 1, out.stderr
+    assert err[0].startswith(
+        "asyncrl: error: video: InvertedPendulum-v5 drew no frame within 5 s with MUJOCO_GL='egl'"
+    )
+    assert "apt-get install libosmesa6" in err[0] and "MUJOCO_GL=osmesa" in err[0]
+    assert time.monotonic() - t0 < 60
+    assert not (tmp_path / "v.gif").exists()

@@ -244,3 +244,32 @@ def test_tensorboard_steps_after_the_resumed_checkpoint_are_purged(tmp_path):
     events.Reload()
     scalars = [(e.step, e.value) for e in events.Scalars("throughput/x")]
     assert scalars == [(100, 1.0), (200, 1.0), (300, 2.0)]
+
+
+def test_a_resume_that_fails_at_once_keeps_the_good_checkpoint(tmp_path, monkeypatch, capsys):
+    """The newest checkpoint is damaged, so a resume falls back to the one before, and then
+    fails in its first iteration (an env that now raises, in real actor processes). It writes
+    no checkpoint -- it has nothing new -- so rotation cannot drop the good one it came from,
+    and its one line names that one as the newest."""
+    from asyncrl.runtime.faults import ActorError
+
+    flag = tmp_path / "crash"
+    monkeypatch.setenv("ASYNCRL_TEST_CRASH_FLAG", str(flag))
+    run = tmp_path / "run"
+    settings = {**PPO, "env": "fake_envs:CrashIfFlag-v0", "backend": "process"}
+    asyncrl.train(**settings, total_steps=128, run_dir=str(run))
+    asyncrl.train(**settings, total_steps=256, resume=run)
+    newest = run / "checkpoint-000002.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])  # cut short (checkpoint.pt is the same file)
+    flag.touch()
+    before = {p.name: p.read_bytes() for p in run.glob("checkpoint*.pt")}
+    assert sorted(before) == ["checkpoint-000001.pt", "checkpoint-000002.pt", "checkpoint.pt"]
+    capsys.readouterr()
+    with pytest.raises(ActorError, match="the crash flag is set"):
+        asyncrl.train(**settings, total_steps=512, resume=run)
+    assert {p.name: p.read_bytes() for p in run.glob("checkpoint*.pt")} == before
+    ended = [line for line in capsys.readouterr().err.splitlines() if " stopped at " in line]
+    assert len(ended) == 1 and "no checkpoint was written" in ended[0], ended
+    assert f"the newest checkpoint is {run / 'checkpoint-000001.pt'} (128 env steps)" in ended[0]
+    assert json.loads((run / "summary.json").read_text())["checkpoint"] is None
+    assert load_checkpoint(run)["learner"]["counters"]["env_steps"] == 128  # still falls back

@@ -7,7 +7,11 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import re
+import signal
 import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -23,11 +27,12 @@ from asyncrl.rundir import (
     CheckpointWriteError,
     checkpoint_files,
     claim_run_dir,
+    load_best_checkpoint,
     load_checkpoint,
     save_checkpoint,
     save_config,
 )
-from asyncrl.settings import TrainConfig, resolve
+from asyncrl.settings import TrainConfig, load_run_config, resolve
 
 
 def _state(i: int, keep: int = 2) -> dict:
@@ -334,8 +339,10 @@ def test_cli_refuses_a_used_run_dir_and_overwrite_starts_over(tmp_path, capsys, 
     assert "--resume" in err and "--overwrite" in err and not runs_seen
     assert main(["train", "--run-dir", str(run), "--overwrite", "--total-steps", "100"]) == 0
     _, resume, files = runs_seen[0]
-    # the old run's files are gone; the new run has written its config, nothing else yet
-    assert files == ["config.yaml", "notes.txt"] and resume is False
+    # the old run's files are gone; the new run has written its config (and the marker that
+    # makes the directory its own) and holds the lock file, nothing else yet
+    assert files == [".asyncrl-run", ".asyncrl.lock", "config.yaml", "notes.txt"]
+    assert resume is False
     with pytest.raises(SystemExit) as e:
         main(["train", "--resume", str(run), "--overwrite"])
     assert e.value.code == 2
@@ -393,3 +400,281 @@ def test_a_resumed_run_keeps_keep_checkpoints_generations_and_eval_reads_the_new
     ]
     assert load_checkpoint(run)["learner"]["counters"]["env_steps"] == 256
     assert evaluate(str(run), episodes=1)["episodes"] == 1
+
+
+# ---------------------------------------------------------------------- one run per directory
+def _cli(*args: str | Path) -> list[str]:
+    return [sys.executable, "-m", "asyncrl.cli", *map(str, args)]
+
+
+def _env() -> dict[str, str]:
+    """This environment, with the tests' fake envs importable (and any PYTHONPATH kept)."""
+    tests = str(Path(__file__).parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tests, PYTHONPATH]))}
+
+
+PYTHONPATH = os.environ.get("PYTHONPATH", "")
+QUICK = ("--no-progress", "--no-tensorboard", "--backend", "inline")
+
+
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {
+        p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".asyncrl.lock"
+    }
+
+
+def test_a_directory_in_use_is_refused_in_one_line_and_freed_when_its_run_is_killed(tmp_path):
+    """A second run of a directory a live run holds -- resumed or started over -- is refused
+    in one line and changes nothing there; once the first is SIGKILLed (no cleanup runs) the
+    kernel has dropped its lock and the directory resumes."""
+    run = tmp_path / "run"
+    first = subprocess.Popen(
+        _cli(
+            "train", "--run-dir", run, "--total-steps", 10**8, "--checkpoint-every", "0.5", *QUICK
+        ),
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not (run / "checkpoint-000002.pt").exists():
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "the first run never checkpointed"
+            time.sleep(0.1)
+        for second in (
+            ("--resume", run, "--total-steps", 10**8),
+            ("--run-dir", run, "--overwrite", "--total-steps", 10**8),
+        ):
+            first.send_signal(signal.SIGSTOP)  # a still picture of its files meanwhile
+            before = _snapshot(run)
+            out = subprocess.run(
+                _cli("train", *second, *QUICK),
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert _snapshot(run) == before
+            first.send_signal(signal.SIGCONT)
+            err = out.stderr.strip().splitlines()
+            assert out.returncode == 2 and len(err) == 1, out.stderr
+            assert err[0].startswith(f"asyncrl: error: run_dir: {run} is in use by another run")
+            assert f"pid {first.pid} " in err[0] and "--run-dir" in err[0]
+        assert first.poll() is None
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    reached = load_checkpoint(run)["learner"]["counters"]["env_steps"]
+    out = subprocess.run(
+        _cli("train", "--resume", run, "--total-steps", reached + 256, *QUICK),
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert load_checkpoint(run)["learner"]["counters"]["env_steps"] >= reached + 256
+
+
+SLOW_CLAIM = """
+import sys, time
+from pathlib import Path
+import asyncrl.rundir as rundir
+
+time.strftime = lambda fmt: "20261123-120000"  # both runs start in the same second
+real = rundir.claim_run_dir
+
+def slow(*a, **kw):  # a slow (network) filesystem: the claim takes a while
+    time.sleep(2.0)
+    return real(*a, **kw)
+
+rundir.claim_run_dir = slow
+import asyncrl.runtime.trainer  # what main() imports, before the start line
+from asyncrl.cli import main
+
+go = Path(sys.argv[1])
+(go.parent / f"ready-{sys.argv[2]}").touch()
+while not go.exists():  # both runs choose their directory at once
+    time.sleep(0.001)
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_runs_started_at_once_with_default_names_get_a_directory_each(tmp_path):
+    """A seed sweep launched in one second: two runs choosing their default directory at the
+    same moment each get their own (the name is taken with an exclusive mkdir), and each
+    directory holds one run's config and checkpoint."""
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                SLOW_CLAIM,
+                str(go),
+                str(seed),
+                "train",
+                "--total-steps",
+                "64",
+                "--seed",
+                str(seed),
+                *QUICK,
+            ],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < 2:  # both have imported asyncrl and wait
+        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+        assert time.monotonic() < deadline, "the runs never got ready"
+        time.sleep(0.01)
+    go.touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert [r.name for r in runs] == [
+        "CartPole-v1-ppo-async-20261123-120000",
+        "CartPole-v1-ppo-async-20261123-120000-2",
+    ]
+    seeds = {load_run_config(r).seed for r in runs}
+    assert seeds == {1, 2}
+    for r in runs:
+        assert [p.name for p in checkpoint_files(r)] == ["checkpoint-000001.pt"]
+
+
+def test_overwrite_refuses_a_directory_asyncrl_did_not_mark_and_deletes_nothing(tmp_path):
+    """Another tool's directory with a config.yaml, summary.json, metrics.jsonl and tb/ is not
+    an asyncrl run: --overwrite refuses it in one line and leaves every file."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.yaml").write_text("model: resnet50\n")
+    (other / "summary.json").write_text("{}\n")
+    (other / "metrics.jsonl").write_text('{"loss": 1.0}\n')
+    (other / "tb").mkdir()
+    (other / "tb" / "events.out.tfevents.1").write_text("theirs")
+    before = sorted(str(p.relative_to(other)) for p in other.rglob("*"))
+    out = subprocess.run(
+        _cli("train", "--run-dir", other, "--overwrite", "--total-steps", 64, *QUICK),
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(err) == 1, out.stderr
+    assert err[0].startswith(f"asyncrl: error: run_dir: {other} holds files that asyncrl did not")
+    assert sorted(str(p.relative_to(other)) for p in other.rglob("*")) == before
+    assert (other / "config.yaml").read_text() == "model: resnet50\n"
+    # a run asyncrl wrote is marked, and --overwrite starts it over
+    mine = tmp_path / "mine"
+    for extra in ((), ("--overwrite",)):
+        out = subprocess.run(
+            _cli("train", "--run-dir", mine, *extra, "--total-steps", 64, *QUICK),
+            env=_env(),
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0, out.stderr
+    assert [p.name for p in checkpoint_files(mine)] == ["checkpoint-000001.pt"]
+
+
+# ---------------------------------------------------------------------- falling back
+MEMORY_CAPPED = """
+import resource, sys
+import asyncrl.cli, gymnasium, torch
+
+size = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+# what the run needs past its imports is ~80 MB; the 512 MiB tensor does not fit
+resource.setrlimit(resource.RLIMIT_AS, (size + 256 * 2**20, resource.RLIM_INFINITY))
+sys.exit(asyncrl.cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_does_not_fit_in_memory_is_reported_not_fallen_back_from(tmp_path):
+    """A large newest checkpoint (a 512 MiB replay, say) that a process with less memory cannot
+    load is not damaged: the resume ends in one line naming it, and neither falls back to the
+    older checkpoint nor cuts metrics.jsonl back to it."""
+    run = tmp_path / "run"
+    small = ("--actors", 2, "--envs-per-actor", 4, "--rollout", 16, *QUICK)  # 128 steps a batch
+    for args in (("--run-dir", run, "--total-steps", 128), ("--resume", run, "--total-steps", 256)):
+        out = subprocess.run(_cli("train", *args, *small), env=_env(), capture_output=True)
+        assert out.returncode == 0, out.stderr.decode()
+    newest = run / "checkpoint-000002.pt"
+    state = torch.load(newest, weights_only=True)
+    state["replay"] = torch.zeros(2**29, dtype=torch.uint8)
+    torch.save(state, newest)  # in place: checkpoint.pt is the same file
+    del state
+    before = _snapshot(run)
+    resume = ["train", "--resume", str(run), "--total-steps", "512", *QUICK]
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_CAPPED, *resume],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and len(err) == 1, out.stderr
+    assert err[0].startswith(f"asyncrl: error: checkpoint {newest} could not be read (")
+    assert "allocate memory" in err[0] and "it is not damaged" in err[0]
+    assert _snapshot(run) == before  # metrics.jsonl, checkpoints and config as they were
+
+
+def test_an_io_error_reading_a_checkpoint_is_reported_not_fallen_back_from(tmp_path, monkeypatch):
+    """An I/O error reading the newest (a network filesystem's hiccup) is no reason to use the
+    older one; a damaged newest still is."""
+    from asyncrl.rundir import CheckpointReadError
+
+    save_checkpoint(tmp_path, _state(1))
+    save_checkpoint(tmp_path, _state(2))
+    real_load = torch.load
+
+    def load(path, *a, **kw):
+        if Path(path).name == "checkpoint-000002.pt":
+            raise OSError(errno.EIO, "Input/output error")
+        return real_load(path, *a, **kw)
+
+    monkeypatch.setattr(torch, "load", load)
+    with pytest.raises(CheckpointReadError) as e:
+        load_checkpoint(tmp_path)
+    assert e.value.errno == errno.EIO and "checkpoint-000002.pt could not be read" in str(e.value)
+    monkeypatch.setattr(torch, "load", real_load)
+    (tmp_path / "checkpoint-000002.pt").write_bytes(b"PK\x03\x04 cut short")
+    assert load_checkpoint(tmp_path)["learner"]["counters"]["env_steps"] == 1
+
+
+# ---------------------------------------------------------------------- a torch that is safe
+def test_the_torch_floor_is_one_whose_weights_only_loader_runs_no_code():
+    """weights_only=True is bypassable before torch 2.6 (CVE-2025-32434) and can corrupt memory
+    before 2.10 (CVE-2026-24747): the project must not allow those."""
+    text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    (floor,) = re.findall(r'"torch>=([\d.]+)', text)
+    assert tuple(int(x) for x in floor.split(".")[:2]) >= (2, 10), floor
+
+
+@pytest.mark.parametrize("version", ["2.5.1+cpu", "2.9.1"])
+def test_an_unsafe_torch_is_refused_in_one_line_before_any_checkpoint_is_read(
+    tmp_path, monkeypatch, version
+):
+    save_checkpoint(tmp_path, _state(1))
+    (tmp_path / "checkpoint-best.pt").write_bytes((tmp_path / "checkpoint.pt").read_bytes())
+    monkeypatch.setattr(torch, "__version__", version)
+    read: list = []
+    monkeypatch.setattr(torch, "load", lambda *a, **kw: read.append(a))
+    for load in (load_checkpoint, load_best_checkpoint):
+        with pytest.raises(ConfigError) as e:
+            load(tmp_path)
+        message = str(e.value)
+        assert len(message.splitlines()) == 1 and message.startswith(f"torch: {version} ")
+        assert "CVE-2025-32434" in message and "torch>=2.10" in message
+    assert read == []

@@ -273,7 +273,7 @@ def _offscreen_pygame(on: bool) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from asyncrl.rundir import CheckpointWriteError
+    from asyncrl.rundir import CheckpointReadError, CheckpointWriteError
     from asyncrl.runtime.faults import ActorError
     from asyncrl.runtime.lifecycle import Aborted, Interrupted
 
@@ -314,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except CheckpointWriteError as e:  # the final one; the newest earlier checkpoint stands
         print(f"asyncrl: error: {e}", file=sys.stderr)
+        return 1
+    except CheckpointReadError as e:  # an intact checkpoint not read: nothing was changed
+        print(f"asyncrl: error: {e.strerror}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
         if not isinstance(e, Interrupted | Aborted):  # those said how the run ended

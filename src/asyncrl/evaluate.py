@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from asyncrl.policy import load
+from asyncrl.policy import load, probe_rendering
+from asyncrl.settings import load_run_config
 
 
 def evaluate(
@@ -20,6 +21,9 @@ def evaluate(
     ``episodes`` episodes seeded ``seed``, ``seed + 1``, ...; optionally record them as a GIF at
     ``video``. Returns ``EvalResult.to_dict()`` (episodes, mean and std of returns and lengths,
     and each episode's return and length) and the policy's training env steps."""
+    if video is not None:  # before this process loads the OpenGL library, which may hang
+        cfg = load_run_config(run_dir)
+        probe_rendering(cfg.env, cfg.atari_preprocessing)
     policy = load(run_dir, checkpoint)
     result = policy.evaluate(episodes, seed, deterministic, video).to_dict()
     result["env_steps"] = policy.env_steps

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from asyncrl.rundir import load_best_checkpoint, load_checkpoint
 from asyncrl.settings import TrainConfig, load_run_config
 
 CHECKPOINTS = ("latest", "best")
+RENDER_TIMEOUT = 30.0  # seconds a MuJoCo env's first off-screen frame may take to draw
 
 
 class VideoError(ConfigError):
@@ -168,6 +171,7 @@ class Policy:
         env_id = self.config.env
         if not path.parent.is_dir():
             raise VideoError(f"video: the directory {path.parent} does not exist")
+        probe_rendering(env_id, self.config.atari_preprocessing)
         try:  # the run's env made without rendering (load() did); what fails now is rendering
             env = make_env(
                 env_id,
@@ -203,19 +207,74 @@ class Policy:
             env.close()
 
 
-def _render_problem(env_id: str, err: BaseException) -> str:
-    """One line: why ``env_id`` cannot render off-screen, and what it needs."""
+_PROBE = """
+import sys, warnings
+warnings.filterwarnings("ignore")
+from asyncrl.envs import make_env
+env = make_env(sys.argv[1], render_mode="rgb_array", atari_preprocessing=sys.argv[2] == "1")
+env.reset(seed=0)
+env.render()
+"""
+_RENDERED: set[tuple[str, str | None]] = set()  # (env, MUJOCO_GL) whose probe drew a frame
+
+
+def probe_rendering(env_id: str, atari_preprocessing: bool = True) -> None:
+    """Draw a MuJoCo env's first off-screen frame in a child process, within
+    ``$ASYNCRL_RENDER_TIMEOUT`` seconds (default :data:`RENDER_TIMEOUT`): an OpenGL library
+    that hangs (stock Debian Mesa with MUJOCO_GL=egl did, silently) ends in one
+    :class:`VideoError` line naming what to install, never in a wait. A probe that fails
+    otherwise is not reported here: recording then fails and says why in one line."""
+    if not _renders_with_mujoco(env_id) or (env_id, os.environ.get("MUJOCO_GL")) in _RENDERED:
+        return
+    try:
+        timeout = float(os.environ.get("ASYNCRL_RENDER_TIMEOUT") or RENDER_TIMEOUT)
+    except ValueError:
+        raise ConfigError(
+            f"ASYNCRL_RENDER_TIMEOUT: must be seconds, got {os.environ['ASYNCRL_RENDER_TIMEOUT']!r}"
+        ) from None
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PROBE, env_id, "1" if atari_preprocessing else "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        try:  # a process stuck in a driver may not die at once: do not wait for it long
+            child.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        raise VideoError(
+            f"video: {env_id} drew no frame within {timeout:g} s with {_gl_setting()}: its "
+            "OpenGL library hangs (older Mesa does with egl); install a current Mesa with "
+            "OSMesa (apt-get install libosmesa6) and use MUJOCO_GL=osmesa or egl"
+        ) from None
+    if child.returncode == 0:
+        _RENDERED.add((env_id, os.environ.get("MUJOCO_GL")))
+
+
+def _renders_with_mujoco(env_id: str) -> bool:
     import gymnasium as gym
 
+    try:
+        return "mujoco" in str(gym.spec(env_id.split(":")[-1]).entry_point)
+    except Exception:
+        return False
+
+
+def _gl_setting() -> str:
+    gl = os.environ.get("MUJOCO_GL")
+    return "MUJOCO_GL unset (glfw, which needs a display)" if gl is None else f"MUJOCO_GL={gl!r}"
+
+
+def _render_problem(env_id: str, err: BaseException) -> str:
+    """One line: why ``env_id`` cannot render off-screen, and what it needs."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     detail = f"{type(err).__name__}: {lines[0] if lines else 'no detail'}"
-    try:
-        entry = str(gym.spec(env_id.split(":")[-1]).entry_point)
-    except Exception:
-        entry = ""
-    if "mujoco" in entry:
-        gl = os.environ.get("MUJOCO_GL")
-        now = "MUJOCO_GL unset (glfw, which needs a display)" if gl is None else f"MUJOCO_GL={gl!r}"
+    if _renders_with_mujoco(env_id):
+        now = _gl_setting()
         return (
             f"video: {env_id} cannot render off-screen with {now} ({detail}); MuJoCo renders "
             "off-screen with MUJOCO_GL=egl (needs libEGL) or MUJOCO_GL=osmesa (needs libOSMesa)"

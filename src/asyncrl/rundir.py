@@ -23,19 +23,25 @@ return in the evaluations during training so far, with its evaluation: written l
 file here, replaced only by a better one, never numbered or pruned.
 
 Loading never runs code from the file: checkpoints are read with ``weights_only=True``, which
-accepts tensors, numbers, strings and containers of them and refuses everything else.
+accepts tensors, numbers, strings and containers of them and refuses everything else -- on a
+torch new enough for that to hold (:data:`SAFE_TORCH`); an older one is refused.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import pickle
 import re
 import shutil
+import socket
 import sys
 import time
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +56,26 @@ BEST_CHECKPOINT = "checkpoint-best.pt"
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tb"
+MARKER = ".asyncrl-run"  # written with the config: --overwrite deletes only a marked run
+LOCK = ".asyncrl.lock"  # flock'ed by the run using the directory, for its whole life
 KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state without a config
+
+# weights_only=True is bypassable before torch 2.6 (CVE-2025-32434) and can corrupt memory
+# before 2.10 (CVE-2026-24747)
+SAFE_TORCH = (2, 10)
 
 _NUMBERED = re.compile(r"^checkpoint-(\d+)\.pt$")
 # what _atomic_write leaves behind if the process dies between writing and renaming
 _TEMP = re.compile(
-    r"^\.(checkpoint(-\d+|-best)?\.pt|config\.yaml|summary\.json|metrics\.jsonl)\.tmp\d+$"
+    r"^\.(checkpoint(-\d+|-best)?\.pt|config\.yaml|summary\.json|metrics\.jsonl"
+    r"|\.asyncrl-run)\.tmp\d+$"
 )
+
+
+class CheckpointReadError(OSError):
+    """A checkpoint that is not damaged could not be read (out of memory, an I/O error). No
+    older checkpoint is used in its place: falling back would resume from older work and drop
+    the metrics written since, for a cause that passes."""
 
 
 class CheckpointWriteError(OSError):
@@ -65,17 +84,27 @@ class CheckpointWriteError(OSError):
     ``errno`` is that of the failed write (``errno.ENOSPC`` for a full disk)."""
 
 
-def default_run_dir(cfg: Any) -> Path:
+def default_run_dir(cfg: Any, create: bool = False) -> Path:
     """``runs/<env>-<algo>-<mode>-<time>``, with ``-2``, ``-3``, ... appended if a run started
-    in the same second already has that name: a default never points at another run."""
+    in the same second already has that name: a default never points at another run.
+    ``create``: make the directory too, exclusively (``mkdir`` fails on an existing one), so
+    that two runs choosing at the same moment still get two directories."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     mode = f"hogwild{cfg.hogwild}-{cfg.sync_mode}" if cfg.hogwild else cfg.mode
     base = Path("runs") / f"{cfg.env}-{cfg.algo}-{mode}-{stamp}"
     path, n = base, 1
-    while path.exists():
+    while True:
+        if create:
+            base.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                pass
+        elif not path.exists():
+            return path
         n += 1
         path = base.with_name(f"{base.name}-{n}")
-    return path
 
 
 def default_study_dir(kind: str, cfg: Any) -> Path:
@@ -98,7 +127,8 @@ def claim_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
     A directory that already holds a run is never written over by accident: without ``resume``
     (continue that run) or ``overwrite`` (start over) it is refused with a ConfigError naming
     both ways out. ``overwrite`` deletes only the files a run writes -- config.yaml, the
-    checkpoints, metrics.jsonl, summary.json and tb/ -- and leaves anything else there alone.
+    checkpoints, metrics.jsonl, summary.json and tb/ -- and leaves anything else there alone;
+    it refuses a directory without asyncrl's marker (:data:`MARKER`), whose files are not ours.
     Leftover temporary files of a killed run are removed in every case (they can be as large
     as a checkpoint and are never complete). Does not create the directory.
     """
@@ -117,6 +147,12 @@ def claim_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
                 f"run_dir: {run_dir} already holds a run; continue it with --resume {run_dir} "
                 "or start over with --overwrite"
             )
+        if not (run_dir / MARKER).is_file():
+            raise ConfigError(
+                f"run_dir: {run_dir} holds files that asyncrl did not mark as its run (no "
+                f"{MARKER}), so --overwrite deletes nothing there; move them away or give "
+                "another --run-dir"
+            )
         for path in _run_files(run_dir):
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
@@ -129,8 +165,62 @@ def claim_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
     return run_dir
 
 
+@contextmanager
+def run_dir_held(run_dir: str | Path, resume: bool, overwrite: bool) -> Iterator[Path]:
+    """Hold ``run_dir`` for a run's life: an exclusive advisory lock (``flock``) on its
+    :data:`LOCK` file, then :func:`claim_run_dir` under it. A second run of the same directory
+    -- in this process, another, or on another host of a shared filesystem -- is refused in one
+    line. The kernel drops the lock when the process ends, SIGKILL included. Creates the
+    directory; a refused claim removes what it created."""
+    run_dir = Path(run_dir)
+    made = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK
+    while True:
+        try:
+            fd, made_lock = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            fd, made_lock = os.open(path, os.O_RDWR), False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "starting"
+            os.close(fd)
+            raise ConfigError(
+                f"run_dir: {run_dir} is in use by another run ({holder}); wait for it to end "
+                "or give another --run-dir"
+            ) from None
+        # a refused claim may have removed the file between our open and our lock: lock the
+        # file that is there now, not the removed one
+        try:
+            here = os.stat(path)
+        except FileNotFoundError:
+            here = None
+        held = os.fstat(fd)
+        if here is not None and (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)
+    try:
+        try:
+            claim_run_dir(run_dir, resume=resume, overwrite=overwrite)
+        except BaseException:
+            if made_lock:
+                path.unlink(missing_ok=True)
+            if made:
+                with suppress(OSError):  # only if empty: never delete what is not ours
+                    run_dir.rmdir()
+            raise
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        holder = f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n".encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder, 0)
+        yield run_dir
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _run_files(run_dir: Path) -> list[Path]:
-    names = (CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD)
+    names = (CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD, MARKER)
     named = [run_dir / n for n in names]
     return [p for p in named if p.exists() or p.is_symlink()] + [
         p for _, p in _numbered_checkpoints(run_dir)
@@ -327,18 +417,32 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 # ---------------------------------------------------------------------- reading files
+def _check_torch() -> None:
+    """Refuse, in one line, a torch on which ``weights_only=True`` does not keep code out."""
+    version = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+    if version < SAFE_TORCH:
+        raise ConfigError(
+            f"torch: {torch.__version__} cannot load a checkpoint safely (its weights-only "
+            "loader can run code or corrupt memory: CVE-2025-32434, CVE-2026-24747); "
+            "install torch>=2.10"
+        )
+
+
 def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     """The newest checkpoint of ``run_dir`` that loads.
 
-    One that does not (truncated, corrupt, or holding anything but tensors and plain data) is
-    reported in one line on stderr and the next older one is tried; if none loads, or there is
-    none, a ConfigError names the run directory. Nothing in a file is ever run as code.
+    One that is damaged (truncated, corrupt, or holding anything but tensors and plain data)
+    is reported in one line on stderr and the next older one is tried; if none loads, or there
+    is none, a ConfigError names the run directory. One that is intact but cannot be read (out
+    of memory, an I/O error) raises :class:`CheckpointReadError`. Nothing in a file is ever run
+    as code.
     """
     return load_checkpoint_file(run_dir)[0]
 
 
 def load_checkpoint_file(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
     """:func:`load_checkpoint`, and the file it loaded."""
+    _check_torch()
     run_dir = Path(run_dir)
     files = checkpoint_files(run_dir)
     if not files:
@@ -350,6 +454,12 @@ def load_checkpoint_file(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
                 raise ValueError(f"holds a {type(state).__name__}, not a checkpoint's mapping")
             return state, path
         except Exception as e:
+            if not _damaged(path, e):
+                raise CheckpointReadError(
+                    getattr(e, "errno", None) or errno.EIO,
+                    f"checkpoint {path} could not be read ({_why(e)}); it is not damaged, so no "
+                    "older checkpoint is used in its place: try again once that is fixed",
+                ) from e
             then = f"falling back to {files[i + 1].name}" if i + 1 < len(files) else "none older"
             print(
                 f"asyncrl: warning: checkpoint {path} does not load ({_why(e)}); {then}",
@@ -362,6 +472,7 @@ def load_checkpoint_file(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
 def load_best_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     """``checkpoint-best.pt`` of ``run_dir``; a ConfigError if there is none or it does not
     load (there is no older one to fall back to: the latest checkpoint is another policy)."""
+    _check_torch()
     path = Path(run_dir) / BEST_CHECKPOINT
     if not path.is_file():
         raise ConfigError(
@@ -377,6 +488,23 @@ def load_best_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     return state
 
 
+def _damaged(path: Path, e: Exception) -> bool:
+    """Whether ``e``, raised loading ``path``, says the file is bad rather than that reading it
+    failed (memory, I/O). Torch raises a RuntimeError for a corrupt archive and for an
+    allocation that failed alike: then the archive's own checksums decide."""
+    if isinstance(e, pickle.UnpicklingError | EOFError | ValueError):
+        return True
+    if not isinstance(e, RuntimeError):  # MemoryError, OSError, ...
+        return False
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is not None
+    except (zipfile.BadZipFile, EOFError):
+        return True
+    except (OSError, MemoryError):
+        return False
+
+
 def _why(e: Exception) -> str:
     """One line on why a checkpoint did not load (torch's messages run to paragraphs)."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
@@ -386,7 +514,9 @@ def _why(e: Exception) -> str:
         return "it holds more than tensors and plain data; loading it could run code" + (
             f": {detail.rstrip('.')}" if detail else ""
         )
-    first = lines[0].split(". ")[0] if lines else "no detail"
+    first = lines[0] if lines else "no detail"
+    # torch's allocator: "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: ..."
+    first = re.sub(r"^\[enforce fail at [^\]]*\] [^.]*\. ", "", first).split(". ")[0]
     return f"{type(e).__name__}: {first[:200]}"
 
 
@@ -404,4 +534,7 @@ def save_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def save_config(run_dir: Path, cfg: Any) -> None:
+    """Write the run's config, and the marker that makes the directory an asyncrl run's."""
     _atomic_write(run_dir / CONFIG, cfg.save)
+    if not (run_dir / MARKER).is_file():
+        _atomic_write(run_dir / MARKER, lambda p: p.write_text("an asyncrl run directory\n"))

@@ -273,13 +273,19 @@ def test_close_wakes_blocked_producers_and_consumers_promptly():
     ]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 30
+    while full.inserts < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
     time.sleep(0.2)
-    assert full.insert_blocked_seconds == 0 or full.inserts == 2
+    inserted, blocked = full.inserts, full.insert_blocked_seconds
     t0 = time.monotonic()
     for lim in (full, empty, live):
         lim.close()
     for t in threads:
         t.join(1.0)
+    # the window let exactly two in, and the producers waited: none had come back from a wait
+    # (a wait's time is counted when it ends)
+    assert inserted == 2 and blocked == 0
     assert time.monotonic() - t0 < 1.0
     assert not any(t.is_alive() for t in threads)
     assert results == ["closed"] * len(threads)

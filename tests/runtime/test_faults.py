@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from asyncrl.runtime.evaluator import NICE
 from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.trainer import train
 from conftest import alive, descendants, shm_segments
@@ -80,6 +81,22 @@ def _wait_for_training(
     raise AssertionError("training did not start")
 
 
+def _spawned(pids: set[int]) -> list[int]:
+    """The processes multiprocessing spawned to run our code (not its resource tracker)."""
+    found = []
+    for pid in pids:
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def _nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 HOGWILD = ("--hogwild", "2")
 
 
@@ -109,8 +126,11 @@ def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode, al
     _wait_for_training(proc, run, rows=1 if algo == "sac" else 3)
     children = descendants(proc.pid)
     assert len(children) >= 2  # the actors (and multiprocessing's resource tracker)
-    if "--eval-every" in topology:  # and the evaluator
-        assert len(children) >= 3
+    # the 2 actors or workers, and the evaluator (the one at the lowest priority) if asked for
+    spawned = _spawned(children)
+    evaluators = [c for c in spawned if _nice(c) == NICE]
+    assert len(spawned) - len(evaluators) == 2, spawned
+    assert len(evaluators) == (1 if "--eval-every" in topology else 0), spawned
     assert shm_segments(proc.pid)
     # Ctrl+C in a terminal reaches the whole process group; send it the same way.
     proc.send_signal(sig)

@@ -492,8 +492,8 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path, sig):
         assert [s for s in sockets if s[1] not in loopback] == [], sockets
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out.decode()[-3000:]  # as Ctrl+C ends a command
         assert (run / "checkpoint.pt").exists(), out.decode()
-        assert proc.returncode == 130, out.decode()[-3000:]
         name = signal.Signals(sig).name
         assert f"asyncrl: interrupted ({name}) at " in out.decode(), out.decode()[-3000:]
         # the instance asyncrl starts runs its actors at the learner's priority
@@ -528,6 +528,27 @@ def test_an_own_ray_instance_with_more_actors_than_cpus_says_so_in_one_line(monk
     started.clear()
     assert ray_backend.connect("", 2.0) is True  # what fits is not remarked on
     assert started[0]["num_cpus"] == 2 and "asyncrl:" not in capsys.readouterr().err
+
+
+def test_overwrite_keeps_the_old_run_when_the_cluster_is_too_small(cluster, tmp_path, capsys):
+    """The cluster's size is checked before --overwrite deletes the old run: 4 actors of 1 CPU
+    on a 3-CPU cluster are refused in one line, and every file of the old run is still there."""
+    from asyncrl.cli import main
+
+    run = tmp_path / "run"
+    small = dict(actors=1, envs_per_actor=2, rollout=16, minibatch_size=32, total_steps=64)
+    train(_cfg(tmp_path, backend="inline", **small))
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.name != ".asyncrl.lock"}
+    assert "checkpoint.pt" in before and "config.yaml" in before
+    capsys.readouterr()
+    args = ["train", "--run-dir", str(run), "--overwrite", "--backend", "ray", "--actors", "4"]
+    assert main([*args, "--no-progress", "--no-tensorboard"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "asyncrl: error: ray_cpus_per_actor: 4 actors x 1 CPUs need 4 CPUs, the Ray cluster has 3"
+    ), err
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.name != ".asyncrl.lock"}
+    assert after == before
 
 
 def test_bad_settings_fail_before_ray_starts():

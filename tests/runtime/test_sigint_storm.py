@@ -120,17 +120,24 @@ def test_sigint_at_50_random_moments_always_leaves_consistent_checkpoints(tmp_pa
         thread.start()
         # twice: the second signal aborts -- unless the final checkpoint was written before
         # it came, and only cleanup was left, which no signal cuts short
+        iterations: list[int] = []  # the callback is called after every iteration
         with pytest.raises((Aborted, Interrupted) if twice else Interrupted) as e:
             try:
-                asyncrl.train(run_dir=str(run), **settings)
+                asyncrl.train(
+                    callback=lambda row, seen=iterations: seen.append(1),
+                    run_dir=str(run),
+                    **settings,
+                )
             finally:
                 done.set()
                 thread.join()
         files = checkpoint_files(run)
         if twice and isinstance(e.value, Aborted):
             aborted += 1
-        else:
+        elif iterations:
             assert files, f"{what}: no final checkpoint"
+        else:  # stopped in start-up: a run that completed no iteration writes none
+            assert not files, f"{what}: a checkpoint with nothing in it"
         assert not [p for p in run.iterdir() if ".tmp" in p.name], f"{what}: temp file left"
         for path in files:
             try:

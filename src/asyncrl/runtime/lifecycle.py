@@ -24,7 +24,11 @@ io_error       checkpoints failed twice in a row       tried once more, then the
 error          anything else, between iterations       written, then the error is raised
 =============  ======================================  =====================================
 
-and each ends with one line saying what happened and where the checkpoint is, and with
+A run that has not completed an iteration since it started or resumed writes no final
+checkpoint, whatever ended it: it would hold nothing new, and rotation would drop the oldest
+one kept -- after a resume that fell back from a damaged newest, the good one it came from.
+
+And each ends with one line saying what happened and where the checkpoint is, and with
 summary.json (its ``ended`` and ``checkpoint`` fields say the same).
 """
 
@@ -140,6 +144,7 @@ class RunEnd:
         self.kind: str | None = None
         self.error: BaseException | None = None
         self.in_update = False
+        self.iterated = False  # an iteration completed since the run started or resumed
 
     # ---------------------------------------------------------------- during the run
     def should_stop(
@@ -157,6 +162,7 @@ class RunEnd:
 
     def stopped_by_callback(self) -> None:
         self.kind = self.kind or "callback"
+        self.iterated = True  # the callback is called after an iteration
 
     @contextlib.contextmanager
     def updating(self) -> Iterator[None]:
@@ -168,7 +174,8 @@ class RunEnd:
     def periodic(self, save: Callable[[], Path], env_steps: int) -> None:
         """Write a checkpoint if ``checkpoint_every`` seconds have passed since the last. A
         failed write is a warning and is retried at the next period; two in a row end the run
-        (``io_error``) while a final checkpoint may still fit."""
+        (``io_error``) while a final checkpoint may still fit. Called after every iteration."""
+        self.iterated = True
         now = time.perf_counter()
         if not self.checkpoint_every or now - self.last_write <= self.checkpoint_every:
             return
@@ -229,8 +236,9 @@ class RunEnd:
             try:
                 if before_save is not None:
                     before_save()
-                final = save()
-                self.saved(final, env_steps())
+                if self.iterated:
+                    final = save()
+                    self.saved(final, env_steps())
             except Aborted as e:  # a second signal while writing: the temp file is gone
                 kind, self.kind, self.error = "aborted", "aborted", e
             except CheckpointWriteError as e:
@@ -287,6 +295,8 @@ class RunEnd:
             why = "no final checkpoint written"
         elif kind == "learner_error":
             why = "its state is not consistent, so no final checkpoint was written"
+        elif not self.iterated:
+            why = "no iteration completed since the run started, so no checkpoint was written"
         else:
             why = f"the final checkpoint could not be written ({write_error})"
         if self.newest is not None:

@@ -19,10 +19,12 @@ from typing import Any
 from asyncrl.algos import algorithm
 from asyncrl.metrics import RowWindow
 from asyncrl.rundir import restore_learner, save_config
-from asyncrl.runtime.backends import make_backend
+from asyncrl.runtime.backends import check_backend, make_backend
 from asyncrl.runtime.backends.base import Backend
 from asyncrl.runtime.lifecycle import StopSignals
 from asyncrl.runtime.shell import Callback, RunShell, run_figures
+
+__all__ = ["check_backend", "train_pipeline"]  # check_backend: what only a backend can check
 
 
 def train_pipeline(

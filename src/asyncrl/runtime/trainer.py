@@ -17,7 +17,7 @@ from asyncrl.algos import algorithm
 from asyncrl.config import learner_threads
 from asyncrl.core import Learner
 from asyncrl.envs import env_family
-from asyncrl.rundir import claim_run_dir, default_run_dir, save_config
+from asyncrl.rundir import default_run_dir, run_dir_held, save_config
 from asyncrl.runtime import hogwild, pipeline
 from asyncrl.runtime.lifecycle import Interrupted, StopSignals
 from asyncrl.runtime.shell import Callback
@@ -89,18 +89,19 @@ def train(
     spec = env_spec(cfg)
     cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
     check_shared_memory(cfg, spec)
-    run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
+    if not cfg.hogwild:  # e.g. a Ray cluster too small: before --overwrite deletes anything
+        pipeline.check_backend(cfg)
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg, create=True)
     cfg.run_dir = str(run_dir)
     if resume:  # before anything is written: a refused resume leaves the run as it was
         check_resume(load_run_config(run_dir), cfg)
-    claim_run_dir(run_dir, resume=resume, overwrite=overwrite)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:  # a resumed run's, once its checkpoint has loaded
-        save_config(run_dir, cfg)
-    line = preset_line(given, cfg)
-    for text in ([line] if line else []) + env_lines + [memory_line(cfg, spec)]:
-        print(text, flush=True)
-    with process_state_kept(cfg) as stop:
-        if cfg.hogwild:
-            return hogwild.train_hogwild(cfg, spec, run_dir, resume, callback, stop)
-        return pipeline.train_pipeline(cfg, spec, run_dir, resume, on_start, callback, stop)
+    with run_dir_held(run_dir, resume=resume, overwrite=overwrite):  # locked till the end
+        if not resume:  # a resumed run's, once its checkpoint has loaded
+            save_config(run_dir, cfg)
+        line = preset_line(given, cfg)
+        for text in ([line] if line else []) + env_lines + [memory_line(cfg, spec)]:
+            print(text, flush=True)
+        with process_state_kept(cfg) as stop:
+            if cfg.hogwild:
+                return hogwild.train_hogwild(cfg, spec, run_dir, resume, callback, stop)
+            return pipeline.train_pipeline(cfg, spec, run_dir, resume, on_start, callback, stop)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import Backend
 from asyncrl.settings import TrainConfig
@@ -25,3 +27,13 @@ def make_backend(cfg: TrainConfig, spec: EnvSpec, numel: int) -> Backend:
     from asyncrl.runtime.backends.process import ProcessBackend
 
     return ProcessBackend(cfg, spec, numel)
+
+
+def check_backend(cfg: Any) -> None:
+    """What only the backend can check (a Ray cluster's size), as a ConfigError: called before
+    the run directory is claimed, so a setting that cannot work never costs the run that
+    ``--overwrite`` would delete."""
+    if cfg.backend == "ray" and not cfg.hogwild:
+        from asyncrl.runtime.backends.ray import check_cluster
+
+        check_cluster(cfg)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from asyncrl.config import ConfigError
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
@@ -156,6 +157,24 @@ def _loopback_only() -> Iterator[None]:
         else:
             os.environ[var] = env
         ray_constants.ENABLE_RAY_CLUSTER = flag
+
+
+def check_cluster(cfg: TrainConfig) -> None:
+    """A cluster the run joins (``ray_address``, or a driver already connected) must have the
+    CPUs its actors ask for; raises ConfigError if not. One asyncrl starts is sized to fit."""
+    import ray
+
+    if not (cfg.ray_address or ray.is_initialized()):
+        return
+    connect(cfg.ray_address, 0)  # joins: a connection made here is not ours to shut down
+    need = cfg.actors * cfg.ray_cpus_per_actor
+    have = ray.cluster_resources().get("CPU", 0.0)
+    if need > have:
+        raise ConfigError(
+            f"ray_cpus_per_actor: {cfg.actors} actors x {cfg.ray_cpus_per_actor:g} CPUs need "
+            f"{need:g} CPUs, the Ray cluster has {have:g}; lower --ray-cpus-per-actor or "
+            "--actors, or add nodes"
+        )
 
 
 class RayBackend(OwnedTransport):
