@@ -11,6 +11,7 @@ from asyncrl.core import Algorithm
 REGISTRY = {
     "ppo": "asyncrl.algos.ppo",
     "sac": "asyncrl.algos.sac",
+    "dqn": "asyncrl.algos.dqn",
 }
 
 

@@ -1,0 +1,63 @@
+"""DQN (double DQN, target network, Huber loss, linear epsilon, optional n-step returns):
+what the runtime asks of it. Light to import; the networks, the learner and torch come with the
+first call that needs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asyncrl.algos.dqn import config
+from asyncrl.learning import offpolicy
+
+
+class DQNAlgorithm:
+    name = "dqn"
+    hyperparameters = config.DQNConfig
+    presets = config.PRESETS
+    fixed_on_resume = offpolicy.REPLAY_FIXED_ON_RESUME
+    derive_markers = offpolicy.REPLAY_DERIVED
+
+    def accepts(self, spec: Any) -> str | None:
+        if not spec.discrete:
+            return (
+                f"dqn needs a discrete action space; {spec.env_id} has "
+                f"{spec.n_actions}-dimensional continuous actions"
+            )
+        return None
+
+    def validate(self, cfg: Any) -> None:
+        config.validate(cfg)
+
+    def derived(self, cfg: Any) -> dict[str, Any]:
+        return offpolicy.derived_replay(cfg)
+
+    def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
+        return offpolicy.fit_replay(cfg, spec, given)
+
+    def slot_fields(self, spec: Any, rollout: int, num_envs: int) -> tuple:
+        return offpolicy.slot_fields(spec, rollout, num_envs)
+
+    def memory_note(self, cfg: Any, spec: Any) -> str | None:
+        return offpolicy.replay_note(cfg, spec)
+
+    def acting_module(self, cfg: Any, spec: Any) -> Any:
+        from asyncrl.algos.dqn.networks import QNetwork
+        from asyncrl.nets import choose_encoder, encoder_of
+
+        return QNetwork(spec, cfg.hidden, choose_encoder(encoder_of(cfg), spec))
+
+    def acting(self, cfg: Any, spec: Any, module: Any, generator: Any) -> Any:
+        from asyncrl.algos.dqn.acting import DQNActing
+
+        return DQNActing(module, generator)
+
+    def learner(self, cfg: Any, spec: Any) -> Any:
+        from asyncrl.algos.dqn.learner import DQNLearner
+
+        return DQNLearner(cfg, spec)
+
+    def acting_state(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
+        return checkpoint["policy"]
+
+
+ALGORITHM = DQNAlgorithm()

@@ -1,0 +1,100 @@
+"""DQN's hyperparameters (each field a flag of ``asyncrl train``; the replay's are shared with
+the other off-policy algorithms), its presets per env family, and what it refuses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from asyncrl.config import need, preset_setting, setting
+from asyncrl.learning.offpolicy import ReplaySettings, validate_replay
+
+
+@dataclass
+class DQNConfig(ReplaySettings):
+    lr: float = preset_setting(2.5e-4, "Adam learning rate")
+    lr_schedule: str = setting(
+        "constant", "learning-rate schedule over total_steps", choices=("constant", "linear")
+    )
+    gamma: float = preset_setting(0.99, "discount")
+    batch_size: int = preset_setting(128, "transitions per gradient step")
+    target_every: int = preset_setting(
+        500, "env steps between copies of the online network into the target network"
+    )
+    tau: float = setting(1.0, "fraction of the online network each target update takes (1: copy)")
+    epsilon_start: float = setting(1.0, "exploration: probability of a random action at first")
+    epsilon_end: float = preset_setting(0.05, "exploration: the probability it ends at")
+    exploration_fraction: float = preset_setting(
+        0.5, "fraction of total_steps over which exploration falls linearly to epsilon_end"
+    )
+    n_step: int = setting(1, "env steps each transition's return sums (within one rollout)")
+    double: bool = setting(True, "double DQN: the online network picks the next action")
+    td_loss: str = setting(
+        "huber",
+        "loss on the TD error: huber (Nature DQN's, SB3's) or mse (CleanRL's)",
+        choices=("huber", "mse"),
+    )
+    max_grad_norm: float = setting(10.0, "clip the global gradient norm to this (0: off)")
+
+
+# classic: CleanRL's dqn.py (120-84 network, 10k buffer, learning from 10k steps, a gradient
+# step per 10 env steps, target copy every 500); atari: CleanRL's dqn_atari.py (Nature CNN,
+# 1M buffer, lr 1e-4, a gradient step per 4 env steps, target copy every 1,000, exploration to
+# 0.01 over the first 10% of 10M steps, learning from 80k). mujoco's only completes the table:
+# MuJoCo actions are continuous, which DQN refuses.
+_CLEANRL_CLASSIC: dict[str, Any] = {
+    "lr": 2.5e-4,
+    "gamma": 0.99,
+    "batch_size": 128,
+    "buffer_size": 10_000,
+    "learning_starts": 10_000,
+    "replay_ratio": 0.1,
+    "target_every": 500,
+    "epsilon_end": 0.05,
+    "exploration_fraction": 0.5,
+    "rollout": 1,
+    "hidden": [120, 84],
+    "total_steps": 500_000,
+}
+PRESETS: dict[str, dict[str, Any]] = {
+    "classic": dict(_CLEANRL_CLASSIC),
+    "mujoco": dict(_CLEANRL_CLASSIC),
+    "atari": {
+        "lr": 1e-4,
+        "gamma": 0.99,
+        "batch_size": 32,
+        "buffer_size": 1_000_000,
+        "learning_starts": 80_000,
+        "replay_ratio": 0.25,
+        "target_every": 1000,
+        "epsilon_end": 0.01,
+        "exploration_fraction": 0.1,
+        "rollout": 1,
+        "hidden": [512],
+        "threads_learner": 0,
+        "total_steps": 10_000_000,
+    },
+}
+
+
+def validate(cfg: Any) -> None:
+    validate_replay(cfg, "dqn")
+    need(cfg.lr > 0, f"lr: must be > 0, got {cfg.lr}")
+    need(0 <= cfg.gamma <= 1, f"gamma: must be in [0, 1], got {cfg.gamma}")
+    need(cfg.target_every >= 1, f"target_every: must be >= 1, got {cfg.target_every}")
+    need(0 < cfg.tau <= 1, f"tau: must be in (0, 1], got {cfg.tau}")
+    for name in ("epsilon_start", "epsilon_end", "exploration_fraction"):
+        value = getattr(cfg, name)
+        need(0 <= value <= 1, f"{name}: must be in [0, 1], got {value}")
+    need(1 <= cfg.n_step <= 255, f"n_step: must be in 1..255, got {cfg.n_step}")
+    need(cfg.max_grad_norm >= 0, f"max_grad_norm: must be >= 0, got {cfg.max_grad_norm}")
+
+
+def epsilon(cfg: Any, env_steps: int) -> float:
+    """The exploration probability at ``env_steps``: linear from epsilon_start to epsilon_end
+    over exploration_fraction x total_steps, then epsilon_end."""
+    span = cfg.exploration_fraction * cfg.total_steps
+    if span <= 0:
+        return cfg.epsilon_end
+    frac = min(env_steps / span, 1.0)
+    return cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)

@@ -1,0 +1,88 @@
+"""Double DQN (van Hasselt et al. 2016) with a target network and the Huber loss: the update
+rule alone, tensors in and statistics out (no host synchronisation inside an update)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from asyncrl.algos.dqn.config import DQNConfig
+
+
+class DQN:
+    STATS = ("loss/td", "charts/q_mean", "grad_norm")
+
+    def __init__(self, q: nn.Module, cfg: DQNConfig, target_updates_every: int):
+        self.q, self.cfg = q, cfg
+        self.q_target = copy.deepcopy(q).requires_grad_(False)
+        self.params = [p for p in q.parameters() if p.requires_grad]
+        self._q_state = _learned(q)
+        self._target_state = _learned(self.q_target)
+        try:
+            self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, fused=True)
+        except (RuntimeError, TypeError):
+            self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, foreach=True)
+        self.target_updates_every = target_updates_every
+        self.updates = 0
+
+    def update(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One gradient step on a batch (obs, action, reward, next_obs, discount: gamma^steps
+        where the episode goes on, 0 where it terminated). Returns [TD loss, mean Q, grad
+        norm] as one tensor."""
+        cfg = self.cfg
+        with torch.no_grad():
+            next_q = self.q_target(b["next_obs"])
+            if cfg.double:  # the online network picks the action, the target one values it
+                pick = self.q(b["next_obs"]).argmax(-1, keepdim=True)
+                next_v = next_q.gather(-1, pick).squeeze(-1)
+            else:
+                next_v = next_q.max(-1).values
+            target = b["reward"] + b["discount"] * next_v
+        q = self.q(b["obs"]).gather(-1, b["action"].long().unsqueeze(-1)).squeeze(-1)
+        if cfg.td_loss == "huber":
+            loss = nn.functional.smooth_l1_loss(q, target)
+        else:
+            loss = nn.functional.mse_loss(q, target)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm > 0:
+            norm = nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm, foreach=True)
+        else:
+            norm = torch.zeros(())
+        self.optimizer.step()
+        self.updates += 1
+        if self.updates % self.target_updates_every == 0:
+            with torch.no_grad():
+                torch._foreach_lerp_(self._target_state, self._q_state, cfg.tau)
+        return torch.stack([loss.detach(), q.detach().mean(), norm.detach()])
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Every float an update changes: the online and target networks (not epsilon, which
+        each Hogwild! worker keeps on its own schedule)."""
+        return [*self._q_state, *self._target_state]
+
+    def state_dict(self) -> dict:
+        return {
+            "q": self.q.state_dict(),
+            "q_target": self.q_target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.q.load_state_dict(state["q"])
+        self.q_target.load_state_dict(state["q_target"])
+        # a copy: Optimizer.load_state_dict keeps tensors that already match, and a live state
+        # dict would share its Adam moments
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.lr  # the rate given now (it may change on resume)
+        self.updates = int(state["updates"])
+
+
+def _learned(q: nn.Module) -> list[torch.Tensor]:
+    """The network's floating-point state but its exploration probability."""
+    state = q.state_dict(keep_vars=True)
+    return [t for name, t in state.items() if name != "epsilon" and t.is_floating_point()]

@@ -1,0 +1,140 @@
+"""DQN through the pipeline: Atari frames stored once in its replay, the replay ratio held in
+async mode, an exact resume, and CartPole solved in both modes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import asyncrl
+from asyncrl.rundir import load_checkpoint
+from asyncrl.runtime.trainer import train
+from asyncrl.settings import TrainConfig, resolve
+from test_resume import _differences
+
+
+def _cfg(tmp_path, **kw) -> TrainConfig:
+    base = dict(
+        algo="dqn",
+        env="CartPole-v1",
+        actors=1,
+        envs_per_actor=4,
+        hidden=[32, 32],
+        batch_size=32,
+        learning_starts=200,
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+        run_dir=str(tmp_path / "run"),
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_atari_frames_are_stored_once_in_the_replay(tmp_path, capsys):
+    pytest.importorskip("ale_py")
+    from asyncrl.algos.dqn.learner import DQNLearner
+    from asyncrl.replay import FrameReplay
+
+    seen: list = []
+    real = DQNLearner.train
+
+    def keep(self, slots):
+        seen.append(self.replay)
+        return real(self, slots)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(DQNLearner, "train", keep)
+    try:
+        s = train(
+            _cfg(
+                tmp_path,
+                env="ALE/Breakout-v5",
+                backend="inline",
+                mode="async",
+                envs_per_actor=2,
+                rollout=4,
+                hidden=[32],
+                learning_starts=64,
+                batch_size=8,
+                buffer_size=2_000,
+                total_steps=400,
+            )
+        )
+    finally:
+        mp.undo()
+    replay = seen[-1]
+    assert isinstance(replay, FrameReplay) and replay.stack == 4
+    assert s["gradient_steps"] > 0 and len(replay) == 400
+    frame = 84 * 84
+    whole = 2 * 4 * frame + 8 + 4 + 2  # two stacks of 4 frames, action, reward, two flags
+    assert replay.bytes_per_transition == frame + 8 + 4 + 5
+    assert whole / replay.bytes_per_transition > 7.9
+    line = [x for x in capsys.readouterr().out.splitlines() if "B per transition" in x][0]
+    assert f"replay {frame + 17:,} B per transition" in line
+    assert f"{whole:,} B with whole observations" in line
+    # a sample rebuilds stacks of 4 frames, the next observation one frame on
+    b = replay.take(replay.draw_indices(16))
+    assert b["obs"].shape == b["next_obs"].shape == (16, 4, 84, 84)
+    moved = (b["obs"][:, 1:] == b["next_obs"][:, :-1]).all(axis=(1, 2, 3))
+    assert moved.sum() >= 14  # all but a game's reset in between
+
+
+def test_async_holds_the_replay_ratio_within_tolerance(tmp_path):
+    cfg = _cfg(tmp_path, mode="async", replay_ratio=0.5, total_steps=3_000, rollout=2)
+    s = train(cfg)
+    post = s["env_steps"] - 200
+    tolerance = resolve(cfg, "classic").ratio_tolerance  # auto: 2 x max(1, 0.5 x 4 x 2) = 8
+    assert tolerance == 8.0
+    assert abs(s["gradient_steps"] - 0.5 * post) <= tolerance
+    assert s["replay_ratio_achieved"] == pytest.approx(0.5, abs=tolerance / post + 1e-9)
+    assert s["policy_lag_max"] >= 1
+
+
+def test_a_run_stopped_and_resumed_ends_bit_for_bit_where_an_unbroken_one_ends(tmp_path):
+    """inline, sync: the same run, stopped half-way (by its callback) and resumed with its
+    replay, ends where the run that did not stop ends: networks, optimizer, replay, counters."""
+    same = dict(backend="inline", mode="sync", rollout=1, total_steps=1_200, save_replay=True)
+    whole = _cfg(tmp_path, run_dir=str(tmp_path / "whole"), **same)
+    train(whole)
+    halves = dataclasses.replace(whole, run_dir=str(tmp_path / "halves"))
+    train(halves, callback=lambda row: row["env_steps"] < 600)
+    assert load_checkpoint(tmp_path / "halves")["learner"]["counters"]["env_steps"] == 600
+    asyncrl.train(resume=tmp_path / "halves")
+    a, b = (load_checkpoint(tmp_path / run) for run in ("whole", "halves"))
+    assert a["learner"]["counters"]["env_steps"] == 1_200
+    assert (
+        _differences(
+            {"learner": a["learner"], "actors": a["actors"]},
+            {"learner": b["learner"], "actors": b["actors"]},
+        )
+        == []
+    )
+
+
+# CartPole with RL Zoo's tuned DQN for CartPole-v1 (network, rate, batch, buffer, warm-up,
+# replay ratio, target period), with CleanRL's squared error, 3-step returns and a rate that
+# falls to 0 at the end (a sweep of these on 2026-11-26: docs, benchmarks/dqn)
+SOLVE = dict(
+    hidden=[256, 256],
+    lr=2.3e-3,
+    lr_schedule="linear",
+    batch_size=64,
+    buffer_size=100_000,
+    learning_starts=1_000,
+    replay_ratio=0.5,
+    target_every=256,
+    td_loss="mse",
+    n_step=3,
+    epsilon_end=0.01,
+    exploration_fraction=0.16,
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_cartpole_is_solved_within_100k_steps(tmp_path, mode):
+    s = train(_cfg(tmp_path, mode=mode, actors=2, total_steps=100_000, seed=1, **SOLVE))
+    assert s["env_steps"] <= 100_000 + 16
+    assert s["final_return"] >= 475, s
