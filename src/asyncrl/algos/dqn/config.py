@@ -29,7 +29,7 @@ class DQNConfig(ReplaySettings):
     )
     n_step: int = setting(1, "env steps each transition's return sums (within one rollout)")
     double: bool = setting(True, "double DQN: the online network picks the next action")
-    td_loss: str = setting(
+    td_loss: str = preset_setting(
         "huber",
         "loss on the TD error: huber (Nature DQN's, SB3's) or mse (CleanRL's)",
         choices=("huber", "mse"),
@@ -50,6 +50,7 @@ _CLEANRL_CLASSIC: dict[str, Any] = {
     "learning_starts": 10_000,
     "replay_ratio": 0.1,
     "target_every": 500,
+    "td_loss": "mse",
     "epsilon_end": 0.05,
     "exploration_fraction": 0.5,
     "rollout": 1,
@@ -67,6 +68,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learning_starts": 80_000,
         "replay_ratio": 0.25,
         "target_every": 1000,
+        "td_loss": "mse",
         "epsilon_end": 0.01,
         "exploration_fraction": 0.1,
         "rollout": 1,
