@@ -64,6 +64,17 @@ def _or_auto(parse: Any) -> Any:
     return convert
 
 
+def _one_of(choices: tuple[str, ...]) -> Any:
+    def parse(text: str) -> str:
+        if text not in choices:
+            choose = ", ".join(repr(c) for c in choices)
+            raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {choose})")
+        return text
+
+    parse.__name__ = "choice"
+    return parse
+
+
 def _whole_number(text: str) -> int:
     """An integer setting as people write it: ``1000000``, ``1_000_000`` or ``1e6`` (as YAML
     files take it); ``2.5`` is refused, not rounded."""
@@ -102,6 +113,10 @@ def _add_config_flags(parser: argparse.ArgumentParser, owned: tuple[str, ...] = 
         if f.metadata.get("preset"):
             if "type" in kw:
                 kw["type"] = _or_auto(kw["type"])
+            if "choices" in kw:  # auto is one more choice: the preset's value
+                choices = (*kw.pop("choices"), "auto")
+                kw["type"] = _or_auto(_one_of(choices))
+                kw["metavar"] = "{" + ",".join(choices) + "}"
             shown = f"from --preset: {preset_help(name)}"
         elif isinstance(default, list):
             shown = ",".join(map(str, default))
