@@ -109,3 +109,17 @@ def test_validate_runs_before_anything_starts(tmp_path):
     with pytest.raises(ConfigError, match="envs_per_actor"):
         train(cfg)
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("algo", "env", "others"),
+    [("sac", "CartPole-v1", "ppo or dqn"), ("dqn", "Pendulum-v1", "ppo or sac")],
+)
+def test_an_algorithm_that_cannot_train_the_env_names_those_that_can(
+    algo, env, others, capsys, tmp_path
+):
+    code = main(["train", "--algo", algo, "--env", env, "--run-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith(f"asyncrl: error: algo: {algo} needs a ")
+    assert err.endswith(f"(use --algo {others})")
