@@ -259,3 +259,22 @@ class RecordsClose(Countdown):
 
 
 gym.register("RecordsClose-v0", entry_point=RecordsClose, max_episode_steps=50)
+
+
+class ShiftedActions(Countdown):
+    """Actions are Discrete(3, start=-1): -1, 0 and 1; anything else raises, as an env that
+    indexes with its action would. Reward 1 for action 1, the last."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Discrete(3, start=-1)
+
+    def step(self, action):
+        if not self.action_space.contains(int(action)):
+            raise ValueError(f"action {action} is not one of -1, 0, 1")
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, float(int(action) == 1), terminated, truncated, info
+
+
+gym.register("ShiftedActions-v0", entry_point=ShiftedActions, max_episode_steps=5)
+

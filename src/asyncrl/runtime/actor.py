@@ -164,6 +164,8 @@ class Actor:
             env_action = slot.actions[t] = action.numpy()
             if not self.spec.discrete:
                 env_action = np.clip(env_action, self.low, self.high)
+            elif self.spec.action_start:  # the slot keeps the network's 0..n-1
+                env_action = env_action + self.spec.action_start
             ActorStatus.set(status, ActorStatus.STEPPING)
             obs, reward, terminated, truncated, info = envs.step(env_action)
             ActorStatus.set(status, ActorStatus.ACTING)
