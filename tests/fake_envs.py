@@ -278,3 +278,18 @@ class ShiftedActions(Countdown):
 
 gym.register("ShiftedActions-v0", entry_point=ShiftedActions, max_episode_steps=5)
 
+
+class UnboundedActions(Countdown):
+    """One continuous action with infinite bounds; it must be a finite number."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+    def step(self, action):
+        if not np.isfinite(action).all():
+            raise ValueError(f"action {action} is not finite")
+        return super().step(action)
+
+
+gym.register("UnboundedActions-v0", entry_point=UnboundedActions, max_episode_steps=5)
