@@ -30,7 +30,7 @@ from asyncrl.envs import check_env
 from asyncrl.metrics import MetricsLog
 from asyncrl.rundir import load_checkpoint, save_config
 from asyncrl.runtime.lifecycle import Interrupted
-from asyncrl.settings import TrainConfig, resolve, underive
+from asyncrl.settings import TrainConfig, check_resume, load_run_config, resolve, underive
 
 PPO = dict(
     env="CartPole-v1",
@@ -191,6 +191,24 @@ def test_a_resume_changing_the_network_or_data_is_refused_naming_them(tmp_path, 
     with pytest.raises(ConfigError, match=r"^env: .*env CartPole-v1 -> Acrobot-v1, activation"):
         asyncrl.train(resume=run, env="Acrobot-v1", activation="relu")
     assert (run / "config.yaml").read_bytes() == config
+
+
+def test_a_resume_changing_what_reads_the_observations_is_refused_in_one_line(tmp_path, capsys):
+    """The encoder, the Atari preprocessing and the vectorizer decide the networks' input (and
+    shapes): a changed one is refused in one line, not a size-mismatch traceback on loading."""
+    run = tmp_path / "run"
+    asyncrl.train(total_steps=128, run_dir=str(run), **{**PPO, "env": "fake_envs:DotSide-v0"})
+    config = (run / "config.yaml").read_bytes()
+    code = cli_main(["train", "--resume", str(run), "--encoder", "mlp"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("asyncrl: error: encoder: cannot change on resume"), err
+    assert "encoder cnn -> mlp" in err[0]
+    assert (run / "config.yaml").read_bytes() == config
+    saved = load_run_config(run)
+    for name, value in (("atari_preprocessing", False), ("vectorizer", "envpool")):
+        with pytest.raises(ConfigError, match=rf"^{name}: cannot change on resume"):
+            check_resume(saved, dataclasses.replace(saved, **{name: value}))
 
 
 def test_derived_settings_are_derived_again_on_resume(tmp_path):

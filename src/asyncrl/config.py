@@ -215,7 +215,7 @@ class RunConfig(ConfigMethods):
 # run-level settings derived from others when left at these values (see settings.resolve)
 RUN_DERIVED = {"actor_restarts": -1, "log_every": 0}
 # what a checkpoint's networks and data are made of, whatever the algorithm
-RUN_FIXED_ON_RESUME = ("algo", "env", "hidden")
+RUN_FIXED_ON_RESUME = ("algo", "env", "hidden", "encoder", "atari_preprocessing", "vectorizer")
 
 
 def kind_of(hint: Any) -> type:
