@@ -61,18 +61,7 @@ class PPOLearner(LearnerBase):
         """One training iteration on ``slots`` (joined along the env axis). The caller publishes
         the new version before the slots are refilled."""
         t0 = time.perf_counter()
-        rollout = {  # on the CPU, no copy; else one copy to the learner's device
-            k: torch.from_numpy(_join([getattr(s, k) for s in slots])).to(self.device)
-            for k in ROLLOUT_FIELDS
-        }
-        if self.reward_norm is not None:  # before GAE / V-trace; the slots stay as written
-            rollout["rewards"] = torch.from_numpy(
-                self.reward_norm(
-                    rollout["rewards"].numpy(),
-                    (rollout["terminated"] | rollout["truncated"]).numpy(),
-                    _streams(slots),
-                )
-            )
+        rollout = self.rollout(slots)
         versions = _join([s.versions for s in slots])
         lag = self.version - versions
         batch = self.algo.targets(rollout)
@@ -103,6 +92,16 @@ class PPOLearner(LearnerBase):
         if self.reward_norm is not None:
             stats["reward_norm/return_std"] = self.reward_norm.return_std
         return stats
+
+    def rollout(self, slots: list[Any]) -> dict[str, torch.Tensor]:
+        """The slots as the update's tensors on the learner's device. What is computed on the
+        host (return normalisation) reads the slots' arrays, never a device tensor."""
+        host = {k: _join([getattr(s, k) for s in slots]) for k in ROLLOUT_FIELDS}
+        if self.reward_norm is not None:  # before GAE / V-trace; the slots stay as written
+            ends = host["terminated"] | host["truncated"]
+            host["rewards"] = self.reward_norm(host["rewards"], ends, _streams(slots))
+        # on the CPU, no copy; else one copy to the learner's device
+        return {k: torch.from_numpy(v).to(self.device) for k, v in host.items()}
 
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
