@@ -273,6 +273,7 @@ def _offscreen_pygame(on: bool) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from asyncrl.core import NonFiniteError
     from asyncrl.rundir import CheckpointWriteError
     from asyncrl.runtime.faults import ActorError
     from asyncrl.runtime.lifecycle import Aborted, Interrupted
@@ -314,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except CheckpointWriteError as e:  # the final one; the newest earlier checkpoint stands
         print(f"asyncrl: error: {e}", file=sys.stderr)
+        return 1
+    except NonFiniteError:  # the run's last line said where
         return 1
     except KeyboardInterrupt as e:
         if not isinstance(e, Interrupted | Aborted):  # those said how the run ended

@@ -25,6 +25,7 @@ MODES = ("sync", "async")
 BACKENDS = ("inline", "thread", "process", "ray")
 SYNC_MODES = ("shared", "synced")
 ON_ENV_ERROR = ("raise", "restart")
+ON_NONFINITE = ("raise", "skip")
 DEVICES = ("cpu", "cuda", "auto")
 ENCODERS = ("auto", "mlp", "cnn")
 VECTORIZERS = ("gymnasium", "envpool")
@@ -141,6 +142,13 @@ class RunConfig(ConfigMethods):
         "an env whose step or reset raises: raise (end the run naming actor and env) or "
         "restart (recreate that env in place, end its episode as a truncation, count it)",
         choices=ON_ENV_ERROR,
+    )
+    on_nonfinite: str = setting(
+        "raise",
+        "a NaN or inf in what an actor collected (observations, rewards, ...) or in a gradient "
+        "step: raise (end the run naming the actor, env and step, or the update) or skip (drop "
+        "that rollout or step, and count it)",
+        choices=ON_NONFINITE,
     )
     env_step_timeout: float = setting(
         60.0,

@@ -24,6 +24,7 @@ import torch
 
 from asyncrl.algos import algorithm
 from asyncrl.config import learner_threads, worker_config
+from asyncrl.core import NonFiniteError
 from asyncrl.envs import EnvSpec
 from asyncrl.learning.schedule import continue_schedule
 from asyncrl.metrics import EpisodeStats, Throughput
@@ -38,8 +39,8 @@ from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotStore, StopF
 from asyncrl.settings import TrainConfig
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)
-STEPS, UPDATES, ITERATIONS, READY, ENV_RESTARTS = 0, 1, 2, 3, 4
-COUNTERS = 5
+STEPS, UPDATES, ITERATIONS, READY, ENV_RESTARTS, SKIPPED_ROLLOUTS, SKIPPED_STEPS = range(7)
+COUNTERS = 7
 
 
 class HogwildSync:
@@ -159,7 +160,10 @@ def worker_main(
             actor.collect(slot)
             if slot.env_restarts[0]:  # envs recreated in this rollout (rare: no write else)
                 row[ENV_RESTARTS] += int(slot.env_restarts[0])
+            skipped = learner.skipped_rollouts, learner.skipped_steps
             stats = learner.train([slot])
+            row[SKIPPED_ROLLOUTS] += learner.skipped_rollouts - skipped[0]
+            row[SKIPPED_STEPS] += learner.skipped_steps - skipped[1]
             if outside_steps:  # PPO's observation statistics move after the update
                 sync.push()
             row[STEPS] += int(stats["samples"])
@@ -172,6 +176,9 @@ def worker_main(
             outbox.send((stats, ended))
         sync.push()  # nothing this worker learned is left out of the global network
         outbox.send(None)  # goodbye
+    except NonFiniteError as e:  # the parent ends the run with it; the bad step was not applied
+        outbox.send(e)
+        outbox.send(None)
     except BaseException as e:
         report_failure(outbox, fatal=is_env_error(e))
         os._exit(1)  # the sentinel tells the parent at once
@@ -323,6 +330,8 @@ def train_hogwild(
                     finished += 1
                     done.add(worker)
                     continue
+                if isinstance(report, NonFiniteError):
+                    raise NonFiniteError(f"hogwild worker {worker}: {report}")
                 stats, ended = report
                 waited = time.perf_counter() - t_wait
                 episodes.add(*ended)
@@ -349,6 +358,8 @@ def train_hogwild(
                 "actor_restarts": restarts.used,
                 "dropped_rollouts": restarts.dropped,
                 "env_restarts": int(counters.array[:, ENV_RESTARTS].sum()),
+                "nonfinite_skipped_rollouts": int(counters.array[:, SKIPPED_ROLLOUTS].sum()),
+                "nonfinite_skipped_steps": int(counters.array[:, SKIPPED_STEPS].sum()),
             }
 
         try:

@@ -123,6 +123,7 @@ def train_pipeline(
                 **meter.summary(new_steps, cfg.actors),
                 "learn_seconds": learner.learn_seconds,
                 **learner.summary_fields(meter.wall),
+                **learner.nonfinite_counts(),
                 **backend.health(),
             }
             return shell.summary(fields, own)
