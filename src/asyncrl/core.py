@@ -98,6 +98,9 @@ class Learner(Saveable, Protocol):
     def shared_tensors(self) -> list[Any]:
         """Everything an update changes: what Hogwild! workers share."""
 
+    def running_norms(self) -> list[Any]:
+        """The running statistics among them (merged by Hogwild!, not added)."""
+
     def set_step_hooks(self, before: Callable[[], None], after: Callable[[], None]) -> None:
         """Call ``before()`` and ``after()`` around every gradient step (Hogwild!)."""
 

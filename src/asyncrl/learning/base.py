@@ -16,7 +16,7 @@ from asyncrl.core import NonFiniteError, PolicySink
 from asyncrl.learning.guard import nonfinite_in_rollout
 from asyncrl.learning.schedule import continue_schedule, linear, schedule_state
 from asyncrl.metrics import EpisodeStats
-from asyncrl.nets import FlatParams
+from asyncrl.nets import FlatParams, RunningNorm
 
 
 def _nothing() -> None:
@@ -153,6 +153,10 @@ class LearnerBase:
             "nonfinite_skipped_rollouts": self.skipped_rollouts,
             "nonfinite_skipped_steps": self.skipped_steps,
         }
+
+    def running_norms(self) -> list[RunningNorm]:
+        """The running statistics among the shared tensors (Hogwild! merges them, not adds)."""
+        return [m for m in self.policy.modules() if isinstance(m, RunningNorm)]
 
     def work_ahead(self) -> None:
         """Nothing by default: an update needs the batch it waits for."""
