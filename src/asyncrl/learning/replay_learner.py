@@ -11,6 +11,7 @@ ahead by more than ``ratio_tolerance``. The loop's iteration is one inserted bat
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 import traceback
@@ -289,7 +290,10 @@ class ReplayLearner(LearnerBase):
                 # the optimizer thread counts a sample before its update: one may be in flight
                 # now, not in the networks saved. Count the updates that are.
                 limiter["samples"] = self._samples_at_load + self.updates - self._updates_at_load
-            state = {self.name: self.rule.state_dict(), "limiter": limiter}
+            rule = self.rule.state_dict()
+            if self.async_:  # the optimizer thread updates these tensors while they are saved
+                rule = copy.deepcopy(rule)
+            state = {self.name: rule, "limiter": limiter}
             state.update(self.counters_state())
             state["counters"]["updates"] = self.updates
         if self.cfg.save_replay:
