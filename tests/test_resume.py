@@ -178,6 +178,26 @@ def test_sacs_learning_rates_given_on_resume_take_effect(tmp_path):
     assert [g["lr"] for g in sac["alpha_opt"]["param_groups"]] == [2e-4]
 
 
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({"replay_ratio": 0.25}, {"replay_ratio": 1.0}),
+        ({"learning_starts": 64}, {"learning_starts": 500}),
+    ],
+    ids=["replay_ratio", "learning_starts"],
+)
+def test_a_resume_changing_the_ratio_or_warm_up_owes_no_earlier_updates(tmp_path, before, after):
+    """The limiter's debt is re-based: after the resume, gradient steps are due at the new
+    ratio for the new env steps only. It used to count the new ratio over every earlier insert
+    (0.25 -> 1 after 600 steps: 402 updates owed at once), or to wait for inserts to pass the
+    new warm-up counted from zero again (64 -> 500: none for 436 more steps)."""
+    run = tmp_path / "run"
+    first = asyncrl.train(total_steps=600, run_dir=str(run), **{**SAC, **before}).summary
+    second = asyncrl.train(resume=run, total_steps=900, **after).summary
+    assert second["env_steps"] - first["env_steps"] == 300
+    assert second["gradient_steps"] - first["gradient_steps"] == 300
+
+
 def test_a_resume_changing_the_network_or_data_is_refused_naming_them(tmp_path, capsys):
     run = tmp_path / "run"
     asyncrl.train(total_steps=128, run_dir=str(run), **PPO)

@@ -282,14 +282,14 @@ class ReplayLearner(LearnerBase):
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
         with self._update_lock:
-            limiter = self.limiter.state_dict()
             # updates done ahead are in the networks already: count them, or a resumed run
             # would do them again
-            limiter["samples"] += self._ahead
+            samples = self.limiter.samples + self._ahead
             if self.async_:
                 # the optimizer thread counts a sample before its update: one may be in flight
                 # now, not in the networks saved. Count the updates that are.
-                limiter["samples"] = self._samples_at_load + self.updates - self._updates_at_load
+                samples = self._samples_at_load + self.updates - self._updates_at_load
+            limiter = self.limiter.state_dict(samples)
             rule = self.rule.state_dict()
             if self.async_:  # the optimizer thread updates these tensors while they are saved
                 rule = copy.deepcopy(rule)
