@@ -271,3 +271,76 @@ class RecordsClose(Countdown):
 
 
 gym.register("RecordsClose-v0", entry_point=RecordsClose, max_episode_steps=50)
+
+
+class ShiftedActions(Countdown):
+    """Actions are Discrete(3, start=-1): -1, 0 and 1; anything else raises, as an env that
+    indexes with its action would. Reward 1 for action 1, the last."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Discrete(3, start=-1)
+
+    def step(self, action):
+        if not self.action_space.contains(int(action)):
+            raise ValueError(f"action {action} is not one of -1, 0, 1")
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, float(int(action) == 1), terminated, truncated, info
+
+
+gym.register("ShiftedActions-v0", entry_point=ShiftedActions, max_episode_steps=5)
+
+
+class UnboundedActions(Countdown):
+    """One continuous action with infinite bounds; it must be a finite number."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+    def step(self, action):
+        if not np.isfinite(action).all():
+            raise ValueError(f"action {action} is not finite")
+        return super().step(action)
+
+
+gym.register("UnboundedActions-v0", entry_point=UnboundedActions, max_episode_steps=5)
+
+
+class Poisoned(gym.Wrapper):
+    """Classic-control env whose ``what`` (obs or reward) becomes ``value`` from its ``after``-th
+    step on (counted over its episodes): a sensor that fails, a reward that overflows."""
+
+    def __init__(self, env_id: str, what: str, value: float, after: int):
+        super().__init__(gym.make(env_id).unwrapped)
+        self.what, self.value, self.after = what, value, after
+        self.steps = 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.steps >= self.after:
+            if self.what == "obs":
+                obs = np.full_like(obs, self.value)
+            else:
+                reward = self.value
+        return obs, reward, terminated, truncated, info
+
+
+def _poisoned(name: str, env_id: str, what: str, value: float, after: int, limit: int) -> None:
+    gym.register(
+        name,
+        entry_point=Poisoned,
+        max_episode_steps=limit,
+        kwargs={"env_id": env_id, "what": what, "value": value, "after": after},
+    )
+
+
+# CartPole whose observations turn NaN (the issue's env), or inf; whose reward turns NaN; whose
+# reward is a finite 3e38, whose discounted sums overflow float32 in the update
+_poisoned("NaNObsCartPole-v0", "CartPole-v1", "obs", float("nan"), 300, 500)
+_poisoned("InfObsCartPole-v0", "CartPole-v1", "obs", float("inf"), 300, 500)
+_poisoned("NaNRewardCartPole-v0", "CartPole-v1", "reward", float("nan"), 300, 500)
+_poisoned("HugeRewardCartPole-v0", "CartPole-v1", "reward", 3e38, 300, 500)
+_poisoned("NaNRewardPendulum-v0", "Pendulum-v1", "reward", float("nan"), 150, 200)
+_poisoned("HugeRewardPendulum-v0", "Pendulum-v1", "reward", 3e38, 150, 200)

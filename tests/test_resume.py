@@ -30,7 +30,7 @@ from asyncrl.envs import check_env
 from asyncrl.metrics import MetricsLog
 from asyncrl.rundir import load_checkpoint, save_config
 from asyncrl.runtime.lifecycle import Interrupted
-from asyncrl.settings import TrainConfig, resolve, underive
+from asyncrl.settings import TrainConfig, check_resume, load_run_config, resolve, underive
 
 PPO = dict(
     env="CartPole-v1",
@@ -178,6 +178,26 @@ def test_sacs_learning_rates_given_on_resume_take_effect(tmp_path):
     assert [g["lr"] for g in sac["alpha_opt"]["param_groups"]] == [2e-4]
 
 
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({"replay_ratio": 0.25}, {"replay_ratio": 1.0}),
+        ({"learning_starts": 64}, {"learning_starts": 500}),
+    ],
+    ids=["replay_ratio", "learning_starts"],
+)
+def test_a_resume_changing_the_ratio_or_warm_up_owes_no_earlier_updates(tmp_path, before, after):
+    """The limiter's debt is re-based: after the resume, gradient steps are due at the new
+    ratio for the new env steps only. It used to count the new ratio over every earlier insert
+    (0.25 -> 1 after 600 steps: 402 updates owed at once), or to wait for inserts to pass the
+    new warm-up counted from zero again (64 -> 500: none for 436 more steps)."""
+    run = tmp_path / "run"
+    first = asyncrl.train(total_steps=600, run_dir=str(run), **{**SAC, **before}).summary
+    second = asyncrl.train(resume=run, total_steps=900, **after).summary
+    assert second["env_steps"] - first["env_steps"] == 300
+    assert second["gradient_steps"] - first["gradient_steps"] == 300
+
+
 def test_a_resume_changing_the_network_or_data_is_refused_naming_them(tmp_path, capsys):
     run = tmp_path / "run"
     asyncrl.train(total_steps=128, run_dir=str(run), **PPO)
@@ -191,6 +211,24 @@ def test_a_resume_changing_the_network_or_data_is_refused_naming_them(tmp_path, 
     with pytest.raises(ConfigError, match=r"^env: .*env CartPole-v1 -> Acrobot-v1, activation"):
         asyncrl.train(resume=run, env="Acrobot-v1", activation="relu")
     assert (run / "config.yaml").read_bytes() == config
+
+
+def test_a_resume_changing_what_reads_the_observations_is_refused_in_one_line(tmp_path, capsys):
+    """The encoder, the Atari preprocessing and the vectorizer decide the networks' input (and
+    shapes): a changed one is refused in one line, not a size-mismatch traceback on loading."""
+    run = tmp_path / "run"
+    asyncrl.train(total_steps=128, run_dir=str(run), **{**PPO, "env": "fake_envs:DotSide-v0"})
+    config = (run / "config.yaml").read_bytes()
+    code = cli_main(["train", "--resume", str(run), "--encoder", "mlp"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("asyncrl: error: encoder: cannot change on resume"), err
+    assert "encoder cnn -> mlp" in err[0]
+    assert (run / "config.yaml").read_bytes() == config
+    saved = load_run_config(run)
+    for name, value in (("atari_preprocessing", False), ("vectorizer", "envpool")):
+        with pytest.raises(ConfigError, match=rf"^{name}: cannot change on resume"):
+            check_resume(saved, dataclasses.replace(saved, **{name: value}))
 
 
 def test_derived_settings_are_derived_again_on_resume(tmp_path):

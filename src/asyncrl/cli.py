@@ -288,6 +288,7 @@ def _offscreen_pygame(on: bool) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from asyncrl.core import NonFiniteError
     from asyncrl.rundir import CheckpointReadError, CheckpointWriteError
     from asyncrl.runtime.faults import ActorError
     from asyncrl.runtime.lifecycle import Aborted, Interrupted
@@ -332,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except CheckpointReadError as e:  # an intact checkpoint not read: nothing was changed
         print(f"asyncrl: error: {e.strerror}", file=sys.stderr)
+        return 1
+    except NonFiniteError:  # the run's last line said where
         return 1
     except KeyboardInterrupt as e:
         if not isinstance(e, Interrupted | Aborted):  # those said how the run ended

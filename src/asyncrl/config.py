@@ -25,6 +25,7 @@ MODES = ("sync", "async")
 BACKENDS = ("inline", "thread", "process", "ray")
 SYNC_MODES = ("shared", "synced")
 ON_ENV_ERROR = ("raise", "restart")
+ON_NONFINITE = ("raise", "skip")
 DEVICES = ("cpu", "cuda", "auto")
 ENCODERS = ("auto", "mlp", "cnn")
 VECTORIZERS = ("gymnasium", "envpool")
@@ -142,6 +143,13 @@ class RunConfig(ConfigMethods):
         "restart (recreate that env in place, end its episode as a truncation, count it)",
         choices=ON_ENV_ERROR,
     )
+    on_nonfinite: str = setting(
+        "raise",
+        "a NaN or inf in what an actor collected (observations, rewards, ...) or in a gradient "
+        "step: raise (end the run naming the actor, env and step, or the update) or skip (drop "
+        "that rollout or step, and count it)",
+        choices=ON_NONFINITE,
+    )
     env_step_timeout: float = setting(
         60.0,
         "seconds one batched env step may take before its actor counts as hung and is "
@@ -215,7 +223,7 @@ class RunConfig(ConfigMethods):
 # run-level settings derived from others when left at these values (see settings.resolve)
 RUN_DERIVED = {"actor_restarts": -1, "log_every": 0}
 # what a checkpoint's networks and data are made of, whatever the algorithm
-RUN_FIXED_ON_RESUME = ("algo", "env", "hidden")
+RUN_FIXED_ON_RESUME = ("algo", "env", "hidden", "encoder", "atari_preprocessing", "vectorizer")
 
 
 def kind_of(hint: Any) -> type:

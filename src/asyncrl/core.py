@@ -16,6 +16,11 @@ import numpy as np
 SlotField = tuple[str, tuple[int, ...], str]
 
 
+class NonFiniteError(ArithmeticError):
+    """A NaN or inf where training needs finite numbers; the message says where (a run ends
+    with ``ended: nonfinite``)."""
+
+
 class Saveable(Protocol):
     """Anything a checkpoint holds: its state as tensors and plain data, and back."""
 
@@ -87,8 +92,14 @@ class Learner(Saveable, Protocol):
 
     def summary_fields(self, wall: float) -> dict[str, Any]: ...
 
+    def nonfinite_counts(self) -> dict[str, int]:
+        """Rollouts dropped and gradient steps skipped for NaN or inf (--on-nonfinite)."""
+
     def shared_tensors(self) -> list[Any]:
         """Everything an update changes: what Hogwild! workers share."""
+
+    def running_norms(self) -> list[Any]:
+        """The running statistics among them (merged by Hogwild!, not added)."""
 
     def set_step_hooks(self, before: Callable[[], None], after: Callable[[], None]) -> None:
         """Call ``before()`` and ``after()`` around every gradient step (Hogwild!)."""

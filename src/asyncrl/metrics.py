@@ -177,6 +177,8 @@ class RowWindow:
             "sample_blocked_seconds",
             "replay_size",
             "lr",
+            "nonfinite_skipped_rollouts",
+            "nonfinite_skipped_steps",
         }
     )
 

@@ -137,6 +137,8 @@ class Policy:
         a = action.numpy()
         if not self.spec.discrete:
             a = np.clip(a, self.spec.action_low, self.spec.action_high)
+        elif self.spec.action_start:  # the env's own numbering (Discrete(n, start))
+            a = a + self.spec.action_start
         if single:
             return int(a[0]) if self.spec.discrete else a[0]
         return a

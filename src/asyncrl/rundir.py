@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from asyncrl.config import ConfigError
+from asyncrl.core import NonFiniteError
 
 CONFIG = "config.yaml"
 CHECKPOINT = "checkpoint.pt"
@@ -323,6 +324,37 @@ def _weights_only_safe(value: Any) -> Any:
     return value
 
 
+def nonfinite_weights(state: dict[str, Any]) -> list[str]:
+    """Names of the float tensors under ``state``'s ``learner`` (its replay left out) and
+    ``policy`` -- the networks, their optimizers and statistics -- that hold a NaN or inf."""
+    found: list[str] = []
+
+    def walk(value: Any, name: str) -> None:
+        if isinstance(value, torch.Tensor):
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                found.append(name)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if k != "replay":
+                    walk(v, f"{name}/{k}")
+        elif isinstance(value, list | tuple):
+            for i, v in enumerate(value):
+                walk(v, f"{name}/{i}")
+
+    for key in ("learner", "policy"):
+        walk(state.get(key), key)
+    return found
+
+
+def _refuse_nonfinite(state: dict[str, Any], path: Path) -> None:
+    bad = nonfinite_weights(state)
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise NonFiniteError(
+            f"checkpoint {path.name} not written: {', '.join(bad[:3])}{more} hold NaN or inf"
+        )
+
+
 def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int | None = None) -> Path:
     """Write ``state`` as the next numbered checkpoint, point ``checkpoint.pt`` at it and delete
     all but the newest ``keep``; returns the new file's path.
@@ -331,6 +363,8 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int | None
     in every checkpoint), else 2. Raises :class:`CheckpointWriteError` if the checkpoint could
     not be written -- the disk is full, say; nothing of it is left behind and the earlier
     checkpoints are untouched, so training may go on and try again at the next period.
+    Raises :class:`NonFiniteError`, writing and deleting nothing, if the networks hold a NaN
+    or inf (:func:`nonfinite_weights`): the checkpoints kept are never replaced by such ones.
     """
     run_dir = Path(run_dir)
     if keep is None:
@@ -341,6 +375,7 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int | None
     existing = _numbered_checkpoints(run_dir)
     number = existing[0][0] + 1 if existing else 1
     path = run_dir / f"checkpoint-{number:06d}.pt"
+    _refuse_nonfinite(state, path)
     try:
         _atomic_write(path, lambda p: _torch_save(safe, p))
         _point_newest_at(path)
@@ -361,6 +396,7 @@ def save_best_checkpoint(run_dir: str | Path, state: dict[str, Any]) -> Path:
     module doc); raises :class:`CheckpointWriteError` as :func:`save_checkpoint` does, leaving
     the earlier best as it was."""
     path = Path(run_dir) / BEST_CHECKPOINT
+    _refuse_nonfinite(state, path)
     safe = _weights_only_safe(state)
     try:
         _atomic_write(path, lambda p: _torch_save(safe, p))

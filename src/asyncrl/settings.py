@@ -229,6 +229,8 @@ def check_resume(saved: Any, new: Any) -> None:
     else may change: total_steps, max_seconds, learning rates, logging, ..."""
     names = RUN_FIXED_ON_RESUME + algorithm(saved.algo).fixed_on_resume
     changed = [n for n in names if getattr(saved, n) != getattr(new, n)]
+    if saved.encoder == "auto":  # a run saved before encoders were resolved: as auto chose
+        changed = [n for n in changed if n != "encoder"]
     if changed:
         what = ", ".join(
             f"{n} {format_value(getattr(saved, n))} -> {format_value(getattr(new, n))}"

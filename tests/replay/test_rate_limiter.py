@@ -137,6 +137,53 @@ def test_state_round_trip():
     assert clone.stats() == lim.stats()
 
 
+def _sync_run(lim: RateLimiter, inserts: int, batch: int = 4) -> int:
+    """Sync mode's bookkeeping for ``inserts`` env steps; returns the gradient steps done."""
+    done = 0
+    for _ in range(inserts // batch):
+        lim.record_inserts(batch)
+        due = lim.due_samples()
+        if due:
+            lim.record_samples(due)
+            done += due
+    return done
+
+
+@pytest.mark.parametrize(
+    ("ratio", "warmup", "new_ratio", "new_warmup", "owed_then"),
+    [
+        (0.25, 100, 1.0, 100, 0),  # 0.25 -> 1: no debt for the 900 earlier inserts
+        (1.0, 100, 0.25, 100, 0),  # 1 -> 0.25: nothing owed back either
+        (1.0, 100, 1.0, 600, 0),  # a longer warm-up, which the 1000 inserts are past
+        (1.0, 100, 1.0, 50, 0),  # a shorter one, passed long ago: no debt from it
+    ],
+)
+def test_a_resume_at_another_ratio_or_warm_up_re_bases_the_debt(
+    ratio, warmup, new_ratio, new_warmup, owed_then
+):
+    lim = RateLimiter(ratio, warmup, 8.0, max_insert_batch=4)
+    _sync_run(lim, 1000)
+    saved = lim.state_dict()
+    again = RateLimiter(new_ratio, new_warmup, 8.0, max_insert_batch=4)
+    again.load_state_dict(saved)
+    assert again.inserts == 1000 and again.samples == saved["samples"]
+    assert again.due_samples() == owed_then
+    assert _sync_run(again, 400) == int(new_ratio * 400)
+    # saved at the same settings, it goes on exactly
+    same = RateLimiter(new_ratio, new_warmup, 8.0, max_insert_batch=4)
+    same.load_state_dict(again.state_dict())
+    assert same.stats() == again.stats() and same.due_samples() == again.due_samples()
+
+
+def test_a_longer_warm_up_than_the_data_waits_for_it_then_owes_nothing_earlier():
+    lim = RateLimiter(1.0, 100, 8.0, max_insert_batch=4)
+    _sync_run(lim, 200)
+    again = RateLimiter(1.0, 500, 8.0, max_insert_batch=4)
+    again.load_state_dict(lim.state_dict())
+    assert _sync_run(again, 300) == 0  # 500 inserted: the warm-up is over
+    assert _sync_run(again, 100) == 100
+
+
 # ---------------------------------------------------------------- sync mode
 @pytest.mark.parametrize("ratio", [0.25, 1.0, 4.0, 0.1, 0.3, 2.5])
 def test_sync_schedule_is_exact(ratio):

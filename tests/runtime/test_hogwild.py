@@ -14,7 +14,7 @@ from torch import nn
 from asyncrl.cli import main
 from asyncrl.config import ConfigError, worker_config
 from asyncrl.envs import check_env
-from asyncrl.nets import FlatParams
+from asyncrl.nets import FlatParams, RunningNorm, floating_state
 from asyncrl.rundir import load_checkpoint
 from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.hogwild import HogwildSync
@@ -92,6 +92,77 @@ def test_synced_worker_trains_alone_between_syncs_and_agrees_with_global_after_o
     # right after a sync the worker holds exactly the global parameters, both changes in them
     assert np.array_equal(_flat(a), global_)
     np.testing.assert_allclose(global_, init + db + total_a, atol=1e-5)
+
+
+class _Normed(nn.Module):
+    """A weight layer behind an observation normaliser, as PPO's networks have them."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = RunningNorm((3,))
+        self.lin = nn.Linear(3, 2)
+
+
+def test_two_workers_pushing_statistics_at_once_merge_them_as_their_data():
+    """Both workers read the initial statistics (mean 0, var 1, count ~0), each sees its own
+    observations -- one dimension of them nearly constant -- and both push. Their pushes used to
+    add differences: mean A + mean B (double), var A + var B - 1 (negative: sqrt NaN). Merged,
+    the global statistics are those of all the observations together, and the weights' changes
+    still add."""
+    init = _Normed()
+    global_ = _flat(init)
+    rng = np.random.default_rng(0)
+    data = []
+    workers = []
+    for _ in range(2):
+        m = _Normed()
+        sync = HogwildSync(floating_state(m), global_, "shared", 0, [m.norm])
+        sync.pull()
+        workers.append((m, sync))
+    for m, _ in workers:  # both step and see observations before either pushes
+        x = rng.normal([5.0, 0.0, -3.0], [0.01, 1.0, 2.0], size=(256, 3))
+        data.append(x)
+        m.norm.update(torch.from_numpy(x))
+        _change(m.lin, 0.5)
+    for _, sync in workers:
+        sync.push()
+    everything = np.concatenate(data)
+    held = _Normed()
+    FlatParams(held).read_from(global_)
+    np.testing.assert_allclose(held.norm.count.item(), 512, rtol=1e-6)
+    np.testing.assert_allclose(held.norm.mean.numpy(), everything.mean(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(held.norm.var.numpy(), everything.var(0), rtol=1e-4, atol=1e-7)
+    assert (held.norm.var.numpy() > 0).all()
+    # the weights took both changes
+    want = _flat(init)[-8:] + 2 * (_flat(workers[0][0])[-8:] - _flat(init)[-8:])
+    np.testing.assert_allclose(global_[-8:], want, atol=1e-5)
+
+
+@pytest.mark.parametrize("sync", [("synced", 10**6), ("shared", 0)])
+def test_hogwild_workers_keep_valid_observation_statistics(tmp_path, sync):
+    """Two worker processes normalising observations whose second dimension is always 1.0: the
+    global statistics end with mean 1 and variance ~0 there (not 2 and -1), counting what both
+    saw. Synced with a period longer than the run, both push once, at the end, from the same
+    start: their pushes always overlap."""
+    cfg = _cfg(
+        tmp_path,
+        hogwild=2,
+        sync_mode=sync[0],
+        sync_every=sync[1],
+        env="fake_envs:Countdown-v0",
+        norm_obs=True,
+        total_steps=2_048,
+        envs_per_actor=4,
+        rollout=16,
+        minibatch_size=32,
+        epochs=1,
+    )
+    summary = train(cfg)
+    policy = load_checkpoint(tmp_path / "run")["learner"]["policy"]
+    mean, var, count = (policy[f"obs_norm.{k}"] for k in ("mean", "var", "count"))
+    assert abs(float(mean[1]) - 1.0) < 1e-5 and 0 <= float(var[1]) < 1e-5, (mean, var)
+    assert 0 < float(var[0]) and float(mean[0]) > 0
+    assert 0.5 * summary["env_steps"] <= float(count) <= summary["env_steps"]
 
 
 def test_sac_shares_every_float_an_update_changes():

@@ -143,3 +143,44 @@ def test_a_run_normalises_every_sample_once_logs_unscaled_returns_and_resumes(tm
     state = load_checkpoint(tmp_path / "run")["learner"]
     # the statistic went on from the saved one: it has seen every sample of both parts
     assert round(float(state["reward_norm"]["count"])) == second["env_steps"] >= 4_096
+
+
+class _Handed(Exception):
+    """Raised where the update would start: the batch has been put together."""
+
+
+def test_the_batch_reaches_the_device_with_rewards_normalised_on_the_host(monkeypatch):
+    """A learner on another device (--device cuda|auto with the mujoco preset's return
+    normalisation) used to call .numpy() on rollout tensors already moved there: the first
+    update failed. Without a GPU the device here is "meta" (tensors with shapes and no data,
+    whose .numpy() raises as a CUDA tensor's does), and the test stops where the update
+    would start. It shows every tensor handed to the update is on the learner's device and
+    that the normaliser saw the host's rewards (its statistic equals a CPU learner's); it does
+    not run CUDA kernels, nor the update on the device."""
+    cpu, meta = _learner(mode="async"), _learner(mode="async")
+    store, slots, _, _ = _rollouts(cpu.spec)
+    handed = {}
+
+    def targets(rollout):
+        handed.update(rollout)
+        raise _Handed
+
+    meta.device = torch.device("meta")
+    monkeypatch.setattr(meta.algo, "targets", targets)
+    with pytest.raises(_Handed):
+        meta.train([slots[0, 0]])
+    cpu.train([slots[0, 0]])
+    store.close()
+    assert set(handed) == {
+        "obs",
+        "actions",
+        "logp",
+        "rewards",
+        "terminated",
+        "truncated",
+        "trunc_values",
+    }
+    assert all(t.device.type == "meta" for t in handed.values())
+    assert handed["rewards"].dtype == torch.float32
+    for key, value in cpu.reward_norm.stat.state_dict().items():
+        assert torch.equal(meta.reward_norm.stat.state_dict()[key], value), key

@@ -198,3 +198,51 @@ def test_an_async_optimizer_error_surfaces_with_its_own_traceback(tmp_path, monk
     text = str(e.value)
     assert "ZeroDivisionError('boom: sac update bug')" in text
     assert "in _sac_update_bug" in text and "Traceback" in text  # the thread's own traceback
+
+
+def test_async_checkpoints_hold_one_state_while_the_optimizer_thread_runs_on(tmp_path, monkeypatch):
+    """Async SAC's optimizer thread keeps updating while a periodic checkpoint is written. What
+    is written must be the networks as they were at one moment: here every state handed to the
+    writer is copied, the writer waits 0.3 s (the thread may run up to 200 updates ahead), and
+    the state must not have moved meanwhile -- it used to hold the live tensors."""
+    import time
+
+    import torch
+
+    from asyncrl.runtime import shell
+
+    moved = []
+    written = []
+    real_save = shell.save_checkpoint
+
+    def tensors(value, path=""):
+        if isinstance(value, torch.Tensor):
+            yield path, value
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if k not in ("replay", "generator"):
+                    yield from tensors(v, f"{path}/{k}")
+
+    def slow_save(run_dir, state, keep=None):
+        if len(written) < 3:  # enough to see it; the rest of the run at its own pace
+            before = {k: t.clone() for k, t in tensors(state)}
+            time.sleep(0.3)
+            moved.extend(k for k, t in tensors(state) if not torch.equal(before[k], t))
+        written.append(state["learner"]["counters"]["updates"])
+        return real_save(run_dir, state, keep=keep)
+
+    monkeypatch.setattr(shell, "save_checkpoint", slow_save)
+    cfg = _cfg(
+        tmp_path,
+        mode="async",
+        backend="thread",
+        envs_per_actor=2,
+        learning_starts=64,
+        batch_size=32,
+        total_steps=600,
+        ratio_tolerance=200,
+        checkpoint_every=0.5,
+    )
+    summary = train(cfg)
+    assert len(written) >= 3 and summary["gradient_steps"] > 0
+    assert moved == [], sorted(set(moved))[:6]

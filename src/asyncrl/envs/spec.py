@@ -33,6 +33,8 @@ class EnvSpec:
     obs_dtype: str = "float32"
     # frames stacked along the first axis of each observation (the Atari preprocessing's 4)
     frame_stack: int = 1
+    # the env's first discrete action (Discrete(n, start)): networks pick 0..n-1, envs get +start
+    action_start: int = 0
 
     @property
     def obs_dim(self) -> int:
@@ -47,7 +49,13 @@ def spec_from_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) ->
     obs_dtype = "uint8" if obs_space.dtype == np.uint8 else "float32"
     if isinstance(act_space, gym.spaces.Discrete):
         return EnvSpec(
-            env_id, tuple(obs_space.shape), True, (), int(act_space.n), obs_dtype=obs_dtype
+            env_id,
+            tuple(obs_space.shape),
+            True,
+            (),
+            int(act_space.n),
+            obs_dtype=obs_dtype,
+            action_start=int(act_space.start),
         )
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
         return EnvSpec(

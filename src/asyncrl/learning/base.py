@@ -3,20 +3,32 @@ schedules' leg, and publishing its acting module's parameters as a policy versio
 
 from __future__ import annotations
 
+import functools
+import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from asyncrl.core import PolicySink
+from asyncrl.core import NonFiniteError, PolicySink
+from asyncrl.learning.guard import nonfinite_in_rollout
 from asyncrl.learning.schedule import continue_schedule, linear, schedule_state
 from asyncrl.metrics import EpisodeStats
-from asyncrl.nets import FlatParams
+from asyncrl.nets import FlatParams, RunningNorm
 
 
 def _nothing() -> None:
     pass
+
+
+def _finite(grads: list[torch.Tensor]) -> bool:
+    """Whether every element of ``grads`` is finite: one fused pass (the check AMP's GradScaler
+    makes, its scale 1 here), a quarter of the time of per-tensor norms; a host sync on a GPU."""
+    found = torch.zeros((), device=grads[0].device)
+    torch._amp_foreach_non_finite_check_and_unscale_(grads, found, torch.ones_like(found))
+    return not bool(found)
 
 
 class LearnerBase:
@@ -40,6 +52,10 @@ class LearnerBase:
         self.schedule_from: tuple[int, float] = (0, 1.0)
         self.before_step: Callable[[], None] = _nothing
         self.after_step: Callable[[], None] = _nothing
+        # --on-nonfinite skip: rollouts dropped and gradient steps not applied, for NaN or inf
+        self.skipped_rollouts = 0
+        self.skipped_steps = 0
+        self._warned: set[str] = set()
 
     @property
     def numel(self) -> int:
@@ -61,6 +77,86 @@ class LearnerBase:
         out = np.empty(self.flat.numel, np.float32)
         self.flat.write_to(out)
         return out
+
+    # ---------------------------------------------------------------- NaN and inf
+    @property
+    def skipping(self) -> bool:
+        return self.cfg.on_nonfinite == "skip"
+
+    def finite_rollouts(
+        self, slots: list[Any], fields: tuple[str, ...], at_ends: tuple[str, ...] = ()
+    ) -> list[Any]:
+        """``slots`` whose ``fields`` are finite. A NaN or inf raises NonFiniteError naming
+        the actor, env and step, or with --on-nonfinite skip drops that rollout (counted)."""
+        good = []
+        for slot in slots:
+            where = nonfinite_in_rollout(slot, fields, at_ends)
+            if where is None:
+                good.append(slot)
+            elif self.skipping:
+                self.skipped_rollouts += 1
+                self._warn_once("rollout", where)
+            else:
+                raise NonFiniteError(f"{where} (the run at {self.env_steps:,} env steps)")
+        return good
+
+    def guard_steps(self, optimizers: dict[str, torch.optim.Optimizer]) -> None:
+        """Check every step of ``optimizers`` (named) before it is applied: a NaN or inf
+        gradient raises NonFiniteError, or with --on-nonfinite skip the step does nothing."""
+        for name, optimizer in optimizers.items():
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            optimizer.register_step_pre_hook(functools.partial(self._check_step, name, params))
+
+    def _check_step(self, name: str, params: list[torch.Tensor], *_: Any) -> None:
+        params = [p for p in params if p.grad is not None]
+        if not params or _finite([p.grad for p in params]):
+            return
+        norm = float(torch.stack(torch._foreach_norm([p.grad for p in params])).norm())
+        if self.skipping:
+            for p in params:  # an optimizer steps only parameters that have a gradient
+                p.grad = None
+            self.skipped_steps += 1
+            self._warn_once("step", f"the {name} gradient norm is {norm}")
+            return
+        raise NonFiniteError(
+            f"the {name} gradient norm is {norm} in update {self.version + 1} (the run "
+            f"at {self.env_steps:,} env steps); the step was not applied"
+        )
+
+    def _warn_once(self, kind: str, where: str) -> None:
+        """One line the first time a rollout (or a step) is skipped; the rest are counted."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            print(
+                f"asyncrl: warning: {where} (the run at {self.env_steps:,} env steps); "
+                f"--on-nonfinite skip: that {kind} and any later such are skipped, counted in "
+                f"nonfinite_skipped_{kind}s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def check_losses(self, stats: dict[str, float], losses: tuple[str, ...]) -> None:
+        """Raise NonFiniteError if one of the ``losses`` in ``stats`` is not finite (with
+        skip, not: a skipped step's own loss is expected to be)."""
+        if self.skipping:
+            return
+        for key in losses:
+            value = stats.get(key, 0.0)
+            if not math.isfinite(value):
+                raise NonFiniteError(
+                    f"{key} is {value} in the updates up to {self.version} (the run at "
+                    f"{self.env_steps:,} env steps)"
+                )
+
+    def nonfinite_counts(self) -> dict[str, int]:
+        return {
+            "nonfinite_skipped_rollouts": self.skipped_rollouts,
+            "nonfinite_skipped_steps": self.skipped_steps,
+        }
+
+    def running_norms(self) -> list[RunningNorm]:
+        """The running statistics among the shared tensors (Hogwild! merges them, not adds)."""
+        return [m for m in self.policy.modules() if isinstance(m, RunningNorm)]
 
     def work_ahead(self) -> None:
         """Nothing by default: an update needs the batch it waits for."""

@@ -11,6 +11,7 @@ ahead by more than ``ratio_tolerance``. The loop's iteration is one inserted bat
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 import traceback
@@ -20,9 +21,12 @@ import numpy as np
 import torch
 
 from asyncrl.config import learner_threads
+from asyncrl.core import NonFiniteError
 from asyncrl.learning.base import LearnerBase
 from asyncrl.learning.offpolicy import insert_batch
 from asyncrl.replay.rate_limiter import LimiterClosed, RateLimiter
+
+CHECKED = ("obs", "actions", "rewards")  # for NaN and inf; final_obs where episodes ended
 
 
 class OptimizerFailed(RuntimeError):
@@ -35,10 +39,10 @@ def _nothing() -> None:
 
 class ReplayLearner(LearnerBase):
     """A learner that inserts what actors collected into a replay buffer and trains on samples
-    of it. A subclass sets ``rule`` (``update(batch) -> stats tensor``, ``STATS``,
-    ``state_dict``, ``load_state_dict``, ``state_tensors``), ``policy`` (the acting module),
-    ``flat`` and ``replay``, and converts samples in :meth:`update_batch`; it calls
-    :meth:`_start` at the end of its ``__init__``."""
+    of it. A subclass sets ``rule`` (``update(batch) -> stats tensor``, ``STATS``, ``LOSSES``,
+    ``optimizers()``, ``state_dict``, ``load_state_dict``, ``state_tensors``), ``policy`` (the
+    acting module), ``flat`` and ``replay``, and converts samples in :meth:`update_batch`; it
+    calls :meth:`_start` at the end of its ``__init__``."""
 
     cfg: Any
     rule: Any
@@ -50,6 +54,7 @@ class ReplayLearner(LearnerBase):
     def _start(self) -> None:
         LearnerBase.__init__(self)
         cfg = self.cfg
+        self.guard_steps(self.rule.optimizers())
         self.limiter = RateLimiter(
             samples_per_insert=cfg.replay_ratio,
             min_size_to_sample=cfg.learning_starts,
@@ -168,19 +173,25 @@ class ReplayLearner(LearnerBase):
         n = int(sum(s.rewards.size for s in slots))
         if (ahead or self._drawn is not None) and n != self._step_inserts:
             raise RuntimeError(f"sync batch of {n} transitions, expected {self._step_inserts}")
+        steps, slots = n, self.finite_rollouts(slots, CHECKED, ("final_obs",))
+        n = int(sum(s.rewards.size for s in slots))
+        if n < steps:  # skipped: indices drawn for the next update may name rows left unwritten
+            self._drawn = None
         if self.async_:
             try:
-                while not self.limiter.await_can_insert(n, timeout=0.5):
+                while n and not self.limiter.await_can_insert(n, timeout=0.5):
                     self._raise_if_failed()
             except LimiterClosed:
                 self._raise_if_failed()  # the optimizer's own error, not the closed limiter
                 raise
-            with self._replay_lock:
-                self.replay.add_slots(slots)
+            if n:
+                with self._replay_lock:
+                    self.replay.add_slots(slots)
             self._raise_if_failed()
         else:
-            self.replay.add_slots(slots)
-            self.limiter.record_inserts(n)
+            if n:
+                self.replay.add_slots(slots)
+                self.limiter.record_inserts(n)
             if ahead:
                 self.limiter.record_samples(ahead)
             due = self.limiter.due_samples()
@@ -191,14 +202,15 @@ class ReplayLearner(LearnerBase):
                 self.limiter.record_samples(due)
             if self._drawn is not None:
                 raise RuntimeError("indices drawn for an update that is not due")
-        self.env_steps += n
+        self.env_steps += steps
         self.iterations += 1
         self.episode_stats.record(slots)
         stats = self._drain_stats()
+        self.check_losses(stats, self.rule.LOSSES)
         stats.update(
             {
                 "learn_seconds": self._learn_seconds_of_step(t0),
-                "samples": float(n),
+                "samples": float(steps),
                 "policy_lag_mean": float(lag.mean()),
                 "policy_lag_max": float(lag.max()),
                 "rollout_seconds": float(sum(s.rollout_seconds[0] for s in slots)),
@@ -208,6 +220,7 @@ class ReplayLearner(LearnerBase):
                 "insert_blocked_seconds": self.limiter.insert_blocked_seconds,
                 "sample_blocked_seconds": self.limiter.sample_blocked_seconds,
                 "replay_size": float(len(self.replay)),
+                **self.nonfinite_counts(),
             }
         )
         return stats
@@ -233,6 +246,8 @@ class ReplayLearner(LearnerBase):
         loop's traceback is of no use: the error happened in the other thread)."""
         if self._error is not None:
             e = self._error
+            if isinstance(e, NonFiniteError):  # its message says where; the run ends nonfinite
+                raise e
             tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
             raise OptimizerFailed(
                 f"{self.name.upper()} optimizer thread failed: {e!r}\n{tb}"
@@ -267,15 +282,18 @@ class ReplayLearner(LearnerBase):
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
         with self._update_lock:
-            limiter = self.limiter.state_dict()
             # updates done ahead are in the networks already: count them, or a resumed run
             # would do them again
-            limiter["samples"] += self._ahead
+            samples = self.limiter.samples + self._ahead
             if self.async_:
                 # the optimizer thread counts a sample before its update: one may be in flight
                 # now, not in the networks saved. Count the updates that are.
-                limiter["samples"] = self._samples_at_load + self.updates - self._updates_at_load
-            state = {self.name: self.rule.state_dict(), "limiter": limiter}
+                samples = self._samples_at_load + self.updates - self._updates_at_load
+            limiter = self.limiter.state_dict(samples)
+            rule = self.rule.state_dict()
+            if self.async_:  # the optimizer thread updates these tensors while they are saved
+                rule = copy.deepcopy(rule)
+            state = {self.name: rule, "limiter": limiter}
             state.update(self.counters_state())
             state["counters"]["updates"] = self.updates
         if self.cfg.save_replay:

@@ -75,13 +75,16 @@ class RateLimiter:
         self._can_sample_cv = threading.Condition(self._lock)
         self._inserts = 0
         self._samples = 0
+        # spi * (the inserts from which samples are due), scaled: spi * min_size_to_sample unless
+        # a resume with another ratio or warm-up re-based it (load_state_dict)
+        self._origin = self._spi * self.min_size_to_sample
         self._insert_blocked = 0.0
         self._sample_blocked = 0.0
         self._closed = False
 
     # ------------------------------------------------------------------ predicates (lock held)
     def _scaled_error(self) -> int:
-        return self._spi * (self._inserts - self.min_size_to_sample) - self._den * self._samples
+        return self._spi * self._inserts - self._origin - self._den * self._samples
 
     def _insert_ok(self, n: int) -> bool:
         if self._inserts + n <= self.min_size_to_sample:  # warm-up: inserts are free
@@ -196,10 +199,10 @@ class RateLimiter:
         ``floor(spi * post-warm-up inserts)`` gradient steps in total.
         """
         with self._lock:
-            post = self._inserts + int(after_inserts) - self.min_size_to_sample
-            if post <= 0:
+            inserts = self._inserts + int(after_inserts)
+            if inserts <= self.min_size_to_sample:
                 return 0
-            return max(0, (self._spi * post) // self._den - self._samples)
+            return max(0, (self._spi * inserts - self._origin) // self._den - self._samples)
 
     # ------------------------------------------------------------------ stats and state
     @property
@@ -246,22 +249,45 @@ class RateLimiter:
                 "sample_blocked_seconds": self._sample_blocked,
             }
 
-    def state_dict(self) -> dict[str, Any]:
-        """Counters to resume with, alongside the replay (else the warm-up would restart)."""
+    def state_dict(self, samples: int | None = None) -> dict[str, Any]:
+        """Counters to resume with, alongside the replay (else the warm-up would restart), and
+        the ratio and warm-up they were counted at with the error then (exact, as a fraction).
+        ``samples``: the gradient steps to save instead of those counted (a caller that knows
+        which of them reached its networks)."""
         with self._lock:
+            done = self._samples if samples is None else int(samples)
+            error = self._spi * self._inserts - self._origin - self._den * done
             return {
                 "inserts": self._inserts,
-                "samples": self._samples,
+                "samples": done,
                 "insert_blocked_seconds": self._insert_blocked,
                 "sample_blocked_seconds": self._sample_blocked,
+                "samples_per_insert": str(Fraction(self._spi, self._den)),
+                "min_size_to_sample": self.min_size_to_sample,
+                "error": str(Fraction(error, self._den)),
             }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from saved counters. Saved at another ratio or warm-up (a resume that changed
+        them), the debt is re-based: gradient steps are due at this ratio from here on, with the
+        error carried over (within this window), not re-counted over every earlier insert."""
         with self._lock:
             self._inserts = int(state["inserts"])
             self._samples = int(state["samples"])
             self._insert_blocked = float(state["insert_blocked_seconds"])
             self._sample_blocked = float(state["sample_blocked_seconds"])
+            self._origin = self._spi * self.min_size_to_sample
+            if "error" in state:  # older checkpoints: counted from the warm-up, as before
+                error = Fraction(state["error"])
+                spi = Fraction(state["samples_per_insert"])
+                warm = int(state["min_size_to_sample"])
+                start = self._inserts
+                if spi != Fraction(self._spi, self._den) or warm != self.min_size_to_sample:
+                    eb = Fraction(self._eb, self._den)
+                    error = min(max(error, -eb), eb) if self._inserts >= warm else Fraction(0)
+                    start = max(self._inserts, self.min_size_to_sample)  # a longer warm-up
+                scaled = math.floor(error * self._den)
+                self._origin = self._spi * start - self._den * self._samples - scaled
             self._can_insert_cv.notify_all()
             self._can_sample_cv.notify_all()
 

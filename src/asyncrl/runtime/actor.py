@@ -160,10 +160,12 @@ class Actor:
         acting.start_rollout(slot, self.version)
         for t in range(self.cfg.rollout):
             slot.obs[t] = self.obs.numpy()
-            action = acting.act(self.obs, t, slot)
+            action = acting.act(_actable(self.obs), t, slot)
             env_action = slot.actions[t] = action.numpy()
             if not self.spec.discrete:
                 env_action = np.clip(env_action, self.low, self.high)
+            elif self.spec.action_start:  # the slot keeps the network's 0..n-1
+                env_action = env_action + self.spec.action_start
             ActorStatus.set(status, ActorStatus.STEPPING)
             obs, reward, terminated, truncated, info = envs.step(env_action)
             ActorStatus.set(status, ActorStatus.ACTING)
@@ -227,6 +229,14 @@ class Actor:
         # an in-place policy views the store's shared segment, the status row the status
         # segment: drop them, or those cannot close
         self.policy = self.flat = self.status = None
+
+
+def _actable(obs: torch.Tensor) -> torch.Tensor:
+    """``obs`` with any NaN or inf as 0: acting on them would fail (a categorical) or send NaN
+    actions to the env. The slot keeps them as they came, and the learner reports them."""
+    if not obs.is_floating_point() or np.isfinite(obs.numpy().sum(dtype=np.float64)):
+        return obs
+    return torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _env_list(envs) -> list:

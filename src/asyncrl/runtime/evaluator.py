@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from asyncrl.core import NonFiniteError
 from asyncrl.envs import EnvSpec, eval_seeds
 from asyncrl.rundir import (
     BEST_CHECKPOINT,
@@ -248,7 +249,7 @@ class Evaluations:
         }
         try:
             save_best_checkpoint(self.run_dir, state)
-        except CheckpointWriteError as e:  # the earlier best stands; the next best tries again
+        except (CheckpointWriteError, NonFiniteError) as e:  # the earlier best stands
             print(f"asyncrl: warning: {e}", file=sys.stderr, flush=True)
             return
         self.best = row["eval/mean_return"]

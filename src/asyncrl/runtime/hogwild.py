@@ -24,6 +24,7 @@ import torch
 
 from asyncrl.algos import algorithm
 from asyncrl.config import learner_threads, worker_config
+from asyncrl.core import NonFiniteError
 from asyncrl.envs import EnvSpec
 from asyncrl.learning.schedule import continue_schedule
 from asyncrl.metrics import EpisodeStats, Throughput
@@ -38,8 +39,8 @@ from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotStore, StopF
 from asyncrl.settings import TrainConfig
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)
-STEPS, UPDATES, ITERATIONS, READY, ENV_RESTARTS = 0, 1, 2, 3, 4
-COUNTERS = 5
+STEPS, UPDATES, ITERATIONS, READY, ENV_RESTARTS, SKIPPED_ROLLOUTS, SKIPPED_STEPS = range(7)
+COUNTERS = 7
 
 
 class HogwildSync:
@@ -48,10 +49,23 @@ class HogwildSync:
     ``snapshot`` is what the worker last read from (or wrote to) the global vector, so
     ``local - snapshot`` is exactly this worker's own change since: adding it to the global
     vector never counts another worker's change twice.
+
+    Running statistics (``norms``: the observation normaliser's mean, variance and count) are
+    not differences of weights: two workers adding ``local - snapshot`` of a variance from the
+    same start give ``var_A + var_B - var_0``, negative where it is small. This worker's own
+    observations since the snapshot are recovered from the two as (count, mean, M2) and merged
+    into the global statistics by Chan et al.'s formula, which keeps a variance >= 0 and a mean
+    among the data's whatever another worker writes meanwhile (no lock: one that is lost to a
+    concurrent merge costs that batch's statistics, never their validity).
     """
 
     def __init__(
-        self, tensors: list[torch.Tensor], global_params: np.ndarray, mode: str, every: int
+        self,
+        tensors: list[torch.Tensor],
+        global_params: np.ndarray,
+        mode: str,
+        every: int,
+        norms: list[Any] = (),
     ):
         self.flat = FlatParams.of(tensors)
         if self.flat.numel != global_params.size:
@@ -63,18 +77,58 @@ class HogwildSync:
         self.every = 1 if self.shared else every
         self.updates = 0
         self.syncs = 0
+        at, start = {}, 0
+        for t in tensors:
+            at[id(t)] = slice(start, start + t.numel())
+            start += t.numel()
+        # (tensors, slices in the vector, the values the local ones started from) of each norm
+        self.norms = [
+            ((n.count, n.mean, n.var), tuple(at[id(t)] for t in (n.count, n.mean, n.var)), None)
+            for n in norms
+        ]
+        stats = {s.start for _, slices, _ in self.norms for s in slices}
+        self.weights = _ranges([at[id(t)] for t in tensors if at[id(t)].start not in stats])
 
     def pull(self) -> None:
         """Local tensors <- the global vector (as it is now, possibly mid-write by another)."""
         np.copyto(self.snapshot, self.global_)
         self.flat.read_from(self.snapshot)
+        self.norms = [(ts, sl, _float64(ts)) for ts, sl, _ in self.norms]
 
     def push(self) -> None:
-        """Global vector += this worker's change since the last pull or push. No lock."""
+        """Global vector += this worker's change since the last pull or push; its statistics
+        merged. No lock."""
         self.flat.write_to(self.delta)
-        self.delta -= self.snapshot
-        self.global_ += self.delta
-        self.snapshot += self.delta
+        for s in self.weights:
+            d = self.delta[s]
+            d -= self.snapshot[s]
+            self.global_[s] += d
+            self.snapshot[s] += d
+        self.norms = [(ts, sl, self._merge(ts, sl, base)) for ts, sl, base in self.norms]
+
+    def _merge(self, tensors: tuple, slices: tuple, base: tuple | None) -> tuple:
+        """Merge what the local statistics saw since ``base`` into the global ones; returns the
+        new base (the local values now)."""
+        local = _float64(tensors)
+        if base is None:
+            return local
+        (n, mean, var), (n0, mean0, var0) = local, base
+        batch_n = float(n - n0)
+        if batch_n < 0.5:  # nothing seen since: an observation counts 1
+            return local
+        batch_mean = (n * mean - n0 * mean0) / batch_n
+        # M2 = n var; the local merge added batch_M2 + (batch_mean - mean0)^2 n0 batch_n / n
+        batch_m2 = n * var - n0 * var0 - np.square(batch_mean - mean0) * n0 * batch_n / n
+        g_n, g_mean, g_var = (self.global_[s].astype(np.float64) for s in slices)
+        total = g_n + batch_n
+        delta = batch_mean - g_mean
+        m2 = g_var * g_n + np.maximum(batch_m2, 0.0) + np.square(delta) * g_n * batch_n / total
+        for s, value in zip(
+            slices, (total, g_mean + delta * batch_n / total, m2 / total), strict=True
+        ):
+            self.global_[s] = value
+            self.snapshot[s] = value
+        return local
 
     def before_update(self) -> None:
         if self.shared:
@@ -91,6 +145,21 @@ class HogwildSync:
         self.push()
         self.pull()
         self.syncs += 1
+
+
+def _float64(tensors: tuple) -> tuple:
+    return tuple(t.detach().cpu().numpy().astype(np.float64) for t in tensors)
+
+
+def _ranges(slices: list[slice]) -> list[slice]:
+    """Adjacent slices joined: the weights between statistics, as few numpy ops as can be."""
+    out: list[slice] = []
+    for s in sorted(slices, key=lambda s: s.start):
+        if out and out[-1].stop == s.start:
+            out[-1] = slice(out[-1].start, s.stop)
+        else:
+            out.append(s)
+    return out
 
 
 def _stopping(stop: Any, parent: int) -> bool:
@@ -128,7 +197,13 @@ def worker_main(
         # a resumed run's (or a replaced worker's) schedules go on where they were
         learner.env_steps = steps_before // cfg.hogwild + int(row[STEPS])
         learner.schedule_from = schedule_from  # in the worker's share of the steps
-        sync = HogwildSync(learner.shared_tensors(), params.array, cfg.sync_mode, cfg.sync_every)
+        sync = HogwildSync(
+            learner.shared_tensors(),
+            params.array,
+            cfg.sync_mode,
+            cfg.sync_every,
+            learner.running_norms(),
+        )
         sync.pull()
         # Shared mode pushes after every step; only a change made outside the steps needs its
         # own push (synced mode carries it to the next sync)
@@ -159,7 +234,10 @@ def worker_main(
             actor.collect(slot)
             if slot.env_restarts[0]:  # envs recreated in this rollout (rare: no write else)
                 row[ENV_RESTARTS] += int(slot.env_restarts[0])
+            skipped = learner.skipped_rollouts, learner.skipped_steps
             stats = learner.train([slot])
+            row[SKIPPED_ROLLOUTS] += learner.skipped_rollouts - skipped[0]
+            row[SKIPPED_STEPS] += learner.skipped_steps - skipped[1]
             if outside_steps:  # PPO's observation statistics move after the update
                 sync.push()
             row[STEPS] += int(stats["samples"])
@@ -172,6 +250,9 @@ def worker_main(
             outbox.send((stats, ended))
         sync.push()  # nothing this worker learned is left out of the global network
         outbox.send(None)  # goodbye
+    except NonFiniteError as e:  # the parent ends the run with it; the bad step was not applied
+        outbox.send(e)
+        outbox.send(None)
     except BaseException as e:
         report_failure(outbox, fatal=is_env_error(e))
         os._exit(1)  # the sentinel tells the parent at once
@@ -323,6 +404,8 @@ def train_hogwild(
                     finished += 1
                     done.add(worker)
                     continue
+                if isinstance(report, NonFiniteError):
+                    raise NonFiniteError(f"hogwild worker {worker}: {report}")
                 stats, ended = report
                 waited = time.perf_counter() - t_wait
                 episodes.add(*ended)
@@ -349,6 +432,8 @@ def train_hogwild(
                 "actor_restarts": restarts.used,
                 "dropped_rollouts": restarts.dropped,
                 "env_restarts": int(counters.array[:, ENV_RESTARTS].sum()),
+                "nonfinite_skipped_rollouts": int(counters.array[:, SKIPPED_ROLLOUTS].sum()),
+                "nonfinite_skipped_steps": int(counters.array[:, SKIPPED_STEPS].sum()),
             }
 
         try:

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from asyncrl.core import NonFiniteError
 from asyncrl.rundir import CheckpointWriteError, save_summary
 from asyncrl.runtime.faults import ActorError
 
@@ -197,6 +198,8 @@ class RunEnd:
         self.error = e
         if isinstance(e, Aborted):
             self.kind = "aborted"
+        elif isinstance(e, NonFiniteError):  # the bad step was never applied
+            self.kind = "nonfinite"
         elif self.in_update:
             self.kind = "learner_error"
         elif isinstance(e, ActorError):
@@ -243,6 +246,9 @@ class RunEnd:
                 kind, self.kind, self.error = "aborted", "aborted", e
             except CheckpointWriteError as e:
                 write_error = e
+            except NonFiniteError as e:  # NaN weights are never saved: the newest kept stands
+                write_error = e
+                kind, self.kind, self.error = "nonfinite", "nonfinite", self.error or e
         self.stop.ending = True  # what is left is cleanup: no signal cuts it short
         steps = env_steps()
         fields = {
@@ -288,6 +294,7 @@ class RunEnd:
             + ")",
             "error": f"stopped {at} by an error: "
             + (_first_line(self.error) if self.error else ""),
+            "nonfinite": f"stopped {at}: " + (_first_line(self.error) if self.error else ""),
         }[kind]
         if final is not None:
             return f"asyncrl: {what}; checkpoint saved: {final}"
@@ -297,6 +304,8 @@ class RunEnd:
             why = "its state is not consistent, so no final checkpoint was written"
         elif not self.iterated:
             why = "no iteration completed since the run started, so no checkpoint was written"
+        elif isinstance(write_error, NonFiniteError):
+            why = "its weights are not finite, so no final checkpoint was written"
         else:
             why = f"the final checkpoint could not be written ({write_error})"
         if self.newest is not None:

@@ -40,7 +40,8 @@ def train_pipeline(
     ``run_dir``; it ends as :mod:`asyncrl.runtime.lifecycle` says."""
     stop = stop if stop is not None else StopSignals()
     with contextlib.ExitStack() as cleanup:  # every close runs, even if one raises
-        learner = algorithm(cfg.algo).learner(cfg, spec)
+        algo = algorithm(cfg.algo)
+        learner = algo.learner(cfg, spec)
         cleanup.callback(learner.close)
         earlier_seconds, resumed_from, state = 0.0, None, {}
         if resume:
@@ -75,10 +76,11 @@ def train_pipeline(
             shell.log.write(learner.env_steps, row)
 
         def checkpoint() -> Path:
+            state = learner.state_dict()  # consistent, though an optimizer thread runs on
             return shell.checkpoint(
                 {
-                    "learner": learner.state_dict(),
-                    "policy": learner.policy.state_dict(),  # what acts (shares the tensors)
+                    "learner": state,
+                    "policy": algo.acting_state({"learner": state}),  # what acts, of that state
                     "actors": backend.actor_state(),
                 }
             )
@@ -125,6 +127,7 @@ def train_pipeline(
                 **meter.summary(new_steps, cfg.actors),
                 "learn_seconds": learner.learn_seconds,
                 **learner.summary_fields(meter.wall),
+                **learner.nonfinite_counts(),
                 **backend.health(),
             }
             return shell.summary(fields, own)

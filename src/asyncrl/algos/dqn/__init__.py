@@ -57,7 +57,9 @@ class DQNAlgorithm:
         return DQNLearner(cfg, spec)
 
     def acting_state(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
-        return checkpoint["policy"]
+        if "policy" in checkpoint:
+            return checkpoint["policy"]
+        return checkpoint["learner"]["dqn"]["q"]  # the online network, epsilon included
 
 
 ALGORITHM = DQNAlgorithm()

@@ -13,6 +13,7 @@ from asyncrl.algos.dqn.config import DQNConfig
 
 class DQN:
     STATS = ("loss/td", "charts/q_mean", "grad_norm")
+    LOSSES = ("loss/td",)  # checked for NaN and inf after each update
 
     def __init__(self, q: nn.Module, cfg: DQNConfig, target_updates_every: int):
         self.q, self.cfg = q, cfg
@@ -57,6 +58,9 @@ class DQN:
             with torch.no_grad():
                 torch._foreach_lerp_(self._target_state, self._q_state, cfg.tau)
         return torch.stack([loss.detach(), q.detach().mean(), norm.detach()])
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"q": self.optimizer}
 
     def state_tensors(self) -> list[torch.Tensor]:
         """Every float an update changes: the online and target networks (not epsilon, which

@@ -22,6 +22,8 @@ from asyncrl.learning.base import LearnerBase
 from asyncrl.nets import FlatParams, encoder_of, learner_device
 
 ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
+CHECKED = ("obs", "actions", "rewards", "logp", "trunc_values")  # for NaN and inf
+LOSSES = ("loss/policy", "loss/value", "loss/entropy")
 
 
 class PPOLearner(LearnerBase):
@@ -42,6 +44,7 @@ class PPOLearner(LearnerBase):
         self.flat = FlatParams(self.policy)
         # One statistic for the run, whatever N and K: the learner sees every env's rewards.
         self.reward_norm = RewardNormalizer(cfg.gamma, cfg.reward_clip) if cfg.norm_reward else None
+        self.guard_steps({"policy": self.algo.optimizer})
 
     def shared_tensors(self) -> list[torch.Tensor]:
         """Weights and observation statistics: what Hogwild! workers share."""
@@ -61,31 +64,24 @@ class PPOLearner(LearnerBase):
         """One training iteration on ``slots`` (joined along the env axis). The caller publishes
         the new version before the slots are refilled."""
         t0 = time.perf_counter()
-        rollout = {  # on the CPU, no copy; else one copy to the learner's device
-            k: torch.from_numpy(_join([getattr(s, k) for s in slots])).to(self.device)
-            for k in ROLLOUT_FIELDS
-        }
-        if self.reward_norm is not None:  # before GAE / V-trace; the slots stay as written
-            rollout["rewards"] = torch.from_numpy(
-                self.reward_norm(
-                    rollout["rewards"].numpy(),
-                    (rollout["terminated"] | rollout["truncated"]).numpy(),
-                    _streams(slots),
-                )
-            )
+        good = self.finite_rollouts(slots, CHECKED)  # all, or raises (skip: drops NaN ones)
         versions = _join([s.versions for s in slots])
         lag = self.version - versions
-        batch = self.algo.targets(rollout)
-        stats = self.algo.update(
-            batch, self.lr_now(), self.generator, self.remaining(self.cfg.clip_schedule)
-        )
-        if self.cfg.norm_obs:  # after the update: the batch was acted on with the old statistics
-            self.policy.obs_norm.update(rollout["obs"][:-1])
+        stats: dict[str, float] = {}
+        if good:
+            rollout = self.rollout(good)
+            batch = self.algo.targets(rollout)
+            stats = self.algo.update(
+                batch, self.lr_now(), self.generator, self.remaining(self.cfg.clip_schedule)
+            )
+            self.check_losses(stats, LOSSES)
+            if self.cfg.norm_obs:  # after the update: the batch was acted on with the old ones
+                self.policy.obs_norm.update(rollout["obs"][:-1])
         self.version += 1
         steps = int(sum(s.env_steps[0] for s in slots))
         self.env_steps += steps
         self.iterations += 1
-        self.episode_stats.record(slots)
+        self.episode_stats.record(good)
         seconds = time.perf_counter() - t0
         self.learn_seconds += seconds
         stats.update(
@@ -98,11 +94,22 @@ class PPOLearner(LearnerBase):
                 "rollout_seconds": float(sum(s.rollout_seconds[0] for s in slots)),
                 "actor_wait_seconds": float(sum(s.wait_seconds[0] for s in slots)),
                 "lr": self.lr_now(),
+                **self.nonfinite_counts(),
             }
         )
         if self.reward_norm is not None:
             stats["reward_norm/return_std"] = self.reward_norm.return_std
         return stats
+
+    def rollout(self, slots: list[Any]) -> dict[str, torch.Tensor]:
+        """The slots as the update's tensors on the learner's device. What is computed on the
+        host (return normalisation) reads the slots' arrays, never a device tensor."""
+        host = {k: _join([getattr(s, k) for s in slots]) for k in ROLLOUT_FIELDS}
+        if self.reward_norm is not None:  # before GAE / V-trace; the slots stay as written
+            ends = host["terminated"] | host["truncated"]
+            host["rewards"] = self.reward_norm(host["rewards"], ends, _streams(slots))
+        # on the CPU, no copy; else one copy to the learner's device
+        return {k: torch.from_numpy(v).to(self.device) for k, v in host.items()}
 
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from asyncrl.algos.sac import config
 from asyncrl.learning import offpolicy
 
@@ -21,6 +23,12 @@ class SACAlgorithm:
             return (
                 f"sac needs a continuous (Box) action space; {spec.env_id} has "
                 f"{spec.n_actions} discrete actions"
+            )
+        if not (np.isfinite(spec.action_low).all() and np.isfinite(spec.action_high).all()):
+            # its tanh squashes into [low, high]: an infinite bound gives inf and NaN actions
+            return (
+                f"sac squashes actions into the action space's bounds; {spec.env_id} has "
+                f"infinite ones (low {spec.action_low.tolist()}, high {spec.action_high.tolist()})"
             )
         return None
 

@@ -123,6 +123,10 @@ class SAC:
         ]
 
     STATS = ("loss/q", "loss/actor", "charts/alpha", "charts/entropy", "charts/q_mean")
+    LOSSES = ("loss/q", "loss/actor")
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"critic": self.q_opt, "actor": self.actor_opt, "temperature": self.alpha_opt}
 
     def state_dict(self) -> dict:
         extra = {} if self.generator is None else {"generator": self.generator.get_state()}
