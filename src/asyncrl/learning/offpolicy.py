@@ -173,3 +173,24 @@ class FinalObsActing:
     ) -> None:
         for i in ended:
             slot.final_obs[t, i] = final_obs[i]
+
+
+class ReplayAlgorithm:
+    """What off-policy algorithms answer alike (see ``core.Algorithm``): settings derived from
+    the replay's, a buffer fitted to memory, the replay in the memory line, and a slot field
+    for every episode's final observation. SAC and DQN subclass it."""
+
+    fixed_on_resume = REPLAY_FIXED_ON_RESUME
+    derive_markers = REPLAY_DERIVED
+
+    def derived(self, cfg: Any) -> dict[str, Any]:
+        return derived_replay(cfg)
+
+    def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
+        return fit_replay(cfg, spec, given)
+
+    def slot_fields(self, spec: Any, rollout: int, num_envs: int) -> tuple[SlotField, ...]:
+        return slot_fields(spec, rollout, num_envs)
+
+    def memory_note(self, cfg: Any, spec: Any) -> str | None:
+        return replay_note(cfg, spec)

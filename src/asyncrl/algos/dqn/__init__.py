@@ -10,12 +10,10 @@ from asyncrl.algos.dqn import config
 from asyncrl.learning import offpolicy
 
 
-class DQNAlgorithm:
+class DQNAlgorithm(offpolicy.ReplayAlgorithm):
     name = "dqn"
     hyperparameters = config.DQNConfig
     presets = config.PRESETS
-    fixed_on_resume = offpolicy.REPLAY_FIXED_ON_RESUME
-    derive_markers = offpolicy.REPLAY_DERIVED
 
     def accepts(self, spec: Any) -> str | None:
         if not spec.discrete:
@@ -27,18 +25,6 @@ class DQNAlgorithm:
 
     def validate(self, cfg: Any) -> None:
         config.validate(cfg)
-
-    def derived(self, cfg: Any) -> dict[str, Any]:
-        return offpolicy.derived_replay(cfg)
-
-    def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
-        return offpolicy.fit_replay(cfg, spec, given)
-
-    def slot_fields(self, spec: Any, rollout: int, num_envs: int) -> tuple:
-        return offpolicy.slot_fields(spec, rollout, num_envs)
-
-    def memory_note(self, cfg: Any, spec: Any) -> str | None:
-        return offpolicy.replay_note(cfg, spec)
 
     def acting_module(self, cfg: Any, spec: Any) -> Any:
         from asyncrl.algos.dqn.networks import QNetwork
