@@ -74,7 +74,8 @@ class Learner(Saveable, Protocol):
     env_steps: int
     iterations: int
     learn_seconds: float
-    schedule_from: tuple[int, float]  # the linear schedules' current leg (see algos.schedule)
+    schedule_from: tuple[int, float]  # the linear schedules' current leg (learning.schedule)
+    episode_stats: Any  # returns and lengths of the episodes its batches finished
 
     @property
     def numel(self) -> int:
