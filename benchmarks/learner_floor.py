@@ -19,7 +19,10 @@ one host sync -- divided by its steps; one SAC update) and the process's CPU tim
 sensitive to others' load on a shared machine), its FLOPs (matmuls and convolutions,
 forward and backward, as torch's FlopCounterMode counts them in the reference step), the
 machine's matmul rate measured in this run (a 1024^3 float32 matmul on the same threads) and
-the ratio time / (FLOPs / rate): how far the step is from its arithmetic floor.
+the ratio time / (FLOPs / rate): how far the step is from its arithmetic floor. Rates, ratios
+and speed-ups are given twice: in wall time, and in CPU time (per CPU second, for the matmul
+rate), which others' load on a shared machine disturbs less: each "CPU" column is the one
+before it in CPU time.
 
 Variants: ``old`` is the autograd step as it was before the fused step (PPO(fused=False), whose
 step is the code of 971e76e; SAC's update, unchanged); ``old-compiled`` the same under
@@ -69,18 +72,20 @@ ENVS = {
 }
 
 
-def matmul_rate(threads: int, n: int = 1024, repeats: int = 15) -> float:
-    """FLOP/s of an n x n x n float32 matmul on ``threads`` torch threads (median)."""
+def matmul_rate(threads: int, n: int = 1024, repeats: int = 15) -> tuple[float, float]:
+    """FLOP/s of an n x n x n float32 matmul on ``threads`` torch threads (median): per second
+    of wall time, and per second of this process's CPU time."""
     torch.set_num_threads(threads)
     a, b = torch.randn(n, n), torch.randn(n, n)
     out = torch.empty(n, n)
     torch.mm(a, b, out=out)
-    times = []
+    wall, cpu = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         torch.mm(a, b, out=out)
-        times.append(time.perf_counter() - t0)
-    return 2 * n**3 / statistics.median(times)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return 2 * n**3 / statistics.median(wall), 2 * n**3 / statistics.median(cpu)
 
 
 def flops_of(fn: Callable[[], object]) -> int:
@@ -227,8 +232,9 @@ def main() -> None:
     }
     print(f"torch {torch.__version__}; load average at start {os.getloadavg()[0]:.2f}")
     header = (
-        f"{'case':8s} {'variant':12s} {'first call':>10s} {'ms/step':>8s} {'CPU ms':>8s} "
-        f"{'MFLOP':>7s} {'GFLOP/s':>8s} {'floor ms':>8s} {'x floor':>7s} {'vs old':>6s}"
+        f"{'case':8s} {'variant':12s} {'first call':>10s} {'ms/step':>8s} {'CPU ms':>7s} "
+        f"{'MFLOP':>7s} {'GFLOP/s':>7s} {'CPU':>5s} {'floor ms':>8s} {'x floor':>7s} {'CPU':>5s} "
+        f"{'vs old':>6s} {'CPU':>5s}"
     )
     rows = []
     for case in args.cases.split(","):
@@ -245,25 +251,36 @@ def main() -> None:
         for _ in range(args.rounds):
             for v in made:
                 v.timed()
-        rate = matmul_rate(threads)
-        floor = flops / rate
+        rate, cpu_rate = matmul_rate(threads)
+        floor, cpu_floor = flops / rate, flops / cpu_rate
         old = next((v for v in made if v.name == "old"), None)
         old_ms = statistics.median(old.per_step) if old else float("nan")
-        out = {"threads": threads, "flops": flops, "matmul_flops_per_s": rate, "variants": {}}
+        old_cpu = statistics.median(old.cpu_per_step) if old else float("nan")
+        out = {
+            "threads": threads,
+            "flops": flops,
+            "matmul_flops_per_s": rate,
+            "matmul_flops_per_cpu_s": cpu_rate,
+            "variants": {},
+        }
         for v in made:
             ms, cpu = statistics.median(v.per_step), statistics.median(v.cpu_per_step)
             out["variants"][v.name] = {
                 "seconds_per_step": ms,
                 "cpu_seconds_per_step": cpu,
                 "all": v.per_step,
+                "all_cpu": v.cpu_per_step,
                 "first_call_seconds": v.first_seconds,
                 "x_floor": ms / floor,
+                "x_floor_cpu": cpu / cpu_floor,
                 "speedup_vs_old": old_ms / ms,
+                "speedup_vs_old_cpu": old_cpu / cpu,
             }
             rows.append(
                 f"{case:8s} {v.name:12s} {v.first_seconds:9.1f}s {ms * 1e3:8.3f} "
-                f"{cpu * 1e3:8.3f} {flops / 1e6:7.1f} {rate / 1e9:8.1f} {floor * 1e3:8.3f} "
-                f"{ms / floor:7.1f} {old_ms / ms:5.2f}x"
+                f"{cpu * 1e3:7.3f} {flops / 1e6:7.1f} {rate / 1e9:7.0f} {cpu_rate / 1e9:5.0f} "
+                f"{floor * 1e3:8.3f} {ms / floor:7.1f} {cpu / cpu_floor:5.1f} "
+                f"{old_ms / ms:5.2f}x {old_cpu / cpu:4.2f}x"
             )
         results[case] = out
         if len(rows) == len(made):

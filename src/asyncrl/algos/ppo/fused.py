@@ -64,9 +64,8 @@ class MLPStep:
     Called as ``step(hp, features, actions, old_logp, weight, adv, returns, old_values)`` with
     ``hp = [clip, lr]`` as a tensor (a compiled step then never recompiles when they move);
     returns the same statistics. Before the steps of an update, :meth:`pack` must have been
-    called: the compiled step trains the parameters and Adam's moments as one flat vector each,
-    so it makes them views of one (keeping any such layout they already have, as
-    FlatParams.view_into gives them).
+    called (it makes the parameters and Adam's state views of one flat vector each), and after
+    anything that may have swapped the parameters' storage, :meth:`check`.
     """
 
     def __init__(
@@ -109,9 +108,10 @@ class MLPStep:
         self.fused_adam = bool(group.get("fused"))
         self.compiled = compile
         self._flat: tuple[torch.Tensor, ...] | None = None
+        self._fn = self._body
         if compile:
             self._fn = torch.compile(
-                _own_code(self, MLPStep._compiled_body),
+                _own_code(self, MLPStep._body),
                 fullgraph=True,
                 dynamic=False,
                 options=_INDUCTOR_OPTIONS,
@@ -119,14 +119,14 @@ class MLPStep:
 
     # ------------------------------------------------------------------ entry points
     def pack(self) -> None:
-        """Parameters, Adam's moments and step counters as views of one flat vector each (for
-        the compiled step): kept as they are where they already are, else moved there, values
-        kept. Called once per update, and wherever the parameters' storage may have changed."""
+        """Parameters, Adam's moments and step counters as views of one flat vector each, so
+        that the clip and Adam are a few ops on whole vectors: kept as they are where they
+        already are (as FlatParams.view_into lays parameters out), else moved there, values
+        kept. Called at the start of every update (a loaded checkpoint brings new state
+        tensors), and by :meth:`check`."""
         state = self.optimizer.state
         if not state or self.params[0] not in state:
             self._init_state()
-        if not self.compiled:
-            return
         flat_p = flat_span(self.params)
         if flat_p is None:
             flat_p = _move_into_one(self.params)
@@ -157,9 +157,7 @@ class MLPStep:
 
     def __call__(self, hp: torch.Tensor, *batch: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            if self.compiled:
-                return self._fn(*self._flat, hp, *batch)
-            return self._eager_body(hp, *batch)
+            return self._fn(*self._flat, hp, *batch)
 
     def _init_state(self) -> None:
         """Adam's state as ``torch.optim.Adam`` makes it on its first step (fused or not: a
@@ -171,44 +169,35 @@ class MLPStep:
                 "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
             }
 
-    # ------------------------------------------------------------------ bodies
-    def _eager_body(self, hp, *batch) -> torch.Tensor:
-        grads, stats = self._grads(self.params, hp[0], *batch)
-        grad_norm = torch.zeros((), device=hp.device)  # no clip: no norm, as before
-        if self.cfg.max_grad_norm > 0:
-            grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-            scale = self._clip(grad_norm)
-            torch._foreach_mul_(grads, scale)
-        state, params = self.optimizer.state, self.params
-        avgs = [state[p]["exp_avg"] for p in params]
-        sqs = [state[p]["exp_avg_sq"] for p in params]
-        steps = [state[p]["step"] for p in params]
-        (beta1, beta2), eps = self.betas, self.eps
-        torch._foreach_add_(steps, 1)
-        if self.fused_adam:
-            torch._fused_adam_(
-                params, grads, avgs, sqs, [], steps,
-                lr=hp[1], beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps,
-                amsgrad=False, maximize=False,
-            )  # fmt: skip
-        else:
-            for p, g, m, s, t in zip(params, grads, avgs, sqs, steps, strict=True):
-                _adam(p, g, m, s, t, hp[1], beta1, beta2, eps)
-        return torch.stack([*stats, grad_norm])
-
-    def _compiled_body(self, flat_p, flat_m, flat_v, steps, hp, *batch) -> torch.Tensor:
-        params, at = [], 0
-        for n, shape in zip(self.sizes, self.shapes, strict=True):
-            params.append(flat_p[at : at + n].view(shape))
-            at += n
+    # ------------------------------------------------------------------ the step
+    def _body(self, flat_p, flat_m, flat_v, steps, hp, *batch) -> torch.Tensor:
+        """One step on the packed vectors: gradients, their clip, Adam; the statistics."""
+        if self.compiled:  # the graph reads the parameters as views of its input
+            params, at = [], 0
+            for n, shape in zip(self.sizes, self.shapes, strict=True):
+                params.append(flat_p[at : at + n].view(shape))
+                at += n
+        else:  # they are such views already (pack)
+            params = self.params
         grads, stats = self._grads(params, hp[0], *batch)
         grad = torch.cat([g.reshape(-1) for g in grads])
-        grad_norm = torch.zeros((), device=hp.device)
+        grad_norm = torch.zeros((), device=hp.device)  # no clip: no norm, as before
         if self.cfg.max_grad_norm > 0:
-            grad_norm = grad.square().sum().sqrt()
+            # as torch.nn.utils.clip_grad_norm_: the norm of all gradients, clipped by scaling
+            grad_norm = torch.linalg.vector_norm(grad)
             grad = grad * self._clip(grad_norm)
         steps.add_(1)
-        _adam(flat_p, grad, flat_m, flat_v, steps[0], hp[1], *self.betas, self.eps)
+        (beta1, beta2), eps = self.betas, self.eps
+        if self.fused_adam and not self.compiled:
+            # lr as a float, as torch.optim.Adam passes it (the tensor is for the compiled
+            # step, which must not recompile when it moves)
+            torch._fused_adam_(
+                [flat_p], [grad], [flat_m], [flat_v], [], [steps[0]],
+                lr=self.optimizer.param_groups[0]["lr"], beta1=beta1, beta2=beta2,
+                weight_decay=0.0, eps=eps, amsgrad=False, maximize=False,
+            )  # fmt: skip
+        else:
+            _adam(flat_p, grad, flat_m, flat_v, steps[0], hp[1], beta1, beta2, eps)
         return torch.stack([*stats, grad_norm])
 
     # ------------------------------------------------------------------ forward and backward
