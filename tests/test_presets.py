@@ -115,6 +115,10 @@ def test_compile_is_on_by_default_only_where_it_pays():
     assert cfg.encoder == "cnn" and cfg.compile is False
     forced = TrainConfig(env="ALE/Breakout-v5", compile=True)
     assert for_env(resolve(forced, "atari"), spec, forced)[0].compile is True
+    flat = SimpleNamespace(obs_shape=(17,), obs_dtype="float32")
+    gpu = TrainConfig(env="HalfCheetah-v5", device="auto")  # measured on the CPU only
+    assert for_env(resolve(gpu, "mujoco"), flat, gpu)[0].compile is False
+    assert for_env(cheetah, flat, TrainConfig(env="HalfCheetah-v5"))[0].compile is True
     assert resolve(TrainConfig(algo="sac", env="Pendulum-v1"), "classic").compile is None
 
 

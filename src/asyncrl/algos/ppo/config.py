@@ -63,8 +63,8 @@ class PPOConfig(Hyperparameters):
     compile: bool | None = setting(
         None,
         "torch.compile the learner's minibatch step (unset: on where it pays, MLP policies in "
-        f"runs of at least {COMPILE_MIN_STEPS:,} gradient steps; off in shorter runs and for "
-        "the CNN)",
+        f"runs of at least {COMPILE_MIN_STEPS:,} gradient steps on the CPU; off in shorter "
+        "runs, for the CNN and with --device cuda or auto)",
     )
 
 
@@ -163,9 +163,11 @@ def validate(cfg: Any) -> None:
 def for_env(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
     """Image observations are scaled by 1/255 in the network: ``norm_obs`` is refused for them
     if the user set it, and turned off, with a line, if a preset did. ``compile`` is off for
-    the CNN unless given: its step gains nothing from it (docs/benchmarks/learner-floor.md)."""
+    the CNN unless given: its step gains nothing from it (docs/benchmarks/learner-floor.md);
+    nor is it derived for a learner that may run on a GPU, where it was never measured."""
     changes: dict[str, Any] = {}
-    if cfg.encoder == "cnn" and cfg.compile and given is not None and given.compile is None:
+    derived_on = cfg.compile and given is not None and given.compile is None
+    if derived_on and (cfg.encoder == "cnn" or cfg.device != "cpu"):
         changes["compile"] = False
     if not (cfg.norm_obs and spec.obs_dtype == "uint8"):
         return changes, []

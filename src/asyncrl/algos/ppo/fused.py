@@ -203,8 +203,8 @@ class MLPStep:
     # ------------------------------------------------------------------ forward and backward
     def _grads(self, w, clip, x, actions, old_logp, weight, adv, returns, old_values):
         """Gradients of the PPO loss for the network ``w`` (its tensors in the optimizer's
-        order), the statistics, and the gradient-clip factor (None: no clip). Activations are
-        feature-major, [units, B]."""
+        order) and the statistics but the gradient norm. Activations are feature-major,
+        [units, B]."""
         cfg, B = self.cfg, x.shape[0]
         pi_out, value, acts, hidden_w = self._forward(w, x)
         # ---- the policy's log-probs and entropy, and their derivatives in the policy's output
