@@ -9,6 +9,10 @@ from typing import Any
 from asyncrl.config import Hyperparameters, need, preset_setting, setting
 
 CORRECTIONS = ("none", "vtrace", "decoupled")
+# Gradient steps from which --compile is on by default: a first compilation on a machine (an
+# empty compile cache) costs ~20-25 s of a 2-core CPU and saves ~0.4 ms per MLP step, so it
+# pays back after ~60,000 steps (docs/benchmarks/learner-floor.md)
+COMPILE_MIN_STEPS = 100_000
 SCHEDULES = ("constant", "linear")
 ACTIVATIONS = ("tanh", "relu")
 
@@ -56,7 +60,12 @@ class PPOConfig(Hyperparameters):
         1.0, "truncation of importance weights (V-trace's TD errors; decoupled's sample weights)"
     )
     vtrace_c_bar: float = setting(1.0, "V-trace clip of the trace-cutting coefficients")
-    compile: bool = setting(False, "torch.compile the learner's minibatch step")
+    compile: bool | None = setting(
+        None,
+        "torch.compile the learner's minibatch step (unset: on where it pays, MLP policies in "
+        f"runs of at least {COMPILE_MIN_STEPS:,} gradient steps on the CPU; off in shorter "
+        "runs, for the CNN and with --device cuda or auto)",
+    )
 
 
 # Per env family, the values of settings left unset (docs: Guides, presets). classic: CartPole's
@@ -114,6 +123,23 @@ def train_batch(cfg: Any) -> int:
     return cfg.envs_per_actor * cfg.rollout * (cfg.actors if cfg.mode == "sync" else 1)
 
 
+def gradient_steps(cfg: Any) -> int:
+    """The minibatch steps a run of ``cfg`` takes, all its updates together (0 for settings
+    validate refuses: derived settings are computed before it runs)."""
+    batch = train_batch(cfg)
+    if batch < 1 or cfg.minibatch_size < 1 or cfg.epochs < 1 or cfg.total_steps < 1:
+        return 0
+    return cfg.total_steps // batch * cfg.epochs * max(batch // cfg.minibatch_size, 1)
+
+
+def derived(cfg: Any) -> dict[str, Any]:
+    """``log_every`` (a row per update) and ``compile`` where left unset (see the setting)."""
+    out: dict[str, Any] = {"log_every": 1} if cfg.log_every == 0 else {}
+    if cfg.compile is None:
+        out["compile"] = gradient_steps(cfg) >= COMPILE_MIN_STEPS
+    return out
+
+
 def validate(cfg: Any) -> None:
     for name in ("epochs", "minibatch_size"):
         need(getattr(cfg, name) >= 1, f"{name}: must be >= 1, got {getattr(cfg, name)}")
@@ -136,9 +162,15 @@ def validate(cfg: Any) -> None:
 
 def for_env(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
     """Image observations are scaled by 1/255 in the network: ``norm_obs`` is refused for them
-    if the user set it, and turned off, with a line, if a preset did."""
+    if the user set it, and turned off, with a line, if a preset did. ``compile`` is off for
+    the CNN unless given: its step gains nothing from it (docs/benchmarks/learner-floor.md);
+    nor is it derived for a learner that may run on a GPU, where it was never measured."""
+    changes: dict[str, Any] = {}
+    derived_on = cfg.compile and given is not None and given.compile is None
+    if derived_on and (cfg.encoder == "cnn" or cfg.device != "cpu"):
+        changes["compile"] = False
     if not (cfg.norm_obs and spec.obs_dtype == "uint8"):
-        return {}, []
+        return changes, []
     need(
         given is not None and given.norm_obs is None,
         f"norm_obs: {cfg.env} has uint8 observations, which the network scales by 1/255 "
@@ -148,4 +180,4 @@ def for_env(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]
         f"asyncrl: norm_obs off: {cfg.env} has uint8 observations, which the network "
         f"scales by 1/255 instead (preset {cfg.preset} would normalise them)"
     )
-    return {"norm_obs": False}, [line]
+    return {**changes, "norm_obs": False}, [line]

@@ -40,7 +40,7 @@ class PPOLearner(LearnerBase):
             policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs, encoder_of(cfg))
         self.generator = torch.Generator().manual_seed(cfg.seed + 7)
         self.policy = policy.to(self.device)
-        self.algo = PPO(self.policy, self.hp, cfg.lr, compile=cfg.compile)
+        self.algo = PPO(self.policy, self.hp, cfg.lr, compile=bool(cfg.compile))
         self.flat = FlatParams(self.policy)
         # One statistic for the run, whatever N and K: the learner sees every env's rewards.
         self.reward_norm = RewardNormalizer(cfg.gamma, cfg.reward_clip) if cfg.norm_reward else None
