@@ -14,6 +14,7 @@ class DQNAlgorithm:
     name = "dqn"
     hyperparameters = config.DQNConfig
     presets = config.PRESETS
+    tuned = config.TUNED
     fixed_on_resume = offpolicy.REPLAY_FIXED_ON_RESUME
     derive_markers = offpolicy.REPLAY_DERIVED
 

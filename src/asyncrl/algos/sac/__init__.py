@@ -15,6 +15,7 @@ class SACAlgorithm:
     name = "sac"
     hyperparameters = config.SACConfig
     presets = config.PRESETS
+    tuned = config.TUNED
     fixed_on_resume = offpolicy.REPLAY_FIXED_ON_RESUME
     derive_markers = offpolicy.REPLAY_DERIVED
 
