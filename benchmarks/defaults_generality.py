@@ -86,6 +86,8 @@ def run_asyncrl(algo: str, env: str, seed: int, budget: int, out: Path) -> dict:
         run_dir=str(out / "runs" / f"{algo}-{env.replace('/', '_')}-seed{seed}"),
     )
     s = train(cfg, overwrite=True)  # a run cut short before its file was written starts over
+    if s["env_steps"] < budget:  # stopped (a signal, a fault): not a result
+        raise SystemExit(f"{algo} {env} seed {seed} stopped at {s['env_steps']:,} env steps")
     return {
         "impl": "asyncrl",
         "algo": algo,
