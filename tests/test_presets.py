@@ -39,7 +39,7 @@ MUJOCO_PPO_LINE = (
         ("HalfCheetah-v5", "mujoco"),
         ("Hopper-v5", "mujoco"),
         ("Walker2d-v5", "mujoco"),
-        ("fake_envs:MultiDiscreteActions-v0", "classic"),
+        ("fake_envs:MultiDiscreteActions-v0", "generic"),  # the suite's own: no family
     ],
 )
 def test_auto_chooses_by_the_package_that_implements_the_env(env, family):
@@ -203,7 +203,10 @@ def test_bad_preset_in_yaml_is_one_line_naming_the_field(tmp_path, capsys):
     path.write_text("preset: robots\n")
     assert main(["train", "--config", str(path), "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "asyncrl: error: preset: 'robots' is not one of auto, classic, mujoco, atari"
+    assert err == (
+        "asyncrl: error: preset: 'robots' is not one of auto, generic, classic, box2d, mujoco, "
+        "atari, pixels"
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -247,7 +250,7 @@ def test_the_preset_is_printed_in_one_line_and_saved_resolved(tmp_path, capsys):
     saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
     assert saved["preset"] == "mujoco"
     for name, value in preset_values("mujoco", "ppo").items():
-        if name != "total_steps":  # given: --total-steps 256
+        if name not in ("total_steps", "envs_per_actor"):  # given: --total-steps 256, ...
             assert saved[name] == value, name
     assert saved["total_steps"] == 256
     assert None not in saved.values()
