@@ -200,3 +200,40 @@ def test_compiled_step_after_a_checkpoint_and_moved_parameters():
     for a, b in zip(new.params, resumed.params, strict=True):
         assert torch.equal(a, b)
     assert torch.from_numpy(vector).data_ptr() == resumed.params[0].data_ptr()
+
+
+@pytest.mark.parametrize(
+    "variant", ["eager", "eager, own Adam", pytest.param("compiled", marks=pytest.mark.slow)]
+)
+def test_a_nan_gradient_step_is_not_applied_and_is_counted(variant):
+    """A minibatch whose advantages hold a NaN gives a NaN gradient: the fused step leaves the
+    parameters, Adam's moments and step counts as they were, the others train on, and the
+    update reports how many steps were not applied (as the autograd step's optimizer hook
+    does, but with no host sync per step)."""
+    _, new = _pair(True, compile=variant == "compiled")
+    if variant == "eager, own Adam":  # the compiled step's Adam, run eagerly
+        new.fused.fused_adam = False
+    seen: list[tuple[int, float]] = []
+    new.on_nonfinite = lambda count, norm: seen.append((count, norm))
+    batch = new.targets(_rollout(new.policy))
+    n = batch["adv"].shape[0]
+    clean = new.update(batch, 3e-3, torch.Generator().manual_seed(5))
+    assert seen == [] and all(np.isfinite(v) for v in clean.values())
+    before = [p.detach().clone() for p in new.params]
+    moments = {
+        k: [new.optimizer.state[p][k].clone() for p in new.params]
+        for k in ("exp_avg", "exp_avg_sq", "step")
+    }
+    bad = dict(batch, adv=torch.full_like(batch["adv"], float("nan")))
+    new.update(bad, 3e-3, torch.Generator().manual_seed(5))
+    steps = new.cfg.epochs * (n // new.cfg.minibatch_size)
+    assert len(seen) == 1 and seen[0][0] == steps and not np.isfinite(seen[0][1])
+    for p, b in zip(new.params, before, strict=True):
+        torch.testing.assert_close(p.detach(), b, rtol=0, atol=0)
+    for k, old in moments.items():
+        for p, o in zip(new.params, old, strict=True):
+            torch.testing.assert_close(new.optimizer.state[p][k], o, rtol=0, atol=0)
+    # the same update on a clean batch again trains as before: nothing was poisoned
+    after = new.update(batch, 3e-3, torch.Generator().manual_seed(5))
+    assert len(seen) == 1 and all(np.isfinite(v) for v in after.values())
+    assert any(not torch.equal(p.detach(), b) for p, b in zip(new.params, before, strict=True))

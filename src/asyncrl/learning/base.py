@@ -115,7 +115,14 @@ class LearnerBase:
         if self.skipping:
             for p in params:  # an optimizer steps only parameters that have a gradient
                 p.grad = None
-            self.skipped_steps += 1
+        self.nonfinite_steps(name, 1, norm)
+
+    def nonfinite_steps(self, name: str, count: int, norm: float) -> None:
+        """``count`` steps of ``name`` had a NaN or inf gradient (of norm ``norm``) and were
+        not applied: counted with --on-nonfinite skip, else NonFiniteError. For an update that
+        skips such steps itself (PPO's fused step), without a host sync per step."""
+        if self.skipping:
+            self.skipped_steps += count
             self._warn_once("step", f"the {name} gradient norm is {norm}")
             return
         raise NonFiniteError(

@@ -181,24 +181,31 @@ class MLPStep:
             params = self.params
         grads, stats = self._grads(params, hp[0], *batch)
         grad = torch.cat([g.reshape(-1) for g in grads])
+        norm = torch.linalg.vector_norm(grad)
+        # A NaN or inf gradient is not applied (parameters, moments and step counts stay as
+        # they were), and counted in the statistics: no host sync here.
+        ok = torch.isfinite(norm)
         grad_norm = torch.zeros((), device=hp.device)  # no clip: no norm, as before
         if self.cfg.max_grad_norm > 0:
             # as torch.nn.utils.clip_grad_norm_: the norm of all gradients, clipped by scaling
-            grad_norm = torch.linalg.vector_norm(grad)
+            grad_norm = norm
             grad = grad * self._clip(grad_norm)
-        steps.add_(1)
+        steps.add_(ok.to(steps.dtype))
         (beta1, beta2), eps = self.betas, self.eps
         if self.fused_adam and not self.compiled:
             # lr as a float, as torch.optim.Adam passes it (the tensor is for the compiled
-            # step, which must not recompile when it moves)
+            # step, which must not recompile when it moves); found_inf makes the kernel skip
+            # the step, as for AMP's GradScaler
             torch._fused_adam_(
                 [flat_p], [grad], [flat_m], [flat_v], [], [steps[0]],
                 lr=self.optimizer.param_groups[0]["lr"], beta1=beta1, beta2=beta2,
                 weight_decay=0.0, eps=eps, amsgrad=False, maximize=False,
+                found_inf=(~ok).to(torch.float32),
             )  # fmt: skip
         else:
-            _adam(flat_p, grad, flat_m, flat_v, steps[0], hp[1], beta1, beta2, eps)
-        return torch.stack([*stats, grad_norm])
+            _adam(flat_p, grad, flat_m, flat_v, steps[0], hp[1], beta1, beta2, eps, ok)
+        bad = (~ok).to(grad_norm.dtype)
+        return torch.stack([*stats, grad_norm, bad, torch.where(ok, 0.0, norm)])
 
     # ------------------------------------------------------------------ forward and backward
     def _grads(self, w, clip, x, actions, old_logp, weight, adv, returns, old_values):
@@ -351,14 +358,15 @@ def _own_code(obj: object, fn: types.FunctionType) -> types.MethodType:
     return types.MethodType(own, obj)
 
 
-def _adam(p, g, m, s, step, lr, beta1: float, beta2: float, eps: float) -> None:
+def _adam(p, g, m, s, step, lr, beta1: float, beta2: float, eps: float, ok) -> None:
     """One Adam step (Kingma and Ba 2015) as torch.optim.Adam computes it; ``step`` already
-    counts this one."""
-    m.lerp_(g, 1 - beta1)
-    s.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    counts this one. Where ``ok`` (a bool tensor) is false nothing changes."""
+    m.copy_(torch.where(ok, m.lerp(g, 1 - beta1), m))
+    s.copy_(torch.where(ok, (s * beta2).addcmul_(g, g, value=1 - beta2), s))
+    step = step.clamp(min=1)  # a first step not applied leaves the count at 0
     step_size = lr / (1 - beta1**step)
     denom = (s.sqrt() / (1 - beta2**step).sqrt()).add_(eps)
-    p.sub_(step_size * m / denom)
+    p.sub_(torch.where(ok, step_size * m / denom, 0.0))
 
 
 @torch.no_grad()

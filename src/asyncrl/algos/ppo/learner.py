@@ -7,6 +7,7 @@ against the version the learner holds when it starts the update.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -44,7 +45,8 @@ class PPOLearner(LearnerBase):
         self.flat = FlatParams(self.policy)
         # One statistic for the run, whatever N and K: the learner sees every env's rewards.
         self.reward_norm = RewardNormalizer(cfg.gamma, cfg.reward_clip) if cfg.norm_reward else None
-        self.guard_steps({"policy": self.algo.optimizer})
+        self.guard_steps({"policy": self.algo.optimizer})  # the autograd step's
+        self.algo.on_nonfinite = functools.partial(self.nonfinite_steps, "policy")  # the fused
 
     def shared_tensors(self) -> list[torch.Tensor]:
         """Weights and observation statistics: what Hogwild! workers share."""

@@ -7,6 +7,8 @@ come back as one tensor so that no minibatch forces a host sync.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from asyncrl.algos.ppo.config import PPOConfig
@@ -49,6 +51,10 @@ class PPO:
             self._step = torch.compile(self._minibatch_step)
         # Called around every gradient step; Hogwild! workers sync parameters there.
         self.before_step = self.after_step = _nothing
+        # The fused step does not apply a step whose gradient has a NaN or inf; the update then
+        # calls this with their count and a norm (the autograd step's are caught by the
+        # optimizer's step hook instead).
+        self.on_nonfinite: Callable[[int, float], None] = _raise_nonfinite
 
     # ---------------------------------------------------------------- targets
     @torch.no_grad()
@@ -173,6 +179,10 @@ class PPO:
                 stats.append(step(clip, *(x[start : start + mb] for x in shuffled)))
                 self.after_step()
         mean = torch.stack(stats).mean(0).tolist()  # the one host sync of the update
+        if fused is not None:  # its two more: the share of steps not applied, and their norm
+            *mean, bad, bad_norm = mean
+            if bad > 0:
+                self.on_nonfinite(round(bad * len(stats)), bad_norm)
         out = dict(zip(STATS, mean, strict=True))
         ret, val = batch["returns"], batch["values"]
         out["loss/explained_variance"] = float(1 - (ret - val).var() / (ret.var() + 1e-8))
@@ -181,6 +191,10 @@ class PPO:
 
 def _nothing() -> None:
     pass
+
+
+def _raise_nonfinite(count: int, norm: float) -> None:
+    raise FloatingPointError(f"{count} gradient step(s) of norm {norm} were not applied")
 
 
 def _fast_adam() -> dict[str, bool]:
