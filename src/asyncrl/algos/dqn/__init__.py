@@ -16,6 +16,8 @@ class DQNAlgorithm:
     presets = config.PRESETS
     fixed_on_resume = offpolicy.REPLAY_FIXED_ON_RESUME
     derive_markers = offpolicy.REPLAY_DERIVED
+    mutable = {"lr": (1e-5, 1e-2, "log")}
+    masked_slots = False  # its replay takes whole slots
 
     def accepts(self, spec: Any) -> str | None:
         if not spec.discrete:

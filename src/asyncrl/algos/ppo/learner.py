@@ -54,6 +54,11 @@ class PPOLearner(LearnerBase):
     def changes_outside_steps(self) -> bool:
         return bool(self.cfg.norm_obs)  # the observation statistics move after the update
 
+    def hyperparameters_changed(self) -> None:
+        self.hp = self.algo.cfg = PPOConfig.of(self.cfg)
+        if self.reward_norm is not None:
+            self.reward_norm.gamma = self.cfg.gamma
+
     def lr_now(self) -> float:
         return self.cfg.lr * self.remaining(self.cfg.lr_schedule)
 
@@ -76,11 +81,19 @@ class PPOLearner(LearnerBase):
         versions = _join([s.versions for s in slots])
         lag = self.version - versions
         batch = self.algo.targets(rollout)
+        # --policy-mapping random: a slot holds every env's steps, this policy's marked "own";
+        # the others' never reach its returns (they end before, or begin after, an episode end)
+        own = _join([s.own for s in slots]) if hasattr(slots[0], "own") else None
+        if own is not None:
+            keep = torch.from_numpy(own.reshape(-1)).to(self.device)
+            batch = {k: v[keep] for k, v in batch.items()}
+            lag = lag[own] if own.any() else np.zeros(1, dtype=lag.dtype)
         stats = self.algo.update(
             batch, self.lr_now(), self.generator, self.remaining(self.cfg.clip_schedule)
         )
         if self.cfg.norm_obs:  # after the update: the batch was acted on with the old statistics
-            self.policy.obs_norm.update(rollout["obs"][:-1])
+            seen = rollout["obs"][:-1]
+            self.policy.obs_norm.update(seen if own is None else seen[keep.view(own.shape)])
         self.version += 1
         steps = int(sum(s.env_steps[0] for s in slots))
         self.env_steps += steps

@@ -15,6 +15,12 @@ class SACAlgorithm:
     presets = config.PRESETS
     fixed_on_resume = offpolicy.REPLAY_FIXED_ON_RESUME
     derive_markers = offpolicy.REPLAY_DERIVED
+    mutable = {
+        "policy_lr": (1e-5, 1e-2, "log"),
+        "q_lr": (1e-5, 1e-2, "log"),
+        "target_entropy": (-20.0, 0.0, "linear"),
+    }
+    masked_slots = False  # its replay takes whole slots
 
     def accepts(self, spec: Any) -> str | None:
         if spec.discrete:
@@ -31,7 +37,10 @@ class SACAlgorithm:
         return offpolicy.derived_replay(cfg)
 
     def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
-        return offpolicy.fit_replay(cfg, spec, given)
+        changes, lines = offpolicy.fit_replay(cfg, spec, given)
+        if cfg.target_entropy is None:  # saved resolved: PBT may perturb it
+            changes["target_entropy"] = -float(spec.n_actions)
+        return changes, lines
 
     def slot_fields(self, spec: Any, rollout: int, num_envs: int) -> tuple:
         return offpolicy.slot_fields(spec, rollout, num_envs)

@@ -16,6 +16,9 @@ class SACConfig(ReplaySettings):
     tau: float = setting(0.005, "Polyak factor of the target networks")
     policy_lr: float = setting(3e-4, "actor and temperature learning rate")
     q_lr: float = setting(3e-4, "critic learning rate")
+    target_entropy: float | None = setting(
+        None, "the temperature's target entropy (default: minus the action dimensions)"
+    )
     # declared so that a run asking for them is told why SAC has none
     norm_obs: bool = preset_setting(False, "running normalisation of observations")
     norm_reward: bool = preset_setting(
