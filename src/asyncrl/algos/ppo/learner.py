@@ -7,6 +7,7 @@ against the version the learner holds when it starts the update.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -16,7 +17,7 @@ import torch
 from asyncrl.algos.ppo.config import PPOConfig
 from asyncrl.algos.ppo.networks import build_policy
 from asyncrl.algos.ppo.reward_norm import RewardNormalizer
-from asyncrl.algos.ppo.update import PPO
+from asyncrl.algos.ppo.update import PPO, STATS
 from asyncrl.envs import EnvSpec
 from asyncrl.learning.base import LearnerBase
 from asyncrl.nets import FlatParams, encoder_of, learner_device
@@ -88,9 +89,12 @@ class PPOLearner(LearnerBase):
             keep = torch.from_numpy(own.reshape(-1)).to(self.device)
             batch = {k: v[keep] for k, v in batch.items()}
             lag = lag[own] if own.any() else np.zeros(1, dtype=lag.dtype)
-        stats = self.algo.update(
-            batch, self.lr_now(), self.generator, self.remaining(self.cfg.clip_schedule)
-        )
+        if batch["adv"].shape[0] >= self.hp.minibatch_size:
+            stats = self.algo.update(
+                batch, self.lr_now(), self.generator, self.remaining(self.cfg.clip_schedule)
+            )
+        else:  # the random mapping gave this policy fewer steps than a minibatch: no step
+            stats = dict.fromkeys((*STATS, "loss/explained_variance"), math.nan)
         if self.cfg.norm_obs:  # after the update: the batch was acted on with the old statistics
             seen = rollout["obs"][:-1]
             self.policy.obs_norm.update(seen if own is None else seen[keep.view(own.shape)])

@@ -38,7 +38,7 @@ class SACAlgorithm:
 
     def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
         changes, lines = offpolicy.fit_replay(cfg, spec, given)
-        if cfg.target_entropy is None:  # saved resolved: PBT may perturb it
+        if cfg.target_entropy == 0:  # saved resolved: PBT may perturb it
             changes["target_entropy"] = -float(spec.n_actions)
         return changes, lines
 

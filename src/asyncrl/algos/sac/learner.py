@@ -38,7 +38,7 @@ class SACLearner(ReplayLearner):
                 torch.Generator(self.device).manual_seed(cfg.seed + 7),
                 encoder=lambda: make_encoder(kind, spec, ()),
                 hidden=tuple(cfg.hidden),
-                target_entropy=cfg.target_entropy,
+                target_entropy=cfg.target_entropy or None,  # 0: -|A|
             )
         self.policy = self.sac.actor  # what actors act with
         self.flat = FlatParams(self.sac.actor)
@@ -54,7 +54,7 @@ class SACLearner(ReplayLearner):
     def hyperparameters_changed(self) -> None:
         self.hp = self.sac.cfg = SACConfig.of(self.cfg)
         self._set_rates()
-        if self.cfg.target_entropy is not None:
+        if self.cfg.target_entropy:
             self.sac.target_entropy = float(self.cfg.target_entropy)
 
     def load_state_dict(self, state: dict) -> None:
