@@ -140,6 +140,9 @@ def resolve(cfg: Any, family: str | None = None) -> Any:
     """Fill what was left unset (see the module doc; ``family``: the env's, from
     ``asyncrl.envs.env_family``, for preset ``auto``), then the settings derived from others.
     A resolved config resolves to itself (its preset is a name, not auto)."""
+    lists = {n: getattr(cfg, n) for n in FIELDS if n != "population" and _listed(n, cfg)}
+    if lists:  # per-policy values given to TrainConfig itself: as from_dict takes them
+        cfg = from_dict(lists, cfg)
     check_kinds(cfg, FIELDS, KINDS)  # the derived settings below compute with them
     preset = cfg.preset
     if preset == "auto":
@@ -257,6 +260,11 @@ def _validate_population(cfg: Any) -> None:
         f"policy_mapping: random gives an env's episodes to different policies within one "
         f"rollout, which {cfg.algo}'s replay cannot split; use the fixed mapping",
     )
+    if cfg.population:
+        need(
+            cfg.policies > 1,
+            f"{next(iter(cfg.population))}: a list of per-policy values needs --policies > 1",
+        )
     for name, values in cfg.population.items():
         need(name in FIELDS, f"population: unknown setting {name!r}")
         owners = FIELDS[name].metadata["owners"]
@@ -274,11 +282,6 @@ def _validate_population(cfg: Any) -> None:
             isinstance(values, list) and len(values) == cfg.policies,
             f"{name}: {len(values) if isinstance(values, list) else values!r} per-policy values "
             f"for --policies {cfg.policies}; give one value, or a list of {cfg.policies}",
-        )
-    if cfg.population:
-        need(
-            cfg.policies > 1,
-            f"{next(iter(cfg.population))}: a list of per-policy values needs --policies > 1",
         )
 
 
@@ -392,6 +395,14 @@ def from_dict(values: dict[str, Any], base: Any = None) -> Any:
     cfg = dataclasses.replace(base, **values, population=population)
     # policy 0's value stands for the setting where the run reads one value (the presets' line)
     return dataclasses.replace(cfg, **{n: v[0] for n, v in population.items() if v})
+
+
+def _listed(name: str, cfg: Any) -> bool:
+    """Whether ``cfg`` holds a list of per-policy values for ``name``."""
+    value = getattr(cfg, name)
+    if not isinstance(value, list):
+        return False
+    return KINDS[name] is not list or (bool(value) and all(isinstance(v, list) for v in value))
 
 
 def _per_policy(values: dict[str, Any], base: Any) -> tuple[dict[str, Any], dict[str, list]]:
