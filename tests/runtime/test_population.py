@@ -241,17 +241,20 @@ def test_killing_a_learner_process_ends_the_run_with_its_error(tmp_path):
 # ---------------------------------------------------------------------- learning
 @pytest.mark.slow
 def test_two_policies_both_solve_cartpole_within_300k_steps_in_all(tmp_path):
+    """Each policy acts on 8 envs of each of the 2 actors (a one-policy run's batch). Measured
+    (seed 1, 2 busy cores): both at a return of 500 from about 31k of their own steps, so half
+    the 300k the issue allows keeps a margin of 2.4x and half the CI time."""
     summary = train(
         TrainConfig(
             policies=2,
             envs_per_actor=16,
-            total_steps=300_000,
+            total_steps=150_000,
             progress=False,
             tensorboard=False,
             run_dir=str(tmp_path / "run"),
         )
     )
-    assert summary["env_steps"] <= 300_000 + 2 * 16 * 32
+    assert summary["env_steps"] <= 150_000 + 2 * 16 * 32
     for row in summary["population"]:
         assert row["final_return"] >= 475, summary["population"]
 
@@ -259,7 +262,9 @@ def test_two_policies_both_solve_cartpole_within_300k_steps_in_all(tmp_path):
 @pytest.mark.slow
 def test_pbt_lifts_two_policies_started_with_a_useless_learning_rate(tmp_path):
     """Policies 2 and 3 start with lr 1e-7 (they do not learn): PBT has each copy one of the
-    two good ones, and the population's best solves CartPole."""
+    two good ones, and the population's best solves CartPole. Measured (seed 1, 2 busy
+    cores): both copied policy 0 at their first check (20k of their steps), the good ones
+    reached 500 by 42k of theirs and the copies by 51k; 60k each keeps the best's margin."""
     summary = train(
         TrainConfig(
             policies=4,
@@ -268,7 +273,7 @@ def test_pbt_lifts_two_policies_started_with_a_useless_learning_rate(tmp_path):
             pbt=True,
             pbt_period=20_000,
             pbt_fraction=0.5,
-            total_steps=600_000,
+            total_steps=240_000,
             progress=False,
             tensorboard=False,
             run_dir=str(tmp_path / "run"),

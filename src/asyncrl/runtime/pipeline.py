@@ -34,6 +34,7 @@ from asyncrl.metrics import EpisodeStats, RowWindow, Throughput
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import (
     CheckpointWriteError,
+    checkpoint_files,
     load_checkpoint_file,
     policy_dir,
     restore_learner,
@@ -154,8 +155,16 @@ def train_pipeline(
         handles: list[Any] = []
         for p, pcfg in enumerate(configs):
             given = values[p] if cfg.pbt else None  # PBT's values go on, not the config's
+            restore = policy_dir(run_dir, p) if resume and P > 1 else None
+            if restore is not None and not checkpoint_files(restore):
+                print(
+                    f"asyncrl: policy {p} has no checkpoint in {restore} (its learner was lost "
+                    "before its first): it starts anew",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                restore = None
             if P > 1 and remote:
-                restore = policy_dir(run_dir, p) if resume else None
                 handle: Any = RemoteLearner(
                     mp.get_context("spawn"),
                     p,
@@ -171,8 +180,8 @@ def train_pipeline(
                 if P > 1:
                     learner = algo.learner(pcfg, spec)
                     cleanup.callback(learner.close)
-                    if resume:
-                        restore_learner(policy_dir(run_dir, p), learner)
+                    if restore is not None:
+                        restore_learner(restore, learner)
                     if given:
                         learner.set_hyperparameters(given)
                     local.append(learner)
@@ -337,8 +346,11 @@ def train_pipeline(
                 on_start(backend)
             if remote:
                 for loop in loops:
-                    t = threading.Thread(
-                        target=run_loop, args=(loop,), name=f"asyncrl-policy-{loop.index}"
+                    t = threading.Thread(  # daemon: an abort must not wait on a learner
+                        target=run_loop,
+                        args=(loop,),
+                        name=f"asyncrl-policy-{loop.index}",
+                        daemon=True,
                     )
                     t.start()
                     threads.append(t)
