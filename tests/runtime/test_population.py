@@ -284,3 +284,53 @@ def test_pbt_lifts_two_policies_started_with_a_useless_learning_rate(tmp_path):
         first = next(e for e in exploits if e["policy"] == bad)
         assert first["copied"] in (0, 1) and first["old"]["lr"] == 1e-7, first
     assert summary["final_return"] >= 475, summary["population"]
+
+
+def test_the_random_mapping_gives_whole_episodes_to_one_policy_each():
+    """Every step of every env is one policy's; an env changes policy only after an episode
+    ended, and an episode's return is recorded in its policy's slot alone."""
+    from asyncrl.algos import algorithm
+    from asyncrl.envs import check_env
+    from asyncrl.nets import FlatParams
+    from asyncrl.runtime.actor import Actor
+    from asyncrl.runtime.transport import PolicyStore, SlotStore, rollout_layout
+
+    cfg = resolve(
+        TrainConfig(
+            env="fake_envs:Countdown-v0",
+            policies=3,
+            policy_mapping="random",
+            envs_per_actor=6,
+            rollout=20,
+            minibatch_size=16,
+        ),
+        "classic",
+    )
+    spec = check_env(cfg.env)
+    numel = FlatParams(algorithm("ppo").acting_module(cfg, spec)).numel
+    stores = [PolicyStore(numel, shared=False, buffers=1) for _ in range(3)]
+    slots = [SlotStore(rollout_layout(policy_config(cfg, p), spec), 1, False) for p in range(3)]
+    for p, store in enumerate(stores):
+        store.publish(p, lambda a: a.fill(0.01))
+    actor = Actor(0, cfg, spec, stores)
+    try:
+        for _ in range(2):
+            rollout = [s.slots[0] for s in slots]
+            actor.collect(rollout)
+            own = np.stack([s.own for s in rollout])  # [P, T, K]
+            assert (own.sum(0) == 1).all()
+            owner = own.argmax(0)
+            ends = np.stack([s.terminated | s.truncated for s in rollout])  # [P, T, K]
+            done = np.take_along_axis(ends, owner[None], 0)[0]  # the acting policy's [T, K]
+            changed = owner[1:] != owner[:-1]
+            assert not (changed & ~done[:-1]).any()
+            for p, s in enumerate(rollout):
+                finished = ~np.isnan(s.ep_returns)
+                assert (own[p][finished]).all()
+                assert int(s.env_steps[0]) == int(own[p].sum())
+            assert sum(int(s.env_steps[0]) for s in rollout) == 20 * 6
+            assert len(np.unique(owner)) > 1
+    finally:
+        actor.close()
+        for s in (*slots, *stores):
+            s.close()
