@@ -59,12 +59,28 @@ def _record_batches(monkeypatch, seed: int) -> list[tuple[int, set[float]]]:
     return seen
 
 
-@pytest.mark.parametrize(("backend", "mode"), [("inline", "async"), ("process", "sync")])
-def test_each_learner_trains_only_on_its_own_policys_samples(tmp_path, monkeypatch, backend, mode):
+# DQN's replay: its sync mode steps once per rollout, its updates start after 256 inserts
+DQN = dict(algo="dqn", learning_starts=256, buffer_size=4096, batch_size=32)
+
+
+@pytest.mark.parametrize(
+    ("backend", "mode", "algo"),
+    [
+        ("inline", "async", {}),
+        ("process", "sync", {}),
+        ("inline", "async", DQN),
+        ("process", "sync", {**DQN, "rollout": 1}),
+    ],
+    ids=["inline-async-ppo", "process-sync-ppo", "inline-async-dqn", "process-sync-dqn"],
+)
+def test_each_learner_trains_only_on_its_own_policys_samples(
+    tmp_path, monkeypatch, backend, mode, algo
+):
     """Tagged-v0 observations carry their env's tag; under the fixed mapping env k of every
-    actor acts for policy k mod 2, and only those envs' samples reach that policy's learner."""
+    actor acts for policy k mod 2, and only those envs' samples reach that policy's learner
+    (PPO's, and DQN's, whose replay each learner fills with its own)."""
     seen = _record_batches(monkeypatch, 3)
-    cfg = _cfg(tmp_path, env="fake_envs:Tagged-v0", backend=backend, mode=mode, seed=3)
+    cfg = _cfg(tmp_path, env="fake_envs:Tagged-v0", backend=backend, mode=mode, seed=3, **algo)
     summary = train(cfg)
     K, P = cfg.envs_per_actor, cfg.policies
     expected = {p: set() for p in range(P)}

@@ -176,7 +176,9 @@ def learner_main(
                 replies.send(("adopted", counters(learner)))
             elif command == "close":
                 learner.close()
-                fields = {**learner.summary_fields(args[0]), **learner.nonfinite_counts()}
+                fields = {}  # None: stop only (the summary's wall clock is not known yet)
+                if args[0] is not None:
+                    fields = {**learner.summary_fields(args[0]), **learner.nonfinite_counts()}
                 replies.send(("closed", fields, counters(learner)))
             elif command == "vector":
                 replies.send_bytes(learner.policy_vector().tobytes())
@@ -305,7 +307,7 @@ class RemoteLearner:
 
     def stop_updates(self) -> None:
         if self.lost is None:
-            self._mirror(self._call("close", 0.0)[2])
+            self._mirror(self._call("close", None)[2])
 
     def summary_fields(self, wall: float) -> dict[str, Any]:
         if self.lost is not None:
