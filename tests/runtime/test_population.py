@@ -214,6 +214,68 @@ def test_a_resumed_population_continues_every_policys_counters_and_pbt(tmp_path)
     assert max(after["next_check"]) > max(pbt["next_check"])  # its schedule went on
 
 
+@pytest.mark.parametrize(
+    ("algo", "settings"),
+    [
+        ("dqn", dict(env="CartPole-v1", lr=[1e-3, 1e-7], **{k: v for k, v in DQN.items()
+                                                              if k != "algo"})),
+        ("sac", dict(env="Pendulum-v1", policy_lr=[3e-4, 1e-7], learning_starts=256,
+                     buffer_size=4096, batch_size=32, replay_ratio=0.25)),
+    ],
+)  # fmt: skip
+def test_replay_algorithms_exploit_in_learner_processes_and_resume(
+    tmp_path, monkeypatch, algo, settings
+):
+    """PBT for SAC and DQN, whose learners keep a replay buffer: policy 1 is made to copy
+    policy 0 at every check (the decision forced, so that it does not hang on whose returns
+    are higher); it takes policy 0's networks and perturbed values in its learner process and
+    keeps training on its own replay (async: the policies share the run's budget unevenly),
+    and a resumed run continues both policies' counters
+    and the values PBT gave them."""
+    from asyncrl.runtime.pbt import PBT, perturb
+
+    def decide(self, policy, env_steps):
+        self.next_check[policy] = (env_steps // self.period + 1) * self.period
+        if policy != 1:
+            return None
+        return 0, perturb(self.values[0], self.mutable, self.rng, self.resample)
+
+    monkeypatch.setattr(PBT, "decide", decide)
+    cfg = _cfg(
+        tmp_path,
+        algo=algo,
+        backend="process",
+        mode="async",
+        total_steps=2048,
+        pbt=True,
+        pbt_period=512,
+        **settings,
+    )
+    first = train(cfg)
+    assert first["ended"] == "budget", first
+    exploits = [json.loads(line) for line in (tmp_path / "run" / "pbt.jsonl").open()]
+    assert exploits and {e["policy"] for e in exploits} == {1}
+    assert all(e["copied"] == 0 for e in exploits)
+    rows = {r["policy"]: r for r in first["population"]}
+    assert rows[1]["exploits"] == len(exploits)
+    assert rows[1]["hyperparameters"] == exploits[-1]["new"]  # what it trains with now
+    name = next(iter(exploits[0]["old"]))
+    assert exploits[0]["old"][name] == settings[name][1]
+    assert all(r["env_steps"] >= 512 for r in rows.values()), rows  # each past a check
+    from asyncrl.api import make_config
+
+    resumed = make_config({"total_steps": 4096}, resume=tmp_path / "run")
+    second = train(resumed, resume=True)
+    assert second["resumed"] is True and second["ended"] == "budget"
+    for row in second["population"]:
+        was = rows[row["policy"]]
+        assert row["env_steps"] >= was["env_steps"] + 256
+        assert row["iterations"] > was["iterations"]
+        assert row["exploits"] >= was["exploits"]
+    after = _run_checkpoint(tmp_path / "run")["population"]["pbt"]["values"]
+    assert after[0] == rows[0]["hyperparameters"]  # policy 0 copied no one: its own values
+
+
 def _run_checkpoint(run):
     import torch
 
@@ -252,6 +314,23 @@ def test_killing_a_learner_process_ends_the_run_with_its_error(tmp_path):
     assert not (run / "policy_1").exists()  # it never reached a checkpoint
     lost = {r["policy"]: r["lost"] for r in summary["population"]}
     assert lost == {0: False, 1: True}
+
+
+def test_a_nan_found_by_a_learner_process_ends_the_run_as_nonfinite(tmp_path):
+    """Observations turn NaN after 300 steps of each env: the learner process that finds them
+    answers with the error, and the run ends ``nonfinite`` naming the policy, actor, env and
+    step, with every policy's checkpoint written (no step with them was applied)."""
+    from asyncrl.core import NonFiniteError
+
+    cfg = _cfg(tmp_path, env="fake_envs:NaNObsCartPole-v0", backend="process", total_steps=10**6)
+    with pytest.raises(NonFiniteError, match=r"^policy [01]: actor \d env \d wrote a non-finite"):
+        train(cfg)
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["ended"] == "nonfinite" and summary["checkpoint"]
+    for p in range(2):
+        assert (run / f"policy_{p}" / "checkpoint.pt").is_file()
+    assert not any(r["lost"] for r in summary["population"])
 
 
 # ---------------------------------------------------------------------- learning
