@@ -344,3 +344,22 @@ _poisoned("NaNRewardCartPole-v0", "CartPole-v1", "reward", float("nan"), 300, 50
 _poisoned("HugeRewardCartPole-v0", "CartPole-v1", "reward", 3e38, 300, 500)
 _poisoned("NaNRewardPendulum-v0", "Pendulum-v1", "reward", float("nan"), 150, 200)
 _poisoned("HugeRewardPendulum-v0", "Pendulum-v1", "reward", 3e38, 150, 200)
+
+
+class Tagged(Countdown):
+    """Countdown whose observation also carries a tag of the env: the seed of its first reset
+    modulo 997 (an actor's K envs are reset with consecutive seeds, so the tags tell the envs
+    of a run apart). The population tests check that each learner sees its envs' tags only."""
+
+    tag = -1.0
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.tag = float(seed % 997)
+        return super().reset(seed=seed, options=options)
+
+    def _obs(self):
+        return np.array([self.t, self.tag], dtype=np.float32)
+
+
+gym.register("Tagged-v0", entry_point=Tagged, max_episode_steps=5)

@@ -35,12 +35,13 @@ class TrainResult:
         """Whether the callback ended the run before its step budget or time limit."""
         return bool(self.summary.get("stopped_by_callback"))
 
-    def load(self, checkpoint: str = "latest", seed: int = 0) -> Policy:
+    def load(self, checkpoint: str = "latest", seed: int = 0, policy: int | None = None) -> Policy:
         """The trained policy: the run's newest checkpoint, or ``"best"``, the one that
-        evaluated best during training (with ``eval_every``). See :func:`asyncrl.load`."""
+        evaluated best during training (with ``eval_every``); ``policy``: a population's
+        policy i. See :func:`asyncrl.load`."""
         from asyncrl.policy import load
 
-        return load(self.run_dir, checkpoint, seed)
+        return load(self.run_dir, checkpoint, seed, policy)
 
 
 def _trainer() -> Any:

@@ -97,7 +97,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, owned: tuple[str, ...] = 
     means not set, and its default is the presets' value)."""
     defaults = TrainConfig()
     for name, f in FIELDS.items():
-        if name in owned:
+        if name in owned or f.metadata.get("cli") is False:  # population: YAML lists only
             continue
         flag = "--" + name.replace("_", "-")
         default = getattr(defaults, name)
@@ -212,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
         "best during training (--eval-every) (default: latest)",
     )
     ev.add_argument(
+        "--policy",
+        type=int,
+        default=None,
+        help="a population run's policy i (default: its best policy; a run of one policy: it)",
+    )
+    ev.add_argument(
         "--video",
         metavar="FILE",
         help="also record the episodes, rendered off-screen, as an animated GIF (MuJoCo envs "
@@ -290,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from asyncrl.core import NonFiniteError
     from asyncrl.rundir import CheckpointReadError, CheckpointWriteError
-    from asyncrl.runtime.faults import ActorError
+    from asyncrl.runtime.faults import ActorError, LearnerLost
     from asyncrl.runtime.lifecycle import Aborted, Interrupted
 
     try:
@@ -312,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.seed,
                 checkpoint=args.checkpoint,
                 video=args.video,
+                policy=args.policy,
             )
         print(
             f"{result['mean_return']:.2f} +/- {result['std_return']:.2f} "
@@ -325,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"asyncrl: error: {e}", file=sys.stderr)
         return 2
-    except ActorError as e:
+    except (ActorError, LearnerLost) as e:
         print(f"asyncrl: {e}", file=sys.stderr)
         return 1
     except CheckpointWriteError as e:  # the final one; the newest earlier checkpoint stands

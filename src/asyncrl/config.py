@@ -29,6 +29,8 @@ ON_NONFINITE = ("raise", "skip")
 DEVICES = ("cpu", "cuda", "auto")
 ENCODERS = ("auto", "mlp", "cnn")
 VECTORIZERS = ("gymnasium", "envpool")
+POLICY_MAPPINGS = ("fixed", "random")
+POPULATION_INITS = ("given", "perturb")
 # the presets: one per env family (envs.env_family); generic for an env no family claims
 FAMILIES = ("generic", "classic", "box2d", "mujoco", "atari", "pixels")
 
@@ -150,6 +152,44 @@ class RunConfig(ConfigMethods):
         "before that actor blocks (>= 0; 0: an actor starts its next rollout only once the "
         "learner has taken its last one, the least lag async allows)",
     )
+    # --- populations and Population-Based Training (docs: Guides, populations)
+    policies: int = setting(
+        1,
+        "P, policies trained in one run by one fleet of actors, each with its own learner (a "
+        "process of its own on the process and ray backends when P > 1)",
+    )
+    policy_mapping: str = setting(
+        "fixed",
+        "which policy acts on each env: fixed (env k of every actor: policy k mod P) or random "
+        "(a policy drawn at every episode start; async mode)",
+        choices=POLICY_MAPPINGS,
+    )
+    population: dict = setting(
+        {},
+        "per-policy values of the algorithm's settings, one list of P values per setting (in "
+        "YAML: lr: [3e-4, 1e-7]; saved resolved in config.yaml)",
+        cli=False,
+    )
+    population_init: str = setting(
+        "given",
+        "given (every policy starts with the values given, or its own from a list) or perturb "
+        "(policies 1..P-1 start from PBT's perturbation of the mutable values given)",
+        choices=POPULATION_INITS,
+    )
+    pbt: bool = setting(
+        False,
+        "Population-Based Training: every --pbt-period env steps of a policy, one in the bottom "
+        "--pbt-fraction copies a top one's weights, optimizer and settings and perturbs them",
+    )
+    pbt_period: int = setting(50_000, "PBT: env steps of a policy between its exploit checks")
+    pbt_fraction: float = setting(
+        0.25, "PBT: the bottom and top fraction of the population by return (at least 1 each)"
+    )
+    pbt_resample: float = setting(
+        0.25,
+        "PBT: probability that a mutable setting is drawn anew within its bounds instead of "
+        "multiplied by 0.8 or 1.2",
+    )
     # --- faults
     actor_restarts: int = setting(
         -1,
@@ -242,7 +282,9 @@ class RunConfig(ConfigMethods):
 # run-level settings derived from others when left at these values (see settings.resolve)
 RUN_DERIVED = {"actor_restarts": -1, "log_every": 0}
 # what a checkpoint's networks and data are made of, whatever the algorithm
-RUN_FIXED_ON_RESUME = ("algo", "env", "hidden", "encoder", "atari_preprocessing", "vectorizer")
+RUN_FIXED_ON_RESUME = (
+    "algo", "env", "hidden", "encoder", "atari_preprocessing", "vectorizer", "policies",
+)  # fmt: skip
 
 
 def kind_of(hint: Any) -> type:
@@ -378,12 +420,49 @@ def validate_run(cfg: Any) -> None:
         )
     if cfg.hogwild:
         _validate_hogwild(cfg)
+    _validate_population(cfg)
     need(
         cfg.threads_learner >= 0,
         f"threads_learner: must be >= 0 (0: one per CPU), got {cfg.threads_learner}",
     )
     need(cfg.threads_actor >= 1, f"threads_actor: must be >= 1, got {cfg.threads_actor}")
     _validate_device(cfg)
+
+
+def _validate_population(cfg: Any) -> None:
+    """The run-level settings of a population (the per-policy values: settings.validate)."""
+    need(cfg.policies >= 1, f"policies: must be >= 1, got {cfg.policies}")
+    need(
+        not (cfg.hogwild and cfg.policies > 1),
+        "policies: Hogwild! workers train one shared network; a population needs the "
+        "actor-learner pipeline (--hogwild 0)",
+    )
+    need(
+        cfg.policy_mapping == "fixed" or cfg.mode == "async",
+        "policy_mapping: sync mode takes only the fixed mapping (every learner trains on its "
+        "own envs' samples of the same iteration); use --mode async for random",
+    )
+    if cfg.policy_mapping == "fixed":
+        need(
+            cfg.envs_per_actor >= cfg.policies,
+            f"envs_per_actor: the fixed mapping gives env k of every actor to policy k mod P, "
+            f"so {cfg.policies} policies need envs_per_actor >= {cfg.policies}, got "
+            f"{cfg.envs_per_actor}",
+        )
+    need(
+        not cfg.pbt or cfg.policies >= 2,
+        f"pbt: Population-Based Training needs --policies >= 2, got {cfg.policies}",
+    )
+    need(cfg.pbt_period >= 1, f"pbt_period: must be >= 1 env steps, got {cfg.pbt_period}")
+    need(
+        0 < cfg.pbt_fraction <= 0.5,
+        f"pbt_fraction: must be in (0, 0.5], got {cfg.pbt_fraction}",
+    )
+    need(0 <= cfg.pbt_resample <= 1, f"pbt_resample: must be in [0, 1], got {cfg.pbt_resample}")
+    need(
+        isinstance(cfg.population, dict),
+        f"population: must be a mapping of setting: list of values, got {cfg.population!r}",
+    )
 
 
 def _validate_hogwild(cfg: Any) -> None:

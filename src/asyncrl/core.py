@@ -14,6 +14,9 @@ import numpy as np
 
 # (name, shape, dtype) of one field of a rollout slot
 SlotField = tuple[str, tuple[int, ...], str]
+# (low, high, scale) of a hyperparameter PBT may perturb: scale "log" (perturbed and drawn on a
+# log scale), "linear", or "complement" (1 - value on a log scale: discounts, lambdas)
+Mutable = tuple[float, float, str]
 
 
 class NonFiniteError(ArithmeticError):
@@ -109,6 +112,14 @@ class Learner(Saveable, Protocol):
     def changes_outside_steps(self) -> bool:
         """Whether ``train`` also changes shared tensors outside its gradient steps."""
 
+    def set_hyperparameters(self, values: dict[str, Any]) -> None:
+        """Train on with these values of its settings from now on (PBT: its ``mutable``)."""
+
+    def adopt(self, state: dict[str, Any], values: dict[str, Any]) -> None:
+        """PBT's exploit: take another learner's networks, optimizer state and normalisers
+        (its ``state_dict``) and ``values`` of its settings; keep its own counters, and move
+        its version on so that actors take the new weights."""
+
     def close(self) -> None: ...
 
 
@@ -122,6 +133,10 @@ class Algorithm(Protocol):
     tuned: Mapping[str, tuple[str, Mapping[str, Any]]]
     fixed_on_resume: tuple[str, ...]  # settings a checkpoint's networks or data depend on
     derive_markers: Mapping[str, Any]  # its settings derived from others when at these values
+    mutable: Mapping[str, Mutable]  # the settings PBT may perturb, with their bounds
+    # whether its learner trains on slots that hold other policies' samples too, marked by an
+    # ``own`` field (--policy-mapping random)
+    masked_slots: bool
 
     def accepts(self, spec: Any) -> str | None:
         """None if it can train on an env of ``spec``, else why not (one line)."""

@@ -287,13 +287,17 @@ class MetricsLog:
             purge = None if resume_at is None else resume_at + 1
             self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge)
 
-    def write(self, step: int, row: dict[str, Any]) -> None:
-        self.file.write(json.dumps({"env_steps": step, **row}) + "\n")
+    def write(self, step: int, row: dict[str, Any], policy: int | None = None) -> None:
+        """One row at ``step`` env steps of the run; a population's rows each carry their
+        ``policy``, and its TensorBoard tags go under ``policy_<i>/``."""
+        line = {"env_steps": step, **row}
+        self.file.write(json.dumps(line) + "\n")
         self.file.flush()
         if self.tb is not None:
+            prefix = "" if policy is None else f"policy_{policy}/"
             for key, value in row.items():
                 if isinstance(value, int | float) and math.isfinite(value):
-                    self.tb.add_scalar(_tb_name(key), value, step)
+                    self.tb.add_scalar(prefix + _tb_name(key), value, step)
 
     def close(self) -> None:
         self.file.close()

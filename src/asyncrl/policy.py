@@ -25,8 +25,8 @@ from asyncrl.algos import algorithm
 from asyncrl.config import ConfigError
 from asyncrl.envs import EnvSpec, check_env, make_env
 from asyncrl.nets import FlatParams
-from asyncrl.rundir import load_best_checkpoint, load_checkpoint
-from asyncrl.settings import TrainConfig, load_run_config
+from asyncrl.rundir import load_best_checkpoint, load_checkpoint, policy_dir
+from asyncrl.settings import TrainConfig, load_run_config, policy_config
 
 CHECKPOINTS = ("latest", "best")
 RENDER_TIMEOUT = 30.0  # seconds a MuJoCo env's first off-screen frame may take to draw
@@ -95,6 +95,7 @@ class Policy:
         self.config, self.spec = config, spec
         self.env_steps: int | None = None
         self.evaluation: dict[str, Any] | None = None
+        self.index: int | None = None  # which policy of a population run
         self.generator = torch.Generator().manual_seed(seed)  # stochastic actions only
         self._flat: FlatParams | None = None
 
@@ -321,22 +322,46 @@ def run_episodes(
     return EvalResult(returns, lengths)
 
 
-def load(run_dir: str | Path, checkpoint: str = "latest", seed: int = 0) -> Policy:
+def load(
+    run_dir: str | Path, checkpoint: str = "latest", seed: int = 0, policy: int | None = None
+) -> Policy:
     """The policy saved in ``run_dir``: its newest checkpoint (``"latest"``, falling back to an
     older one if the newest is damaged) or the one that evaluated best during training
     (``"best"``, kept with ``eval_every``). ``seed`` seeds the policy's own generator, used only
-    for stochastic actions. Raises ConfigError (naming the run directory or the checkpoint)
-    if there is no such run or checkpoint."""
+    for stochastic actions. ``policy``: of a population run (``--policies``), policy ``i``'s
+    newest checkpoint (default: the population's best policy at the run's newest
+    checkpoint). Raises ConfigError (naming the run directory or the checkpoint) if there is
+    no such run, policy or checkpoint."""
     if checkpoint not in CHECKPOINTS:
         raise ConfigError(f"checkpoint: {checkpoint!r} is not one of {', '.join(CHECKPOINTS)}")
     cfg = load_run_config(run_dir)
+    if policy is not None and not 0 <= policy < cfg.policies:
+        raise ConfigError(f"policy: {run_dir} holds policies 0 to {cfg.policies - 1}, got {policy}")
     spec = check_env(cfg.env, cfg.atari_preprocessing)
-    state = load_best_checkpoint(run_dir) if checkpoint == "best" else load_checkpoint(run_dir)
-    policy = Policy.build(cfg, spec, seed)
-    policy.module.load_state_dict(algorithm(cfg.algo).acting_state(state))
-    if "learner" in state:
-        policy.env_steps = int(state["learner"]["counters"]["env_steps"])
+    index = None
+    if checkpoint == "best":  # a population's: its best policy (its "eval" names which)
+        state = load_best_checkpoint(run_dir)
+        index = (state.get("eval") or {}).get("policy")
+        if policy is not None and policy != index:
+            raise ConfigError(
+                f"policy: the best checkpoint of {run_dir} holds policy {index}, not {policy}; "
+                "leave --policy out, or take its latest checkpoint"
+            )
+    elif cfg.policies > 1:
+        if policy is None:  # the population's best at the run's newest checkpoint
+            policy = int((load_checkpoint(run_dir).get("population") or {}).get("leader", 0))
+        index = policy
+        state = load_checkpoint(policy_dir(run_dir, policy))
     else:
-        policy.env_steps = int(state.get("env_steps", 0))
-    policy.evaluation = state.get("eval")
-    return policy
+        state = load_checkpoint(run_dir)
+    if index is not None:
+        cfg = policy_config(cfg, index)
+    policy_ = Policy.build(cfg, spec, seed)
+    policy_.index = index
+    policy_.module.load_state_dict(algorithm(cfg.algo).acting_state(state))
+    if "learner" in state:
+        policy_.env_steps = int(state["learner"]["counters"]["env_steps"])
+    else:
+        policy_.env_steps = int(state.get("env_steps", 0))
+    policy_.evaluation = state.get("eval")
+    return policy_

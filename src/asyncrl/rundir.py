@@ -57,6 +57,8 @@ BEST_CHECKPOINT = "checkpoint-best.pt"
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tb"
+POLICY_DIR = "policy_"  # a population's policy i: policy_<i>/ (its checkpoints)
+EXPLOITS = "pbt.jsonl"  # PBT's exploits, one row each
 MARKER = ".asyncrl-run"  # written with the config: --overwrite deletes only a marked run
 LOCK = ".asyncrl.lock"  # flock'ed by the run using the directory, for its whole life
 KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state without a config
@@ -220,9 +222,15 @@ def run_dir_held(run_dir: str | Path, resume: bool, overwrite: bool) -> Iterator
         os.close(fd)  # releases the lock
 
 
+def policy_dir(run_dir: str | Path, policy: int) -> Path:
+    """Where policy ``policy`` of a population run keeps its checkpoints (numbered, rotated and
+    linked as the run's own are)."""
+    return Path(run_dir) / f"{POLICY_DIR}{policy}"
+
+
 def _run_files(run_dir: Path) -> list[Path]:
-    names = (CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD, MARKER)
-    named = [run_dir / n for n in names]
+    names = (CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD, MARKER, EXPLOITS)
+    named = [run_dir / n for n in names] + sorted(run_dir.glob(f"{POLICY_DIR}*"))
     return [p for p in named if p.exists() or p.is_symlink()] + [
         p for _, p in _numbered_checkpoints(run_dir)
     ]

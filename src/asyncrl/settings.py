@@ -37,6 +37,7 @@ from asyncrl.config import (
     validate_run,
     worker_config,
 )
+from asyncrl.learning.population import envs_of_policy, perturb
 
 if TYPE_CHECKING:
     from asyncrl.envs import EnvSpec
@@ -171,6 +172,9 @@ def resolve(cfg: Any, family: str | None = None) -> Any:
     """Fill what was left unset (see the module doc; ``family``: the env's, from
     ``asyncrl.envs.env_family``, for preset ``auto``), then the settings derived from others.
     A resolved config resolves to itself (its preset is a name, not auto)."""
+    lists = {n: getattr(cfg, n) for n in FIELDS if n != "population" and _listed(n, cfg)}
+    if lists:  # per-policy values given to TrainConfig itself: as from_dict takes them
+        cfg = from_dict(lists, cfg)
     check_kinds(cfg, FIELDS, KINDS)  # the derived settings below compute with them
     preset = cfg.preset
     if preset == "auto":
@@ -192,7 +196,62 @@ def resolve(cfg: Any, family: str | None = None) -> Any:
     if cfg.actor_restarts == -1:
         changes["actor_restarts"] = 3 * (cfg.hogwild or cfg.actors)
     changes.update(algorithm(cfg.algo).derived(cfg))
-    return dataclasses.replace(cfg, **changes)
+    return _drawn_population(dataclasses.replace(cfg, **changes))
+
+
+POPULATION_SEED = 104_729  # added to the run's seed: the draws of --population-init perturb
+
+
+def _drawn_population(cfg: Any) -> Any:
+    """``--population-init perturb``: the mutable settings without per-policy values get them,
+    policy 0 the value given and every other a perturbation of it, drawn from the run's seed
+    (once: a resolved config holds the lists, and resolving it again changes nothing)."""
+    if cfg.policies < 2 or cfg.population_init != "perturb":
+        return cfg
+    mutable = {
+        n: b
+        for n, b in algorithm(cfg.algo).mutable.items()
+        if n not in cfg.population and getattr(cfg, n) is not None
+    }
+    if not mutable:
+        return cfg
+    import numpy as np
+
+    rng = np.random.default_rng(cfg.seed + POPULATION_SEED)
+    given = {n: getattr(cfg, n) for n in mutable}
+    draws = [perturb(given, mutable, rng, cfg.pbt_resample) for _ in range(cfg.policies - 1)]
+    population = dict(cfg.population)
+    for n in mutable:
+        population[n] = [given[n]] + [d[n] for d in draws]
+    return dataclasses.replace(cfg, population=population)
+
+
+def policy_config(cfg: Any, policy: int) -> Any:
+    """The settings policy ``policy``'s learner trains with: its own values of the population's
+    settings, its own seed (seed + policy) and its share of the envs and of the step budget --
+    ``envs_per_actor`` is the envs of each actor it acts on (all K under the random mapping,
+    whose slots mark its steps), ``total_steps`` its share, over which its schedules run. One
+    policy's is the run's config itself."""
+    if cfg.policies == 1:
+        return cfg
+    K, P = cfg.envs_per_actor, cfg.policies
+    if cfg.policy_mapping == "fixed":
+        envs = envs_of_policy(K, P, policy)
+        share = cfg.total_steps * envs / (K * 1.0)
+    else:
+        envs, share = K, cfg.total_steps / P
+    own = {n: v[policy] for n, v in cfg.population.items()}
+    return dataclasses.replace(
+        cfg,
+        **own,
+        seed=cfg.seed + policy,
+        envs_per_actor=envs,
+        total_steps=max(1, round(share)),
+    )
+
+
+def policy_configs(cfg: Any) -> list[Any]:
+    return [policy_config(cfg, p) for p in range(cfg.policies)]
 
 
 def underive(saved: Any) -> Any:
@@ -213,9 +272,52 @@ def validate(cfg: Any, family: str | None = None) -> None:
     Checks ``cfg`` as :func:`resolve` completes it (``family``: for preset auto)."""
     cfg = resolve(cfg, family)
     validate_run(cfg)
-    algorithm(cfg.algo).validate(cfg)
+    _validate_population(cfg)
+    if cfg.policies == 1:
+        algorithm(cfg.algo).validate(cfg)
+    for p, pcfg in enumerate(policy_configs(cfg) if cfg.policies > 1 else []):
+        try:
+            algorithm(cfg.algo).validate(pcfg)
+        except ConfigError as e:  # the setting named first, as every refusal does
+            name, _, why = str(e).partition(": ")
+            raise ConfigError(f"{name}: policy {p}: {why}") from None
     if cfg.hogwild:  # a worker runs the synchronous one-actor loop: check what it will run
         validate(worker_config(cfg, 0))
+
+
+def _validate_population(cfg: Any) -> None:
+    """Per-policy values: of the algorithm's own settings, one per policy, and not of those
+    the acting networks' shapes or the replay's layout depend on."""
+    algo = algorithm(cfg.algo)
+    fixed = set(RUN_FIXED_ON_RESUME) | set(algo.fixed_on_resume)
+    need(
+        cfg.policy_mapping == "fixed" or cfg.policies == 1 or algo.masked_slots,
+        f"policy_mapping: random gives an env's episodes to different policies within one "
+        f"rollout, which {cfg.algo}'s replay cannot split; use the fixed mapping",
+    )
+    if cfg.population:
+        need(
+            cfg.policies > 1,
+            f"{next(iter(cfg.population))}: a list of per-policy values needs --policies > 1",
+        )
+    for name, values in cfg.population.items():
+        need(name in FIELDS, f"population: unknown setting {name!r}")
+        owners = FIELDS[name].metadata["owners"]
+        need(
+            cfg.algo in owners and RUN not in owners,
+            f"{name}: one value for the whole run, not per policy (only {cfg.algo}'s own "
+            "settings may differ between policies)",
+        )
+        need(
+            name not in fixed,
+            f"{name}: must be the same for every policy (the acting networks or the replay "
+            "are made with it)",
+        )
+        need(
+            isinstance(values, list) and len(values) == cfg.policies,
+            f"{name}: {len(values) if isinstance(values, list) else values!r} per-policy values "
+            f"for --policies {cfg.policies}; give one value, or a list of {cfg.policies}",
+        )
 
 
 def env_spec(cfg: Any) -> EnvSpec:
@@ -342,8 +444,50 @@ def from_dict(values: dict[str, Any], base: Any = None) -> Any:
         raise ConfigError(
             f"unknown setting(s) {', '.join(unknown)}; known settings: {', '.join(FIELDS)}"
         )
+    base = base or TrainConfig()
+    values, population = _per_policy(values, base)
     values = {name: as_field_type(name, KINDS[name], value) for name, value in values.items()}
-    return dataclasses.replace(base or TrainConfig(), **values)
+    cfg = dataclasses.replace(base, **values, population=population)
+    # policy 0's value stands for the setting where the run reads one value (the presets' line)
+    return dataclasses.replace(cfg, **{n: v[0] for n, v in population.items() if v})
+
+
+def _listed(name: str, cfg: Any) -> bool:
+    """Whether ``cfg`` holds a list of per-policy values for ``name``."""
+    value = getattr(cfg, name)
+    if not isinstance(value, list):
+        return False
+    return KINDS[name] is not list or (bool(value) and all(isinstance(v, list) for v in value))
+
+
+def _per_policy(values: dict[str, Any], base: Any) -> tuple[dict[str, Any], dict[str, list]]:
+    """A list of values for a setting that takes one (``lr: [3e-4, 1e-7]``) gives each policy
+    its own (the config's ``population``); a single value given replaces the per-policy
+    values of ``base``; a ``population`` given (a saved config) is taken as it is."""
+    values = dict(values)
+    given = values.pop("population", None) or {}
+    if not isinstance(given, dict):
+        raise ConfigError(f"population: must be a mapping of setting: list, got {given!r}")
+    population = dict(base.population)
+    for name, value in list(values.items()):
+        kind = KINDS[name]
+        per_policy = isinstance(value, list) and (
+            kind is not list or (bool(value) and all(isinstance(v, list) for v in value))
+        )
+        if per_policy:
+            if not value:
+                raise ConfigError(f"{name}: an empty list of per-policy values")
+            given = {**given, name: value}
+            del values[name]
+        elif name in population:
+            del population[name]
+    for name, vals in given.items():
+        if name not in FIELDS:
+            raise ConfigError(f"population: unknown setting {name!r}")
+        if not isinstance(vals, list) or not vals:
+            raise ConfigError(f"{name}: per-policy values must be a non-empty list, got {vals!r}")
+        population[name] = [as_field_type(name, KINDS[name], v) for v in vals]
+    return values, population
 
 
 # Preset-governed settings that runs saved before they existed did not have, with the value

@@ -103,8 +103,9 @@ def test_a_version_goes_into_the_object_store_once_a_call_needs_it_and_as_number
 
     backend = object.__new__(RayBackend)  # its store and what it sends, without a cluster
     backend.store = PolicyStore(3, shared=False, buffers=2)
-    backend._outgoing = np.empty(3, dtype=np.float32)
-    backend.policy_ref, backend.policy_version = None, -1
+    backend.stores = [backend.store]
+    backend._outgoing = [np.empty(3, dtype=np.float32)]
+    backend.policy_refs, backend.policy_versions = [None], [-1]
     objects: list = []
 
     def put(a):  # Ray's put: a copy, and its reference
@@ -117,14 +118,35 @@ def test_a_version_goes_into_the_object_store_once_a_call_needs_it_and_as_number
     for v in (1, 2):  # published with no call in between: never put
         backend.publish(v, lambda b, v=v: b.fill(v))
     assert objects == []
-    sent = [backend._newest_policy() for _ in range(3)]  # three calls, one version
+    sent = [backend._newest_policy(0) for _ in range(3)]  # three calls, one version
     assert sent == [(2, 0)] * 3 and len(objects) == 1
     backend.publish(3, lambda b: b.fill(3))
-    assert backend._newest_policy() == (3, 1)  # 4 came during the put: 3 went out, as 3
-    assert backend._newest_policy() == (4, 2)  # and the next call takes 4
+    assert backend._newest_policy(0) == (3, 1)  # 4 came during the put: 3 went out, as 3
+    assert backend._newest_policy(0) == (4, 2)  # and the next call takes 4
     assert [int(o[0]) for o in objects] == [2, 3, 4]
     assert all((o == o[0]).all() for o in objects)
     backend.store.close()
+
+
+def test_a_population_trains_its_learner_processes_on_ray_actors(cluster, tmp_path):
+    """Two policies: the actors on the cluster's nodes act with both, the learners are
+    processes beside the driver, each training on its own policy's slots (shared memory)."""
+    seen: dict = {}
+    s = train(
+        _cfg(
+            tmp_path,
+            policies=2,
+            actors=2,
+            envs_per_actor=4,
+            rollout=16,
+            minibatch_size=32,
+            total_steps=4096,
+        ),
+        on_start=_watch_nodes(seen),
+    )
+    assert all(row["env_steps"] >= 1024 for row in s["population"]), s["population"]
+    assert s["env_steps"] >= 4096 and s["actor_restarts"] == 0
+    assert len(seen["backend"].learner_pids()) == 2
 
 
 @pytest.mark.slow

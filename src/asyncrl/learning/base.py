@@ -3,6 +3,8 @@ schedules' leg, and publishing its acting module's parameters as a policy versio
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import math
 import sys
@@ -180,6 +182,33 @@ class LearnerBase:
 
     def close(self) -> None:
         """Stop what the learner runs beside the loop (an optimizer thread); else nothing."""
+
+    # ---------------------------------------------------------------- populations (PBT)
+    # what a learner keeps of its own when it adopts another's state
+    OWN_COUNTERS = (
+        "version", "env_steps", "iterations", "learn_seconds", "episode_stats", "schedule_from",
+        "updates", "_updates_at_load", "_samples_at_load", "skipped_rollouts", "skipped_steps",
+    )  # fmt: skip
+
+    def set_hyperparameters(self, values: dict[str, Any]) -> None:
+        """Train on with ``values`` of its settings (PBT's mutable ones)."""
+        self.cfg = dataclasses.replace(self.cfg, **values)
+        self.hyperparameters_changed()
+
+    def hyperparameters_changed(self) -> None:
+        """Where a subclass hands changed settings to what read them at construction."""
+
+    def adopt(self, state: dict[str, Any], values: dict[str, Any]) -> None:
+        """PBT's exploit (see asyncrl.core.Learner.adopt); ``state`` without a replay buffer
+        keeps this learner's own replay."""
+        lock = getattr(self, "_update_lock", None)  # an async optimizer thread updates meanwhile
+        with lock if lock is not None else contextlib.nullcontext():
+            own = {k: getattr(self, k) for k in self.OWN_COUNTERS if hasattr(self, k)}
+            self.load_state_dict(state)
+            for k, v in own.items():
+                setattr(self, k, v)
+            self.version += 1  # a new version: actors read it although the step count stays
+            self.set_hyperparameters(values)
 
     # ---------------------------------------------------------------- checkpoint state
     def counters_state(self) -> dict[str, Any]:

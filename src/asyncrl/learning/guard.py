@@ -27,15 +27,22 @@ def nonfinite_in_rollout(
     every value is finite. ``fields`` are time-major ([T(+1), K, ...]); ``at_ends`` are read
     only at the steps where an episode ended (elsewhere they hold older rollouts' values)."""
     actor = int(slot.actor[0])
+    own = getattr(slot, "own", None)  # --policy-mapping random: other cells hold stale values
     for name in fields:
         x = getattr(slot, name)
+        if own is not None and x.dtype.kind == "f":
+            x = x.copy()
+            x[: own.shape[0]][~own] = 0
         idx = first_nonfinite(x)
         if idx is not None:
             return _where(actor, name, x[idx], idx[0], idx[1])
     if at_ends:
-        ends = np.argwhere(slot.terminated | slot.truncated)
+        ended = slot.terminated | slot.truncated
+        if own is not None:
+            ended = ended & own
+        ends = np.argwhere(ended)
         for name in at_ends:
-            x = getattr(slot, name)[slot.terminated | slot.truncated]
+            x = getattr(slot, name)[ended]
             idx = first_nonfinite(x)
             if idx is not None:
                 t, k = ends[idx[0]]

@@ -182,6 +182,7 @@ class ReplayAlgorithm:
 
     fixed_on_resume = REPLAY_FIXED_ON_RESUME
     derive_markers = REPLAY_DERIVED
+    masked_slots = False  # the replay takes whole slots
 
     def derived(self, cfg: Any) -> dict[str, Any]:
         return derived_replay(cfg)

@@ -11,6 +11,11 @@ class ActorError(RuntimeError):
     """An actor or its env failed; the message names the actor and carries its traceback."""
 
 
+class LearnerLost(RuntimeError):
+    """A population's learner process failed or died; the message names it and carries its
+    traceback. The other learners are consistent: their final checkpoints are written."""
+
+
 class Restarts:
     """The run's budget of actor restarts (``--actor-restarts``) and their one-line reports.
 

@@ -18,6 +18,9 @@ signal         SIGINT or SIGTERM                        written, then Interrupte
 aborted        a second signal                          not written (the newest one stands)
 actor_error    an actor or worker failed               written (the learner is between
                                                        iterations), then the error is raised
+learner_lost   a population's learner process died     written for the other learners (their
+                                                       state is consistent; the dead one's
+                                                       newest stands), then the error raised
 learner_error  the learner raised during an update     not written: its state is half-updated;
                                                        the newest periodic one stands
 io_error       checkpoints failed twice in a row       tried once more, then the error raised
@@ -45,7 +48,7 @@ from typing import Any
 
 from asyncrl.core import NonFiniteError
 from asyncrl.rundir import CheckpointWriteError, save_summary
-from asyncrl.runtime.faults import ActorError
+from asyncrl.runtime.faults import ActorError, LearnerLost
 
 
 class Interrupted(KeyboardInterrupt):
@@ -116,7 +119,7 @@ def _first_line(e: BaseException) -> str:
     text = lines[0]
     if text.endswith(":") and len(lines) > 1:
         text = f"{text} {lines[-1]}"
-    return text if isinstance(e, ActorError) else f"{type(e).__name__}: {text}"
+    return text if isinstance(e, ActorError | LearnerLost) else f"{type(e).__name__}: {text}"
 
 
 class RunEnd:
@@ -200,6 +203,8 @@ class RunEnd:
             self.kind = "aborted"
         elif isinstance(e, NonFiniteError):  # the bad step was never applied
             self.kind = "nonfinite"
+        elif isinstance(e, LearnerLost):
+            self.kind = "learner_lost"
         elif self.in_update:
             self.kind = "learner_error"
         elif isinstance(e, ActorError):
@@ -287,6 +292,7 @@ class RunEnd:
             "signal": f"interrupted ({self.stop.signal}) {at}",
             "aborted": f"aborted by a second signal {at}",
             "actor_error": f"stopped {at}: {_first_line(self.error)}" if self.error else "",
+            "learner_lost": f"stopped {at}: {_first_line(self.error)}" if self.error else "",
             "learner_error": f"the learner failed during an update {at}: "
             + (_first_line(self.error) if self.error else ""),
             "io_error": f"stopped {at}: checkpoints cannot be written ("

@@ -93,11 +93,23 @@ class SlotLayout:
 
 
 def rollout_layout(cfg: Any, spec: EnvSpec) -> SlotLayout:
-    """The layout of a run's slots: one actor's rollout, with what its algorithm records."""
+    """The layout of a run's slots: one actor's rollout, with what its algorithm records. For
+    one policy of a population pass its config (``settings.policy_config``): its slots hold the
+    envs it acts on, and under the random mapping every env with its own steps marked."""
     from asyncrl.algos import algorithm
 
-    extra = algorithm(cfg.algo).slot_fields(spec, cfg.rollout, cfg.envs_per_actor)
-    return SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, extra)
+    T, K = cfg.rollout, cfg.envs_per_actor
+    extra = algorithm(cfg.algo).slot_fields(spec, T, K)
+    if cfg.policies > 1 and cfg.policy_mapping == "random":
+        extra = (*extra, ("own", (T, K), "bool"))  # the steps this policy acted
+    return SlotLayout.for_rollout(spec, T, K, extra)
+
+
+def population_layouts(cfg: Any, spec: EnvSpec) -> list[SlotLayout]:
+    """The slot layout of each policy of the run (one: the run's)."""
+    from asyncrl.settings import policy_configs
+
+    return [rollout_layout(c, spec) for c in policy_configs(cfg)]
 
 
 def memory_line(cfg: Any, spec: EnvSpec) -> str:
@@ -135,10 +147,9 @@ def check_shared_memory(cfg: Any, spec: EnvSpec) -> None:
     if cfg.hogwild:
         return  # its slots are plain memory; its shared segments are small
     free = shm_free()
-    layout = rollout_layout(cfg, spec)
     page = os.sysconf("SC_PAGE_SIZE")
-    _, nbytes = layout.offsets()
-    need = cfg.actors * cfg.slots_per_actor * -(-nbytes // page) * page  # a tmpfs counts pages
+    pages = sum(-(-layout.offsets()[1] // page) for layout in population_layouts(cfg, spec))
+    need = cfg.actors * cfg.slots_per_actor * pages * page  # a tmpfs counts pages
     if free is not None and need > free:
         from asyncrl.config import ConfigError
 

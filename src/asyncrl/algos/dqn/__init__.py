@@ -15,6 +15,7 @@ class DQNAlgorithm(offpolicy.ReplayAlgorithm):
     hyperparameters = config.DQNConfig
     presets = config.PRESETS
     tuned = config.TUNED
+    mutable = {"lr": (1e-5, 1e-2, "log")}
 
     def accepts(self, spec: Any) -> str | None:
         if not spec.discrete:

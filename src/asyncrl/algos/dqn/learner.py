@@ -45,6 +45,11 @@ class DQNLearner(ReplayLearner):
             for group in self.rule.optimizer.param_groups:
                 group["lr"] = self.cfg.lr * self.remaining("linear")
 
+    def hyperparameters_changed(self) -> None:
+        self.hp = self.rule.cfg = DQNConfig.of(self.cfg)
+        for group in self.rule.optimizer.param_groups:
+            group["lr"] = self.cfg.lr * self.remaining(self.cfg.lr_schedule)
+
     def update_batch(self, b: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         steps = b["steps"] if "steps" in b else 1
         discount = (self.cfg.gamma**steps) * (1.0 - b["terminated"])

@@ -16,6 +16,15 @@ class PPOAlgorithm:
     tuned = config.TUNED
     fixed_on_resume = config.FIXED_ON_RESUME
     derive_markers: dict[str, Any] = {"compile": None}
+    # PBT's perturbations stay within these (docs: Guides, populations)
+    mutable = {
+        "lr": (1e-5, 1e-2, "log"),
+        "ent_coef": (0.0, 0.05, "linear"),
+        "clip_coef": (0.05, 0.5, "linear"),
+        "gamma": (0.9, 0.9999, "complement"),
+        "gae_lambda": (0.5, 0.999, "complement"),
+    }
+    masked_slots = True  # its learner keeps a slot's own samples (see PPOLearner.train)
 
     def accepts(self, spec: Any) -> str | None:
         return None  # Discrete and 1-D Box actions, as every spec is

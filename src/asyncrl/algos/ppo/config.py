@@ -171,6 +171,11 @@ def validate(cfg: Any) -> None:
         need(getattr(cfg, name) >= 0, f"{name}: must be >= 0, got {getattr(cfg, name)}")
     need(cfg.vtrace_rho_bar > 0, f"vtrace_rho_bar: must be > 0, got {cfg.vtrace_rho_bar}")
     need(cfg.vtrace_c_bar > 0, f"vtrace_c_bar: must be > 0, got {cfg.vtrace_c_bar}")
+    need(
+        not (cfg.norm_reward and cfg.policy_mapping == "random"),
+        "norm_reward: its running return follows each env, whose episodes change policy under "
+        "--policy-mapping random; leave --norm-reward off or use the fixed mapping",
+    )
 
 
 def for_env(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:

@@ -8,6 +8,7 @@ against the version the learner holds when it starts the update.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch
 from asyncrl.algos.ppo.config import PPOConfig
 from asyncrl.algos.ppo.networks import build_policy
 from asyncrl.algos.ppo.reward_norm import RewardNormalizer
-from asyncrl.algos.ppo.update import PPO
+from asyncrl.algos.ppo.update import PPO, STATS
 from asyncrl.envs import EnvSpec
 from asyncrl.learning.base import LearnerBase
 from asyncrl.nets import FlatParams, encoder_of, learner_device
@@ -59,6 +60,13 @@ class PPOLearner(LearnerBase):
     def changes_outside_steps(self) -> bool:
         return bool(self.cfg.norm_obs)  # the observation statistics move after the update
 
+    def hyperparameters_changed(self) -> None:
+        self.hp = self.algo.cfg = PPOConfig.of(self.cfg)
+        if self.algo.fused is not None:  # the fused step reads its own reference
+            self.algo.fused.cfg = self.hp
+        if self.reward_norm is not None:
+            self.reward_norm.gamma = self.cfg.gamma
+
     def lr_now(self) -> float:
         return self.cfg.lr * self.remaining(self.cfg.lr_schedule)
 
@@ -69,16 +77,30 @@ class PPOLearner(LearnerBase):
         good = self.finite_rollouts(slots, CHECKED)  # all, or raises (skip: drops NaN ones)
         versions = _join([s.versions for s in slots])
         lag = self.version - versions
+        # --policy-mapping random: a slot holds every env's steps, this policy's marked "own";
+        # the others' never reach its returns (they end before, or begin after, an episode end)
+        masked = hasattr(slots[0], "own")
+        if masked:
+            acted = _join([s.own for s in slots])
+            lag = lag[acted] if acted.any() else np.zeros(1, dtype=lag.dtype)
         stats: dict[str, float] = {}
         if good:
             rollout = self.rollout(good)
             batch = self.algo.targets(rollout)
-            stats = self.algo.update(
-                batch, self.lr_now(), self.generator, self.remaining(self.cfg.clip_schedule)
-            )
-            self.check_losses(stats, LOSSES)
+            own = _join([s.own for s in good]) if masked else None
+            if own is not None:
+                keep = torch.from_numpy(own.reshape(-1)).to(self.device)
+                batch = {k: v[keep] for k, v in batch.items()}
+            if batch["adv"].shape[0] >= self.hp.minibatch_size:
+                stats = self.algo.update(
+                    batch, self.lr_now(), self.generator, self.remaining(self.cfg.clip_schedule)
+                )
+                self.check_losses(stats, LOSSES)
+            else:  # the random mapping gave this policy fewer steps than a minibatch: no step
+                stats = dict.fromkeys((*STATS, "loss/explained_variance"), math.nan)
             if self.cfg.norm_obs:  # after the update: the batch was acted on with the old ones
-                self.policy.obs_norm.update(rollout["obs"][:-1])
+                seen = rollout["obs"][:-1]
+                self.policy.obs_norm.update(seen if own is None else seen[keep.view(own.shape)])
         self.version += 1
         steps = int(sum(s.env_steps[0] for s in slots))
         self.env_steps += steps

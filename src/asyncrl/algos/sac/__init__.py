@@ -16,6 +16,11 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
     hyperparameters = config.SACConfig
     presets = config.PRESETS
     tuned = config.TUNED
+    mutable = {
+        "policy_lr": (1e-5, 1e-2, "log"),
+        "q_lr": (1e-5, 1e-2, "log"),
+        "target_entropy": (-20.0, 0.0, "linear"),
+    }
 
     def accepts(self, spec: Any) -> str | None:
         if spec.discrete:
@@ -33,6 +38,12 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
 
     def validate(self, cfg: Any) -> None:
         config.validate(cfg)
+
+    def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
+        changes, lines = super().for_env(cfg, spec, given)
+        if cfg.target_entropy == 0:  # saved resolved: PBT may perturb it
+            changes["target_entropy"] = -float(spec.n_actions)
+        return changes, lines
 
     def acting_module(self, cfg: Any, spec: Any) -> Any:
         from asyncrl.algos.sac.networks import SquashedGaussianActor

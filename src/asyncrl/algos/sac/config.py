@@ -16,6 +16,9 @@ class SACConfig(ReplaySettings):
     tau: float = setting(0.005, "Polyak factor of the target networks")
     policy_lr: float = setting(3e-4, "actor and temperature learning rate")
     q_lr: float = setting(3e-4, "critic learning rate")
+    target_entropy: float = setting(
+        0.0, "the temperature's target entropy (0: minus the action dimensions, saved resolved)"
+    )
     # declared so that a run asking for them is told why SAC has none
     norm_obs: bool = preset_setting(False, "running normalisation of observations")
     norm_reward: bool = preset_setting(

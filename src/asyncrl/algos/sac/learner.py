@@ -38,6 +38,7 @@ class SACLearner(ReplayLearner):
                 torch.Generator(self.device).manual_seed(cfg.seed + 7),
                 encoder=lambda: make_encoder(kind, spec, ()),
                 hidden=tuple(cfg.hidden),
+                target_entropy=cfg.target_entropy or None,  # 0: -|A|
             )
         self.policy = self.sac.actor  # what actors act with
         self.flat = FlatParams(self.sac.actor)
@@ -50,8 +51,17 @@ class SACLearner(ReplayLearner):
         each to another device)."""
         return as_update_batch(b, self.device)
 
+    def hyperparameters_changed(self) -> None:
+        self.hp = self.sac.cfg = SACConfig.of(self.cfg)
+        self._set_rates()
+        if self.cfg.target_entropy:
+            self.sac.target_entropy = float(self.cfg.target_entropy)
+
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
+        self._set_rates()
+
+    def _set_rates(self) -> None:
         # the optimizers' saved state holds the rates of the run before: the rates given now
         # (--q-lr, --policy-lr, which may change on resume) take effect
         for opt, lr in (

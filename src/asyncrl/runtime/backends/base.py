@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from asyncrl.runtime.faults import Restarts
 from asyncrl.runtime.lifecycle import StopRequested
-from asyncrl.runtime.transport import PolicyStore, Slot, SlotStore, rollout_layout
+from asyncrl.runtime.transport import PolicyStore, Slot, SlotStore, population_layouts
 
 
 class Backend(Protocol):
@@ -72,9 +72,18 @@ class OwnedTransport:
     def _own_transport(
         self, cfg: Any, spec: Any, numel: int, slot_count: int, shared: bool, buffers: int
     ) -> None:
-        layout = rollout_layout(cfg, spec)
-        self.slots = SlotStore(layout, slot_count, shared=shared)
-        self.store = PolicyStore(numel, shared=shared, buffers=buffers)
+        """A slot store and a policy store per policy (``slot_stores``, ``stores``); policy 0's
+        are also ``slots`` and ``store``, a one-policy run's only ones."""
+        self.slot_stores: list[SlotStore] = []
+        self.stores: list[PolicyStore] = []
+        try:
+            for layout in population_layouts(cfg, spec):
+                self.slot_stores.append(SlotStore(layout, slot_count, shared=shared))
+                self.stores.append(PolicyStore(numel, shared=shared, buffers=buffers))
+        except BaseException:
+            self._close_transport()
+            raise
+        self.slots, self.store = self.slot_stores[0], self.stores[0]
         self.env_restarts = 0
 
     @property
@@ -84,10 +93,16 @@ class OwnedTransport:
     def publish(self, version: int, write: Any) -> None:
         self.store.publish(version, write)
 
-    def _batch(self, ids: list[int]) -> list[Slot]:
-        """The slots of a batch, counting the env restarts their actors reported."""
-        batch = [self.slots.slots[i] for i in ids]
-        self.env_restarts += sum(int(s.env_restarts[0]) for s in batch)
+    def sink(self, policy: int) -> PolicyStore:
+        """Where ``policy``'s learner publishes its versions."""
+        return self.stores[policy]
+
+    def _batch(self, ids: list[int], policy: int = 0) -> list[Slot]:
+        """The slots of a batch, counting the env restarts their actors reported (in policy
+        0's slots: every rollout fills one of each policy's)."""
+        batch = [self.slot_stores[policy].slots[i] for i in ids]
+        if policy == 0:
+            self.env_restarts += sum(int(s.env_restarts[0]) for s in batch)
         return batch
 
     def health(self) -> dict[str, int]:
@@ -110,8 +125,8 @@ class OwnedTransport:
         self.first_generation = max(state.get("generations") or [-1]) + 1
 
     def _close_transport(self) -> None:
-        self.slots.close()
-        self.store.close()
+        for store in (*getattr(self, "slot_stores", ()), *getattr(self, "stores", ())):
+            store.close()
 
 
 # ------------------------------------------------------------------------------ slot ledger
@@ -156,21 +171,30 @@ class SlotBook:
         slot)]``, to be sent to them."""
         out = []
         for a in range(self.actors):
-            if a in self.paused or self.filling[a] is not None:
+            if not self.may_grant(a):
                 continue
-            if not self.sync:
-                last = self.last_delivered[a]
-                if last is not None and self.state[last] == FULL:
-                    if self.pending.index(last) >= self.max_waiting:
-                        continue  # backpressure: too many batches ahead of its last one
             first = a * self.per_actor
             for s in range(first, first + self.per_actor):
                 if self.state[s] == FREE:
-                    self.state[s] = FILLING
-                    self.filling[a] = s
+                    self.grant(a, s)
                     out.append((a, s))
                     break
         return out
+
+    def may_grant(self, a: int) -> bool:
+        """Whether actor ``a`` may start a rollout now (if it has a FREE slot)."""
+        if a in self.paused or self.filling[a] is not None:
+            return False
+        if not self.sync:
+            last = self.last_delivered[a]
+            if last is not None and self.state[last] == FULL:
+                if self.pending.index(last) >= self.max_waiting:
+                    return False  # backpressure: too many batches ahead of its last one
+        return True
+
+    def grant(self, a: int, s: int) -> None:
+        self.state[s] = FILLING
+        self.filling[a] = s
 
     def delivered(self, slot: int) -> None:
         a = self.owner(slot)
@@ -240,3 +264,70 @@ class SlotBook:
         """``actor``'s replacement is ready for grants. It inherits its predecessor's place in
         the backpressure order, so a restart never lets more batches wait."""
         self.paused.discard(actor)
+
+
+class SlotBooks:
+    """The ledgers of a population: one :class:`SlotBook` per policy over that policy's slots,
+    under one lock. An actor's rollout fills one slot of every policy at once (each its envs'
+    steps), so it is granted slot ``s`` only when every policy's ledger may grant it and has
+    ``s`` FREE -- every learner has released it -- and delivers it to all; each policy's
+    learner takes and releases its own. One policy: one SlotBook, the same grants."""
+
+    def __init__(self, policies: int, actors: int, per_actor: int, sync: bool, max_waiting: int):
+        self.actors, self.per_actor = actors, per_actor
+        self.books = [SlotBook(actors, per_actor, sync, max_waiting) for _ in range(policies)]
+        self.cond = threading.Condition()
+        for book in self.books:
+            book.cond = self.cond
+
+    def grants(self) -> list[tuple[int, int]]:
+        books = self.books
+        if len(books) == 1:
+            return books[0].grants()
+        out = []
+        for a in range(self.actors):
+            if not all(b.may_grant(a) for b in books):
+                continue
+            first = a * self.per_actor
+            for s in range(first, first + self.per_actor):
+                if all(b.state[s] == FREE for b in books):
+                    for b in books:
+                        b.grant(a, s)
+                    out.append((a, s))
+                    break
+        return out
+
+    def delivered(self, slot: int) -> None:
+        for book in self.books:
+            book.delivered(slot)
+
+    def take(self, policy: int = 0) -> list[int] | None:
+        return self.books[policy].take()
+
+    def wait_take(
+        self, failure: Any, idle: Any, poll: float, stop: Any = None, policy: int = 0
+    ) -> list[int]:
+        return self.books[policy].wait_take(failure, idle, poll, stop)
+
+    def release(self, ids: list[int], policy: int = 0) -> None:
+        self.books[policy].release(ids)
+
+    def lost(self, actor: int, started: bool = True) -> int:
+        """One rollout dropped, whatever the number of policies it was for."""
+        return max(book.lost(actor, started) for book in self.books)
+
+    def blocked(self, actor: int) -> bool:
+        return all(book.blocked(actor) for book in self.books)
+
+    def resume(self, actor: int) -> None:
+        for book in self.books:
+            book.resume(actor)
+
+    @property
+    def pending(self) -> deque[int]:
+        """Policy 0's filled slots waiting for its learner (tools and tests)."""
+        return self.books[0].pending
+
+    @property
+    def state(self) -> list[int]:
+        return self.books[0].state

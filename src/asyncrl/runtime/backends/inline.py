@@ -25,36 +25,45 @@ from asyncrl.settings import TrainConfig
 class InlineBackend(OwnedTransport):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
         self.cfg, self.spec = cfg, spec
-        # one slot per actor; actors act with the published vector in place (one buffer)
+        # one slot per actor and policy; actors act with the published vectors in place
         self._own_transport(cfg, spec, numel, cfg.actors, shared=False, buffers=1)
-        self.fleet = LocalFleet(cfg, spec, self.store)
+        self.fleet = LocalFleet(cfg, spec, self.stores)
         self.restarts = self.fleet.restarts
-        self.waiting: deque[int] = deque()
+        P = cfg.policies
+        self.waiting: list[deque[int]] = [deque() for _ in range(P)]  # per policy
+        self.released: list[set[int]] = [set() for _ in range(P)]  # async: per actor
 
     def start(self) -> None:
         pass  # actors are made at their first rollout
 
     def _collect(self, i: int) -> None:
-        slot = self.slots.slots[i]
-        while not self.fleet.collect(i, slot):
+        rollout = [store.slots[i] for store in self.slot_stores]
+        while not self.fleet.collect(i, rollout):
             pass  # replaced: the new actor collects the rollout again
-        self.waiting.append(i)
+        for waiting in self.waiting:
+            waiting.append(i)
 
-    def next_batch(self, stop: Any = None) -> list[Slot]:  # collects in this thread: no wait
-        if not self.waiting:
+    def next_batch(self, stop: Any = None, policy: int = 0) -> list[Slot]:
+        # collects in this thread: no wait
+        waiting = self.waiting[policy]
+        if not waiting:
             for i in range(self.cfg.actors):
                 self._collect(i)
         if self.cfg.mode == "sync":
-            ids = list(self.waiting)
-            self.waiting.clear()
+            ids = list(waiting)
+            waiting.clear()
         else:
-            ids = [self.waiting.popleft()]
-        return self._batch(ids)
+            ids = [waiting.popleft()]
+        return self._batch(ids, policy)
 
-    def release(self, slots: list[Slot]) -> None:
-        if self.cfg.mode == "async":
+    def release(self, slots: list[Slot], policy: int = 0) -> None:
+        if self.cfg.mode == "async":  # an actor collects again once every policy is done
             for slot in slots:
-                self._collect(slot.index)
+                self.released[policy].add(slot.index)
+                if all(slot.index in done for done in self.released):
+                    for done in self.released:
+                        done.discard(slot.index)
+                    self._collect(slot.index)
 
     def actor_state(self) -> dict:
         # sync: between iterations every actor is idle, its rollout trained on -- its state is

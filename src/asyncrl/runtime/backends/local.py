@@ -21,7 +21,7 @@ from asyncrl.settings import TrainConfig
 
 
 class LocalFleet:
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, store: PolicyStore):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, store: PolicyStore | list[PolicyStore]):
         self.cfg, self.spec, self.store = cfg, spec, store
         self.restarts = Restarts(cfg.actor_restarts)
         self.status = ActorStatus(np.zeros((cfg.actors, 2)))
@@ -32,10 +32,10 @@ class LocalFleet:
         self.actors: list[Actor | None] = [None] * cfg.actors
         self.restored: list[dict | None] = [None] * cfg.actors  # applied as actors are made
 
-    def collect(self, i: int, slot: Slot, waited: float = 0.0) -> bool:
-        """Fill ``slot`` with actor ``i``'s rollout (making the actor first if needed). False if
-        the actor failed and was replaced: the slot holds no rollout. Raises ActorError if it
-        may not be replaced."""
+    def collect(self, i: int, slot: Slot | list[Slot], waited: float = 0.0) -> bool:
+        """Fill ``slot`` (a population: one per policy) with actor ``i``'s rollout (making the
+        actor first if needed). False if the actor failed and was replaced: the slot holds no
+        rollout. Raises ActorError if it may not be replaced."""
         try:
             if self.actors[i] is None:
                 ActorStatus.set(self.status.rows[i], ActorStatus.STARTING)  # timed: may hang

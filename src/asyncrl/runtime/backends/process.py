@@ -22,7 +22,7 @@ import torch
 
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import ActorStatus, Pauses
-from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
+from asyncrl.runtime.backends.base import OwnedTransport, SlotBooks
 from asyncrl.runtime.faults import ActorError, Restarts, is_env_error
 from asyncrl.runtime.processes import (
     POLL,
@@ -42,8 +42,8 @@ def actor_main(
     generation: int,
     cfg: TrainConfig,
     spec: EnvSpec,
-    slots: SlotStore,
-    store: PolicyStore,
+    slots: list[SlotStore],
+    store: list[PolicyStore],
     status: SharedArray,
     todo: IdChannel,
     full: IdChannel,
@@ -74,7 +74,9 @@ def actor_main(
             t0 = time.perf_counter()
             ActorStatus.set(row, ActorStatus.WAITING)
             slot_id = wait_for(todo.get, stop, parent)
-            actor.collect(slots.slots[slot_id], waited=time.perf_counter() - t0)
+            rollout = [policy_slots.slots[slot_id] for policy_slots in slots]
+            actor.collect(rollout, waited=time.perf_counter() - t0)
+            rollout = None
             full.put(slot_id)
     except Stopped:
         pass
@@ -86,8 +88,8 @@ def actor_main(
         row = None
         if actor is not None:
             actor.close()
-        slots.close()
-        store.close()
+        for handle in (*slots, *store):
+            handle.close()
         status.close()
 
 
@@ -99,7 +101,7 @@ class ProcessBackend(OwnedTransport):
         per_actor = cfg.slots_per_actor
         self._own_transport(cfg, spec, numel, cfg.actors * per_actor, True, 1 if sync else 2)
         self.status = SharedArray((cfg.actors, 2), "float64")
-        self.book = SlotBook(cfg.actors, per_actor, sync, cfg.max_batches_waiting)
+        self.book = SlotBooks(cfg.policies, cfg.actors, per_actor, sync, cfg.max_batches_waiting)
         self.children = ChildProcesses(self.ctx, "actor", cfg)
         self.restarts = Restarts(cfg.actor_restarts)
         self.todo = [IdChannel(self.ctx) for _ in range(cfg.actors)]
@@ -124,16 +126,16 @@ class ProcessBackend(OwnedTransport):
         )
         self.supervisor.start()
 
-    def next_batch(self, stop: Any = None) -> list:
+    def next_batch(self, stop: Any = None, policy: int = 0) -> list:
         with self.book.cond:  # the supervisor thread fills the book and watches the actors
-            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL, stop)
+            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL, stop, policy)
             self._send_grants()  # async: a batch left the queue, a held-back actor may go on
-        return self._batch(ids)
+        return self._batch(ids, policy)
 
-    def release(self, slots: list) -> None:
+    def release(self, slots: list, policy: int = 0) -> None:
         ids = [s.index for s in slots]
         with self.book.cond:
-            self.book.release(ids)
+            self.book.release(ids, policy)
             self._send_grants()
 
     def actor_pids(self) -> dict[int, int | None]:
@@ -179,8 +181,8 @@ class ProcessBackend(OwnedTransport):
             generation,
             self.cfg,
             self.spec,
-            self.slots,
-            self.store,
+            self.slot_stores,
+            self.stores,
             self.status,
             self.todo[actor],
             self.full,

@@ -23,9 +23,9 @@ import numpy as np
 from asyncrl.config import ConfigError
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import ActorStatus
-from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
+from asyncrl.runtime.backends.base import OwnedTransport, SlotBooks
 from asyncrl.runtime.faults import ActorError, Restarts, actor_label, is_env_error
-from asyncrl.runtime.transport import Slot, rollout_layout
+from asyncrl.runtime.transport import Slot, population_layouts
 from asyncrl.settings import TrainConfig
 
 POLL = 0.2  # seconds between looks at the calls in flight when none completes
@@ -35,7 +35,8 @@ PLACEMENT_TIMEOUT = 120.0
 
 
 class RolloutWorker:
-    """The Ray actor: one asyncrl Actor (K envs and a policy copy) and one slot of its own.
+    """The Ray actor: one asyncrl Actor (K envs and a policy copy) and one slot of its own (a
+    population: a policy copy and a slot per policy).
 
     Made remote by :func:`_remote_class`; a second concurrency slot answers :meth:`status`
     while :meth:`collect` runs (hang detection)."""
@@ -47,13 +48,14 @@ class RolloutWorker:
         from asyncrl.runtime.transport import PolicyStore
 
         torch.set_num_threads(cfg.threads_actor)
-        layout = rollout_layout(cfg, spec)
-        _, nbytes = layout.offsets()
-        self.raw = np.zeros(nbytes, dtype=np.uint8)
-        self.slot = Slot(layout, self.raw)
-        self.store = PolicyStore(numel, shared=False, buffers=1)  # the actor acts in place
+        self.raws, self.slots, self.stores = [], [], []
+        for layout in population_layouts(cfg, spec):
+            _, nbytes = layout.offsets()
+            self.raws.append(np.zeros(nbytes, dtype=np.uint8))
+            self.slots.append(Slot(layout, self.raws[-1]))
+            self.stores.append(PolicyStore(numel, shared=False, buffers=1))  # acts in place
         self.status = np.zeros(2)
-        self.actor = Actor(actor_id, cfg, spec, self.store, generation, status=self.status)
+        self.actor = Actor(actor_id, cfg, spec, self.stores, generation, status=self.status)
 
     def where(self) -> dict[str, Any]:
         import ray
@@ -65,13 +67,14 @@ class RolloutWorker:
             "nice": os.getpriority(os.PRIO_PROCESS, 0),
         }
 
-    def collect(self, version: int, params: np.ndarray, waited: float) -> np.ndarray:
-        """One rollout with policy ``version`` (``params``, resolved by Ray from the reference
-        the driver passed); the slot's bytes."""
-        if version != self.store.version:
-            self.store.publish(version, lambda a: np.copyto(a, params))
-        self.actor.collect(self.slot, waited)
-        return self.raw
+    def collect(self, versions: list[int], waited: float, *params: np.ndarray) -> list:
+        """One rollout with policy ``versions`` (``params``, one per policy, resolved by Ray
+        from the references the driver passed); each slot's bytes."""
+        for store, version, vector in zip(self.stores, versions, params, strict=True):
+            if version != store.version:
+                store.publish(version, lambda a, v=vector: np.copyto(a, v))
+        self.actor.collect(self.slots, waited)
+        return self.raws
 
     def status(self) -> tuple[int, float]:
         """The actor's phase and for how long (see ActorStatus)."""
@@ -187,14 +190,17 @@ class RayBackend(OwnedTransport):
         per_actor = cfg.slots_per_actor
         # learner-side slots and a store (the version number's bookkeeping and the vector that
         # goes into the object store); async: two buffers, as a call may read it while the
-        # learner publishes
-        self._own_transport(cfg, spec, numel, cfg.actors * per_actor, False, 1 if sync else 2)
-        self._outgoing = np.empty(numel, dtype=np.float32)  # the version being put
-        self.book = SlotBook(cfg.actors, per_actor, sync, cfg.max_batches_waiting)
+        # learner publishes. A population's learners are processes: in shared memory then.
+        shared = cfg.policies > 1
+        self._own_transport(cfg, spec, numel, cfg.actors * per_actor, shared, 1 if sync else 2)
+        # the versions being put, one per policy
+        self._outgoing = [np.empty(numel, dtype=np.float32) for _ in range(cfg.policies)]
+        self.book = SlotBooks(cfg.policies, cfg.actors, per_actor, sync, cfg.max_batches_waiting)
         self.restarts = Restarts(cfg.actor_restarts)
         self.owns_ray = connect(cfg.ray_address, cfg.actors * cfg.ray_cpus_per_actor)
-        self.policy_ref: Any = None  # the object holding version policy_version
-        self.policy_version = -1
+        # per policy: the object holding version policy_versions[p]
+        self.policy_refs: list[Any] = [None] * cfg.policies
+        self.policy_versions = [-1] * cfg.policies
         self.workers: list[Any] = [None] * cfg.actors
         self.generation = [0] * cfg.actors
         self.nodes: list[dict[str, Any] | None] = [None] * cfg.actors
@@ -220,15 +226,15 @@ class RayBackend(OwnedTransport):
         )
         self.supervisor.start()
 
-    def next_batch(self, stop: Any = None) -> list[Slot]:
+    def next_batch(self, stop: Any = None, policy: int = 0) -> list[Slot]:
         with self.book.cond:
-            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL, stop)
+            ids = self.book.wait_take(lambda: self.failure, lambda: None, POLL, stop, policy)
             self._send_grants()
-        return self._batch(ids)
+        return self._batch(ids, policy)
 
-    def release(self, slots: list[Slot]) -> None:
+    def release(self, slots: list[Slot], policy: int = 0) -> None:
         with self.book.cond:
-            self.book.release([s.index for s in slots])
+            self.book.release([s.index for s in slots], policy)
             self._send_grants()
 
     def actor_nodes(self) -> dict[int, str | None]:
@@ -251,7 +257,8 @@ class RayBackend(OwnedTransport):
                     pass
         self.workers = [None] * self.cfg.actors
         self.pending.clear()
-        self.policy_ref, self.policy_version = None, -1
+        self.policy_refs = [None] * self.cfg.policies
+        self.policy_versions = [-1] * self.cfg.policies
         if self.owns_ray and self.ray.is_initialized():
             self.ray.shutdown()
             self.owns_ray = False
@@ -313,23 +320,25 @@ class RayBackend(OwnedTransport):
         self.pending[fut] = what
         fut.add_done_callback(self._done.put)
 
-    def _newest_policy(self) -> tuple[int, Any]:
-        """Holding the ledger's lock: the newest published version and its object, put into
-        the object store once. The store's read is a copy that a publish during it makes start
-        again, and the put is of that copy, so the number always names the parameters put."""
-        version = self.store.read_if_newer(
-            self.policy_version, lambda a: np.copyto(self._outgoing, a)
-        )
-        if version != self.policy_version:
-            self.policy_version, self.policy_ref = version, self.ray.put(self._outgoing)
-        return self.policy_version, self.policy_ref
+    def _newest_policy(self, p: int) -> tuple[int, Any]:
+        """Holding the ledger's lock: policy ``p``'s newest published version and its object,
+        put into the object store once. The store's read is a copy that a publish during it
+        makes start again, and the put is of that copy, so the number always names the
+        parameters put."""
+        out = self._outgoing[p]
+        version = self.stores[p].read_if_newer(self.policy_versions[p], lambda a: np.copyto(out, a))
+        if version != self.policy_versions[p]:
+            self.policy_versions[p], self.policy_refs[p] = version, self.ray.put(out)
+        return self.policy_versions[p], self.policy_refs[p]
 
     def _send_grants(self) -> None:
         now = time.perf_counter()
         for actor, slot in self.book.grants():
-            version, ref = self._newest_policy()
+            newest = [self._newest_policy(p) for p in range(self.cfg.policies)]
+            versions, refs = [v for v, _ in newest], [r for _, r in newest]
             self._track(
-                self.workers[actor].collect.remote(version, ref, 0.0), ("rollout", actor, slot, now)
+                self.workers[actor].collect.remote(versions, 0.0, *refs),
+                ("rollout", actor, slot, now),
             )
 
     def _supervise(self) -> None:
@@ -370,8 +379,9 @@ class RayBackend(OwnedTransport):
             if error is not None:
                 self._lost(actor, error)
                 return
-            data = fut.result()  # on this node: a read-only view into the object store
-            np.copyto(self.slots.raw[slot], data)
+            data = fut.result()  # on this node: read-only views into the object store
+            for store, raw in zip(self.slot_stores, data, strict=True):
+                np.copyto(store.raw[slot], raw)
             del data
             self.book.delivered(slot)
             self._send_grants()

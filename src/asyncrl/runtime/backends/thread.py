@@ -11,7 +11,7 @@ from collections import deque
 from typing import Any
 
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.backends.base import OwnedTransport, SlotBook
+from asyncrl.runtime.backends.base import OwnedTransport, SlotBooks
 from asyncrl.runtime.backends.local import LocalFleet
 from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.transport import Slot
@@ -26,9 +26,9 @@ class ThreadBackend(OwnedTransport):
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
         self._own_transport(cfg, spec, numel, cfg.actors * per_actor, False, 1 if sync else 2)
-        self.fleet = LocalFleet(cfg, spec, self.store)
+        self.fleet = LocalFleet(cfg, spec, self.stores)
         self.restarts = self.fleet.restarts
-        self.book = SlotBook(cfg.actors, per_actor, sync, cfg.max_batches_waiting)
+        self.book = SlotBooks(cfg.policies, cfg.actors, per_actor, sync, cfg.max_batches_waiting)
         self.granted: deque[tuple[int, int, float]] = deque()  # (actor, slot, granted at)
         self.stop = False
         self.failure: BaseException | None = None
@@ -49,8 +49,8 @@ class ThreadBackend(OwnedTransport):
                     if self.stop:
                         return
                     actor, slot_id, granted_at = self.granted.popleft()
-                slot = self.slots.slots[slot_id]
-                ok = self.fleet.collect(actor, slot, waited=time.perf_counter() - granted_at)
+                rollout = [store.slots[slot_id] for store in self.slot_stores]
+                ok = self.fleet.collect(actor, rollout, waited=time.perf_counter() - granted_at)
                 with cond:
                     if ok:
                         self.book.delivered(slot_id)
@@ -72,15 +72,15 @@ class ThreadBackend(OwnedTransport):
         self.thread = threading.Thread(target=self._run, name="asyncrl-actors", daemon=True)
         self.thread.start()
 
-    def next_batch(self, stop: Any = None) -> list[Slot]:
+    def next_batch(self, stop: Any = None, policy: int = 0) -> list[Slot]:
         with self.book.cond:  # no thread watches a hung actor thread: look while waiting
-            ids = self.book.wait_take(lambda: self.failure, self.fleet.hung, POLL, stop)
+            ids = self.book.wait_take(lambda: self.failure, self.fleet.hung, POLL, stop, policy)
             self._grant()
-        return self._batch(ids)
+        return self._batch(ids, policy)
 
-    def release(self, slots: list[Slot]) -> None:
+    def release(self, slots: list[Slot], policy: int = 0) -> None:
         with self.book.cond:
-            self.book.release([s.index for s in slots])
+            self.book.release([s.index for s in slots], policy)
             self._grant()
 
     def actor_state(self) -> dict:

@@ -1,0 +1,328 @@
+"""A population's learners: each policy's learner as the training loop holds it -- in the
+driver's own process (:class:`LocalLearner`: one policy, or the inline and thread backends) or
+in a process of its own (:class:`RemoteLearner`: the process and Ray backends with P > 1, so
+that the learners train at the same time on a machine with the cores).
+
+A learner process attaches its policy's slots and policy store (shared memory), builds its
+learner (resumed from its own checkpoint directory), publishes version 0 and then serves the
+driver's commands one at a time: ``train`` a batch of slot indices and publish the new version,
+hand over its ``state``, ``adopt`` another's (PBT), ``close`` its optimizer thread. A learner
+process that dies ends the run (:class:`~asyncrl.runtime.faults.LearnerLost`, with its
+traceback) once the other learners' checkpoints are written."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from asyncrl.algos import algorithm
+from asyncrl.config import learner_threads
+from asyncrl.core import NonFiniteError
+from asyncrl.metrics import EpisodeStats
+from asyncrl.runtime.faults import LearnerLost
+from asyncrl.runtime.processes import (
+    POLL,
+    ChildProcesses,
+    Stopped,
+    die_with_parent,
+    report_failure,
+)
+from asyncrl.runtime.transport import PolicyStore, SlotStore
+
+
+def pack(value: Any) -> bytes:
+    """A learner's state as bytes (tensors copied, not shared: no segment outlives a send)."""
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    return buf.getvalue()
+
+
+def unpack(data: bytes) -> Any:
+    # from a learner process of this run (not a file): its numpy replay arrays are allowed
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+def learner_state(learner: Any) -> dict[str, Any]:
+    """What a checkpoint holds of a learner: its state, and what acts taken from that state
+    (consistent, though an optimizer thread runs on)."""
+    state = learner.state_dict()
+    return {
+        "learner": state,
+        "policy": algorithm(learner.cfg.algo).acting_state({"learner": state}),
+    }
+
+
+def counters(learner: Any) -> dict[str, Any]:
+    return {
+        "version": learner.version,
+        "env_steps": learner.env_steps,
+        "iterations": learner.iterations,
+        "learn_seconds": learner.learn_seconds,
+    }
+
+
+class LocalLearner:
+    """A learner in the driver's process: the training loop calls it directly."""
+
+    remote = False
+    lost: LearnerLost | None = None
+
+    def __init__(self, learner: Any):
+        self.learner = learner
+        self.episode_stats: EpisodeStats = learner.episode_stats
+
+    @property
+    def env_steps(self) -> int:
+        return self.learner.env_steps
+
+    @property
+    def iterations(self) -> int:
+        return self.learner.iterations
+
+    @property
+    def learn_seconds(self) -> float:
+        return self.learner.learn_seconds
+
+    def work_ahead(self) -> None:
+        self.learner.work_ahead()
+
+    def train(self, batch: list[Any]) -> dict[str, float]:
+        return self.learner.train(batch)
+
+    def publish(self, sink: Any) -> None:
+        self.learner.publish(sink)
+
+    def record(self, batch: list[Any]) -> None:
+        """The learner has recorded the batch's episodes itself."""
+
+    def state(self) -> dict[str, Any]:
+        return learner_state(self.learner)
+
+    def adopt(self, state: dict[str, Any], values: dict[str, float], sink: Any) -> None:
+        self.learner.adopt(state, values)
+        self.learner.publish(sink)
+
+    def policy_vector(self) -> np.ndarray:
+        return self.learner.policy_vector()
+
+    def stop_updates(self) -> None:
+        self.learner.close()  # async optimizers stop first, so the counters saved are final
+
+    def summary_fields(self, wall: float) -> dict[str, Any]:
+        return {**self.learner.summary_fields(wall), **self.learner.nonfinite_counts()}
+
+    def close(self) -> None:
+        self.learner.close()
+
+
+def learner_main(
+    outbox: Connection,
+    policy: int,
+    cfg: Any,
+    spec: Any,
+    slots: SlotStore,
+    store: PolicyStore,
+    commands: Connection,
+    replies: Connection,
+    restore: str | None,
+    hyperparameters: dict[str, float] | None,
+    parent: int,
+) -> None:
+    """Entry point of a learner process (see the module doc)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how the run ends
+    die_with_parent()
+    torch.set_num_threads(learner_threads(cfg))
+    learner = None
+    try:
+        learner = algorithm(cfg.algo).learner(cfg, spec)
+        resumed_from = None
+        if restore is not None:
+            from asyncrl.rundir import restore_learner
+
+            _, path = restore_learner(Path(restore), learner)
+            resumed_from = str(path)
+        if hyperparameters:
+            learner.set_hyperparameters(hyperparameters)
+        learner.publish(store)
+        replies.send(("ready", counters(learner), resumed_from))
+        learner.work_ahead()
+        while True:
+            while not commands.poll(POLL):
+                if os.getppid() != parent:
+                    raise Stopped
+            command, *args = commands.recv()
+            if command == "train":
+                try:
+                    stats = learner.train([slots.slots[i] for i in args[0]])
+                except NonFiniteError as e:  # the driver ends the run with it; the step was
+                    replies.send(("nonfinite", str(e), counters(learner)))  # never applied
+                    continue
+                learner.publish(store)
+                replies.send(("trained", stats, counters(learner)))
+                learner.work_ahead()  # while its actors fill the next batch
+            elif command == "state":
+                replies.send_bytes(pack(learner_state(learner)))
+            elif command == "adopt":
+                learner.adopt(unpack(args[0]), args[1])
+                learner.publish(store)
+                replies.send(("adopted", counters(learner)))
+            elif command == "close":
+                learner.close()
+                fields = {}  # None: stop only (the summary's wall clock is not known yet)
+                if args[0] is not None:
+                    fields = {**learner.summary_fields(args[0]), **learner.nonfinite_counts()}
+                replies.send(("closed", fields, counters(learner)))
+            elif command == "vector":
+                replies.send_bytes(learner.policy_vector().tobytes())
+            else:  # "stop"
+                break
+    except (Stopped, EOFError, BrokenPipeError):
+        pass  # the driver is gone or done
+    except BaseException:
+        report_failure(outbox, fatal=True)
+        os._exit(1)  # the sentinel tells the driver at once
+    finally:
+        if learner is not None:
+            learner.close()
+        slots.close()
+        store.close()
+
+
+class RemoteLearner:
+    """The driver's handle of a learner process: the same calls as :class:`LocalLearner`, each
+    a command and its reply (one at a time: a lock). Counters and the episodes of its batches
+    are mirrored here, so that rows and the summary need no call."""
+
+    remote = True
+
+    def __init__(
+        self,
+        ctx: Any,
+        policy: int,
+        cfg: Any,
+        spec: Any,
+        slots: SlotStore,
+        store: PolicyStore,
+        restore: Path | None,
+        hyperparameters: dict[str, float] | None,
+    ):
+        self.policy, self.cfg, self.store = policy, cfg, store
+        self.children = ChildProcesses(ctx, "learner", cfg)
+        self.lock = threading.Lock()
+        self.lost: LearnerLost | None = None
+        self.episode_stats = EpisodeStats()
+        self.version = self.env_steps = self.iterations = 0
+        self.learn_seconds = 0.0
+        self.resumed_from: str | None = None
+        cmd_r, self._commands = ctx.Pipe(duplex=False)
+        self._replies, rep_w = ctx.Pipe(duplex=False)
+        try:
+            args = (policy, cfg, spec, slots, store, cmd_r, rep_w)
+            restore_dir = str(restore) if restore is not None else None
+            self.children.start(
+                learner_main, (*args, restore_dir, hyperparameters, os.getpid()), policy
+            )
+        finally:
+            cmd_r.close()
+            rep_w.close()
+
+    def label(self) -> str:
+        return self.children.label(self.policy)
+
+    def pid(self) -> int | None:
+        return self.children.pid(self.policy)
+
+    # ------------------------------------------------------------ the command protocol
+    def _reply(self, raw: bool = False) -> Any:
+        """The learner's reply; LearnerLost (with its traceback) if it died instead."""
+        while True:
+            try:
+                if self._replies.poll(POLL):
+                    return self._replies.recv_bytes() if raw else self._replies.recv()
+            except (EOFError, OSError):
+                pass  # it is gone: its death says why
+            dead = self.children.dead()
+            if dead:
+                _, cause, tb, _ = dead[0]
+                self.lost = LearnerLost(f"{self.label()} {cause}" + (f":\n{tb}" if tb else ""))
+                raise self.lost
+
+    def _call(self, *command: Any, raw: bool = False) -> Any:
+        with self.lock:
+            if self.lost is not None:
+                raise self.lost
+            try:
+                self._commands.send(command)
+            except OSError:
+                pass  # it died: the reply's wait says how
+            return self._reply(raw)
+
+    def ready(self) -> None:
+        """Wait until it has built its learner and published its first version."""
+        with self.lock:
+            _, c, self.resumed_from = self._reply()
+        self._mirror(c)
+
+    def _mirror(self, c: dict[str, Any]) -> None:
+        self.version, self.env_steps = c["version"], c["env_steps"]
+        self.iterations, self.learn_seconds = c["iterations"], c["learn_seconds"]
+
+    # ------------------------------------------------------------ the training loop's calls
+    def work_ahead(self) -> None:
+        """Done in its process, right after each update."""
+
+    def train(self, batch: list[Any]) -> dict[str, float]:
+        what, stats, c = self._call("train", [s.index for s in batch])
+        self._mirror(c)
+        if what == "nonfinite":
+            raise NonFiniteError(f"policy {self.policy}: {stats}")
+        return stats
+
+    def publish(self, sink: Any) -> None:
+        """It published the new version itself."""
+
+    def record(self, batch: list[Any]) -> None:
+        self.episode_stats.record(batch)
+
+    def state(self) -> dict[str, Any]:
+        return unpack(self._call("state", raw=True))
+
+    def adopt(self, state: dict[str, Any], values: dict[str, float], sink: Any) -> None:
+        _, c = self._call("adopt", pack(state), values)
+        self._mirror(c)
+
+    def policy_vector(self) -> np.ndarray:
+        """The newest version it published (read from the store: no call)."""
+        out = np.empty(self.store.numel, np.float32)
+        self.store.read_if_newer(-1, lambda a: np.copyto(out, a))
+        return out
+
+    def stop_updates(self) -> None:
+        if self.lost is None:
+            self._mirror(self._call("close", None)[2])
+
+    def summary_fields(self, wall: float) -> dict[str, Any]:
+        if self.lost is not None:
+            return {}
+        _, fields, c = self._call("close", wall)
+        self._mirror(c)
+        return fields
+
+    def close(self) -> None:
+        """Tell it to stop, and join it (terminated, then killed, if it does not)."""
+        if self.lost is None:
+            try:
+                self._commands.send(("stop",))
+            except OSError:
+                pass
+        self.children.close()
+        self._commands.close()
+        self._replies.close()
