@@ -324,10 +324,15 @@ def train_pipeline(
         rows: queue.Queue = queue.Queue()
         failures: queue.Queue = queue.Queue()
 
+        def share_left(loop: PolicyLoop) -> bool:
+            """In sync mode a policy trains on its share of the budget and no more: its loop,
+            a thread, would otherwise start one more iteration before the driver stops it."""
+            return cfg.mode != "sync" or loop.learner.env_steps < loop.cfg.total_steps
+
         def run_loop(loop: PolicyLoop) -> None:
             """A learner process's loop, in a thread of the driver."""
             try:
-                while not halt:
+                while not halt and share_left(loop):
                     row = loop.step(halt)
                     rows.put((loop, row))
                     exploit(loop)
@@ -366,6 +371,8 @@ def train_pipeline(
                     try:
                         done = [rows.get(timeout=POLL)]
                     except queue.Empty:
+                        if not any(t.is_alive() for t in threads) and rows.empty():
+                            break  # every policy trained its share (shares round down)
                         continue
                 else:
                     done = []
