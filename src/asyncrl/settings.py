@@ -178,9 +178,25 @@ def validate(cfg: Any, family: str | None = None) -> None:
     Checks ``cfg`` as :func:`resolve` completes it (``family``: for preset auto)."""
     cfg = resolve(cfg, family)
     validate_run(cfg)
+    _refuse_others_settings(cfg)
     algorithm(cfg.algo).validate(cfg)
     if cfg.hogwild:  # a worker runs the synchronous one-actor loop: check what it will run
         validate(worker_config(cfg, 0))
+
+
+def _refuse_others_settings(cfg: Any) -> None:
+    """A setting declared ``owners_only`` (one that changes what is trained, as a recurrent
+    core) given to an algorithm that does not declare it is refused, not silently ignored."""
+    for name, f in FIELDS.items():
+        owners = f.metadata["owners"]
+        if not f.metadata.get("owners_only") or cfg.algo in owners:
+            continue
+        default = f.metadata["defaults"][owners[0]]
+        need(
+            getattr(cfg, name) == default,
+            f"{name}: {cfg.algo} has no such setting (only {', '.join(owners)}); leave it at "
+            f"{format_value(default)}",
+        )
 
 
 def env_spec(cfg: Any) -> EnvSpec:

@@ -96,7 +96,7 @@ def rollout_layout(cfg: Any, spec: EnvSpec) -> SlotLayout:
     """The layout of a run's slots: one actor's rollout, with what its algorithm records."""
     from asyncrl.algos import algorithm
 
-    extra = algorithm(cfg.algo).slot_fields(spec, cfg.rollout, cfg.envs_per_actor)
+    extra = algorithm(cfg.algo).slot_fields(spec, cfg.rollout, cfg.envs_per_actor, cfg)
     return SlotLayout.for_rollout(spec, cfg.rollout, cfg.envs_per_actor, extra)
 
 

@@ -11,6 +11,7 @@ from asyncrl.config import Hyperparameters, need, preset_setting, setting
 CORRECTIONS = ("none", "vtrace", "decoupled")
 SCHEDULES = ("constant", "linear")
 ACTIVATIONS = ("tanh", "relu")
+RECURRENT = ("none", "lstm", "gru")
 
 
 @dataclass
@@ -57,6 +58,20 @@ class PPOConfig(Hyperparameters):
     )
     vtrace_c_bar: float = setting(1.0, "V-trace clip of the trace-cutting coefficients")
     compile: bool = setting(False, "torch.compile the learner's minibatch step")
+    recurrent: str = setting(
+        "none",
+        "a recurrent core after the encoder: lstm or gru (memory, for partially observed "
+        "envs), or none (feed-forward); docs: Guides, recurrent policies",
+        choices=RECURRENT,
+        owners_only=True,
+    )
+    rnn_size: int = setting(128, "--recurrent: units of the LSTM or GRU", owners_only=True)
+    recurrence: int = setting(
+        0,
+        "--recurrent: env steps per backpropagation-through-time chunk, whose starting hidden "
+        "state each slot stores (0: the rollout length; must divide it)",
+        owners_only=True,
+    )
 
 
 # Per env family, the values of settings left unset (docs: Guides, presets). classic: CartPole's
@@ -106,7 +121,25 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-FIXED_ON_RESUME = ("activation", "norm_obs", "norm_reward")
+FIXED_ON_RESUME = ("activation", "norm_obs", "norm_reward", "recurrent", "rnn_size")
+
+
+def recurrence(cfg: Any) -> int:
+    """Env steps per BPTT chunk: ``recurrence``, or with 0 the rollout length."""
+    return cfg.recurrence or cfg.rollout
+
+
+def memory_note(cfg: Any) -> str | None:
+    """The hidden states a recurrent policy's slots hold, for the start-up memory line."""
+    kind, size = cfg.recurrent, cfg.rnn_size
+    if kind == "none":
+        return None
+    rows = 2 if kind == "lstm" else 1
+    per_sample = rows * size * 4 / recurrence(cfg)
+    return (
+        f"{kind} states {rows} x {size} float32 at each of {cfg.rollout // recurrence(cfg)} "
+        f"chunk start(s) per env and rollout, {per_sample:,.0f} B per sample of the above"
+    )
 
 
 def train_batch(cfg: Any) -> int:
@@ -132,6 +165,23 @@ def validate(cfg: Any) -> None:
         need(getattr(cfg, name) >= 0, f"{name}: must be >= 0, got {getattr(cfg, name)}")
     need(cfg.vtrace_rho_bar > 0, f"vtrace_rho_bar: must be > 0, got {cfg.vtrace_rho_bar}")
     need(cfg.vtrace_c_bar > 0, f"vtrace_c_bar: must be > 0, got {cfg.vtrace_c_bar}")
+    if cfg.recurrent != "none":
+        _validate_recurrent(cfg)
+
+
+def _validate_recurrent(cfg: Any) -> None:
+    need(cfg.rnn_size >= 1, f"rnn_size: must be >= 1, got {cfg.rnn_size}")
+    need(cfg.recurrence >= 0, f"recurrence: must be >= 0 (0: the rollout), got {cfg.recurrence}")
+    chunk = recurrence(cfg)
+    need(
+        cfg.rollout % chunk == 0,
+        f"recurrence: must divide rollout ({cfg.rollout}), got {cfg.recurrence}",
+    )
+    need(
+        cfg.minibatch_size % chunk == 0,
+        f"minibatch_size: with --recurrent a minibatch is whole sequences of recurrence "
+        f"({chunk}) steps; {cfg.minibatch_size} is not a multiple of {chunk}",
+    )
 
 
 def for_env(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:

@@ -130,6 +130,18 @@ class ActorCritic(nn.Module):
 
 
 def build_policy(
-    spec: EnvSpec, hidden: list[int], activation: str, norm_obs: bool, encoder: str = "auto"
+    spec: EnvSpec,
+    hidden: list[int],
+    activation: str,
+    norm_obs: bool,
+    encoder: str = "auto",
+    recurrent: str = "none",
+    rnn_size: int = 128,
 ) -> ActorCritic:
+    if recurrent != "none":
+        from asyncrl.algos.ppo.rnn import RecurrentActorCritic
+
+        return RecurrentActorCritic(
+            spec, list(hidden), activation, norm_obs, encoder, recurrent, rnn_size
+        )
     return ActorCritic(spec, list(hidden), activation, norm_obs, encoder)
