@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -38,7 +39,7 @@ MUJOCO_PPO_LINE = (
         ("HalfCheetah-v5", "mujoco"),
         ("Hopper-v5", "mujoco"),
         ("Walker2d-v5", "mujoco"),
-        ("fake_envs:MultiDiscreteActions-v0", "classic"),
+        ("fake_envs:MultiDiscreteActions-v0", "generic"),  # the suite's own: no family
     ],
 )
 def test_auto_chooses_by_the_package_that_implements_the_env(env, family):
@@ -91,6 +92,34 @@ def test_mujoco_ppo_is_cleanrls_recipe_with_a_2048_sample_sync_batch():
     assert (cfg.clip_coef, cfg.value_clip, cfg.ent_coef) == (0.2, 0.2, 0.0)  # clip_vloss
     assert resolve(TrainConfig(env="CartPole-v1"), "classic").value_clip == 0.0
     assert cfg.actors * cfg.envs_per_actor * cfg.rollout == 2048
+
+
+def test_compile_is_on_by_default_only_where_it_pays():
+    """Unset, --compile is derived: on for MLP policies in runs of >= COMPILE_MIN_STEPS
+    gradient steps (a first compilation pays back there), off in shorter runs and for the CNN;
+    given, it is kept; either way a resolved config resolves to itself."""
+    from asyncrl.algos.ppo.config import COMPILE_MIN_STEPS, gradient_steps
+    from asyncrl.settings import for_env, underive
+
+    cartpole = resolve(TrainConfig(), "classic")  # 150,000 steps: 23,400 gradient steps
+    assert gradient_steps(cartpole) < COMPILE_MIN_STEPS and cartpole.compile is False
+    cheetah = resolve(TrainConfig(env="HalfCheetah-v5"), "mujoco")  # 1M steps
+    assert gradient_steps(cheetah) >= COMPILE_MIN_STEPS and cheetah.compile is True
+    assert resolve(cheetah) == cheetah and underive(cheetah).compile is None  # re-derived
+    given = TrainConfig(compile=True)
+    assert resolve(given, "classic").compile is True
+    assert resolve(TrainConfig(env="HalfCheetah-v5", compile=False), "mujoco").compile is False
+    breakout = TrainConfig(env="ALE/Breakout-v5")
+    spec = SimpleNamespace(obs_shape=(4, 84, 84), obs_dtype="uint8")
+    cfg, _ = for_env(resolve(breakout, "atari"), spec, breakout)
+    assert cfg.encoder == "cnn" and cfg.compile is False
+    forced = TrainConfig(env="ALE/Breakout-v5", compile=True)
+    assert for_env(resolve(forced, "atari"), spec, forced)[0].compile is True
+    flat = SimpleNamespace(obs_shape=(17,), obs_dtype="float32")
+    gpu = TrainConfig(env="HalfCheetah-v5", device="auto")  # measured on the CPU only
+    assert for_env(resolve(gpu, "mujoco"), flat, gpu)[0].compile is False
+    assert for_env(cheetah, flat, TrainConfig(env="HalfCheetah-v5"))[0].compile is True
+    assert resolve(TrainConfig(algo="sac", env="Pendulum-v1"), "classic").compile is None
 
 
 def test_the_atari_learner_takes_one_thread_per_cpu_the_others_one(monkeypatch):
@@ -174,7 +203,10 @@ def test_bad_preset_in_yaml_is_one_line_naming_the_field(tmp_path, capsys):
     path.write_text("preset: robots\n")
     assert main(["train", "--config", str(path), "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "asyncrl: error: preset: 'robots' is not one of auto, classic, mujoco, atari"
+    assert err == (
+        "asyncrl: error: preset: 'robots' is not one of auto, generic, classic, box2d, mujoco, "
+        "atari, pixels"
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -218,7 +250,7 @@ def test_the_preset_is_printed_in_one_line_and_saved_resolved(tmp_path, capsys):
     saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
     assert saved["preset"] == "mujoco"
     for name, value in preset_values("mujoco", "ppo").items():
-        if name != "total_steps":  # given: --total-steps 256
+        if name not in ("total_steps", "envs_per_actor"):  # given: --total-steps 256, ...
             assert saved[name] == value, name
     assert saved["total_steps"] == 256
     assert None not in saved.values()

@@ -13,7 +13,9 @@ make_venv() {  # name, packages...
   "$venvs/$name/bin/pip" install --quiet -c "$constraints" torch==2.13.0 "$@"
   echo "$name: $("$venvs/$name/bin/pip" list 2>/dev/null | grep -iE '^(torch|stable.baselines3|sample.factory|ray|gymnasium|mujoco) ' | tr -s ' ' | paste -sd ';')"
 }
-make_venv sb3 stable-baselines3 'gymnasium[mujoco]>=1.1' ale-py opencv-python-headless
+# Box2D: LunarLander and the other Box2D envs of benchmarks/defaults_generality.py
+make_venv sb3 stable-baselines3 'gymnasium[mujoco,box2d]>=1.1' ale-py opencv-python-headless
+[ "${1:-}" = sb3 ] && exit 0  # only SB3's (what defaults_generality.py needs)
 make_venv sf sample-factory==2.1.1 'gymnasium[mujoco]<1.0'
 # Sample Factory's Atari example: ale-py 0.9.1 is the last that works with gymnasium 0.29 (the
 # constraints pin asyncrl's 0.12.1, hence outside them); benchmarks/baselines/sf_atari.py runs it

@@ -121,7 +121,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, owned: tuple[str, ...] = 
         elif isinstance(default, list):
             shown = ",".join(map(str, default))
         else:
-            shown = default if default != "" else "auto"
+            shown = default if default not in ("", None) else "auto"
         kw["help"] = f"{help_text} (default: {shown})".replace("%", "%%")
         parser.add_argument(flag, **kw)
 

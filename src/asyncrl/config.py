@@ -29,7 +29,8 @@ ON_NONFINITE = ("raise", "skip")
 DEVICES = ("cpu", "cuda", "auto")
 ENCODERS = ("auto", "mlp", "cnn")
 VECTORIZERS = ("gymnasium", "envpool")
-FAMILIES = ("classic", "mujoco", "atari")  # the presets: one per env family (envs.env_family)
+# the presets: one per env family (envs.env_family); generic for an env no family claims
+FAMILIES = ("generic", "classic", "box2d", "mujoco", "atari", "pixels")
 
 
 class ConfigError(ValueError):
@@ -49,6 +50,22 @@ def preset_setting(default: Any, help: str, **meta: Any) -> Any:
     """A setting a preset fills when it is not given; ``default`` is its value where the
     family's preset leaves it out. In a run's TrainConfig its default is None (not set)."""
     return setting(default, help, preset=True, **meta)
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """A preset's warm-up (``learning_starts``) that a short run scales down: ``steps``, or
+    ``share`` of ``total_steps`` if that is fewer, so that no run spends most of its budget
+    acting at random."""
+
+    steps: int
+    share: float = 0.01
+
+    def of(self, total_steps: int) -> int:
+        return max(1, min(self.steps, int(self.share * total_steps)))
+
+    def __str__(self) -> str:
+        return f"{self.steps} (at most {self.share:.0%} of total_steps)"
 
 
 class Hyperparameters:
@@ -97,8 +114,10 @@ class RunConfig(ConfigMethods):
     )
     preset: str = setting(
         "auto",
-        "where unset settings take their values: classic (classic control), mujoco (MuJoCo and "
-        "PyBullet robots), atari (ALE ids), or auto (chosen from the env's family)",
+        "where unset settings take their values: generic (the field's defaults, for any env), "
+        "classic (classic control), box2d (Box2D), mujoco (MuJoCo and PyBullet robots), atari "
+        "(ALE ids), pixels (other image observations), or auto (chosen from the env's family; "
+        "values tuned on one env only for that env)",
         choices=("auto", *FAMILIES),
     )
     seed: int = setting(1, "seed of envs, networks and sampling")
@@ -123,7 +142,7 @@ class RunConfig(ConfigMethods):
     )
     ray_cpus_per_actor: float = setting(1.0, "--backend ray: CPUs Ray reserves for each actor")
     actors: int = setting(2, "N, the number of actors")
-    envs_per_actor: int = setting(8, "K, the envs each actor steps as one batched env")
+    envs_per_actor: int = preset_setting(8, "K, the envs each actor steps as one batched env")
     rollout: int = preset_setting(32, "T, env steps per env in one rollout")
     max_batches_waiting: int = setting(
         1,

@@ -124,6 +124,8 @@ class Algorithm(Protocol):
     name: str
     hyperparameters: type  # a dataclass: its fields are the algorithm's settings (CLI flags)
     presets: Mapping[str, Mapping[str, Any]]  # env family -> values of settings left unset
+    # env family -> (the one env they were tuned on, values that override the family's there)
+    tuned: Mapping[str, tuple[str, Mapping[str, Any]]]
     fixed_on_resume: tuple[str, ...]  # settings a checkpoint's networks or data depend on
     derive_markers: Mapping[str, Any]  # its settings derived from others when at these values
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from asyncrl.envs import EnvSpec
+from asyncrl.envs.registry import is_image
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -29,11 +30,6 @@ NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 # the detail a few pixels carry.
 SMALL_CONVS = ((16, 3, 1), (32, 3, 1))
 NATURE_MIN_SIDE = 36
-
-
-def is_image(spec: EnvSpec) -> bool:
-    """Image-shaped observations: uint8 of rank 3 (channels and two spatial axes)."""
-    return spec.obs_dtype == "uint8" and len(spec.obs_shape) == 3
 
 
 def choose_encoder(name: str, spec: EnvSpec) -> str:

@@ -26,6 +26,7 @@ from asyncrl.config import (
     ConfigError,
     ConfigMethods,
     RunConfig,
+    Warmup,
     as_field_type,
     check_kinds,
     format_value,
@@ -102,6 +103,11 @@ PRESET_FIELDS = tuple(name for name, f in FIELDS.items() if f.metadata["preset"]
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     family: {a.name: dict(a.presets.get(family, {})) for a in algorithms()} for family in FAMILIES
 }
+# env family -> algorithm -> (the env they were tuned on, values that override the family's)
+TUNED: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
+    family: {a.name: a.tuned[family] for a in algorithms() if family in a.tuned}
+    for family in FAMILIES
+}
 PRESET_CHOICES = ("auto", *FAMILIES)
 DERIVED: dict[str, Any] = {**RUN_DERIVED}
 for _algo in algorithms():
@@ -112,12 +118,29 @@ def _copy(value: Any) -> Any:
     return list(value) if isinstance(value, list) else value
 
 
-def unset_value(name: str, preset: str, algo: str) -> Any:
-    """What an unset ``name`` becomes for ``algo`` under ``preset``: the preset's value, else
-    the algorithm's (or the run's) default; a setting the algorithm does not read takes the
-    first other algorithm's, so that a resolved config holds no unset value."""
+def _bare(env: str) -> str:
+    return env.split(":", 1)[-1]  # "module:EnvId" names EnvId
+
+
+def tuned_env(preset: str, algo: str, env: str | None) -> str | None:
+    """The env whose tuned values ``preset`` gives ``algo`` here: for ``env`` if they were
+    tuned on it, for any env if ``env`` is None (the preset named, not chosen by auto)."""
+    tuned = TUNED[preset].get(algo)
+    if tuned is None or (env is not None and _bare(env) != tuned[0]):
+        return None
+    return tuned[0]
+
+
+def unset_value(name: str, preset: str, algo: str, tuned: bool = False) -> Any:
+    """What an unset ``name`` becomes for ``algo`` under ``preset`` (``tuned``: with the values
+    the preset's family was tuned with on one env): the preset's value, else the algorithm's
+    (or the run's) default; a setting the algorithm does not read takes the first other
+    algorithm's, so that a resolved config holds no unset value. A :class:`Warmup` is
+    returned as such: :func:`resolve` scales it to the run's budget."""
     meta = FIELDS[name].metadata
-    own = PRESETS[preset][algo]
+    own = dict(PRESETS[preset][algo])
+    if tuned and algo in TUNED[preset]:
+        own.update(TUNED[preset][algo][1])
     if name in own:
         return _copy(own[name])
     defaults = meta["defaults"]
@@ -130,9 +153,18 @@ def unset_value(name: str, preset: str, algo: str) -> Any:
     return _copy(next(iter(defaults.values())))
 
 
-def preset_values(preset: str, algo: str) -> dict[str, Any]:
-    """Every preset-governed setting for ``algo`` under ``preset``."""
-    return {name: unset_value(name, preset, algo) for name in PRESET_FIELDS}
+def preset_values(preset: str, algo: str, tuned: bool = False) -> dict[str, Any]:
+    """Every preset-governed setting for ``algo`` under ``preset``, as a run of the preset's
+    own budget has them."""
+    values = {name: unset_value(name, preset, algo, tuned) for name in PRESET_FIELDS}
+    return {n: _warmup(n, v, algo, values["total_steps"]) for n, v in values.items()}
+
+
+def _warmup(name: str, value: Any, algo: str, budget: int) -> Any:
+    """A :class:`Warmup` as a number: scaled to the budget for an algorithm that reads it."""
+    if not isinstance(value, Warmup):
+        return value
+    return value.of(budget) if algo in FIELDS[name].metadata["owners"] else value.steps
 
 
 def resolve(cfg: Any, family: str | None = None) -> Any:
@@ -148,10 +180,13 @@ def resolve(cfg: Any, family: str | None = None) -> Any:
                 "resolve(cfg, asyncrl.envs.env_family(cfg.env))"
             )
         preset = family
+    tuned = tuned_env(preset, cfg.algo, cfg.env if cfg.preset == "auto" else None) is not None
     changes: dict[str, Any] = {"preset": preset}
     for name in FIELDS:
         if getattr(cfg, name) is None:
-            changes[name] = unset_value(name, preset, cfg.algo)
+            changes[name] = unset_value(name, preset, cfg.algo, tuned)
+    budget = changes.get("total_steps", cfg.total_steps)
+    changes.update((n, _warmup(n, v, cfg.algo, budget)) for n, v in changes.items())
     cfg = dataclasses.replace(cfg, **changes)
     changes = {}
     if cfg.actor_restarts == -1:
@@ -260,14 +295,25 @@ def check_resume(saved: Any, new: Any) -> None:
 
 def preset_line(given: Any, resolved: Any) -> str | None:
     """The one line a run prints at its start: the preset and the values it filled for the
-    algorithm (None if it filled none, as when a saved run resumes)."""
-    table = PRESETS[resolved.preset][resolved.algo]
+    algorithm, those tuned on one env apart and named with it (None if it filled none, as when
+    a saved run resumes)."""
+    algo = resolved.algo
+    env = tuned_env(resolved.preset, algo, given.env if given.preset == "auto" else None)
+    tuned = TUNED[resolved.preset][algo][1] if env else {}
+    table = {**PRESETS[resolved.preset][algo], **tuned}
     filled = [name for name in table if getattr(given, name) is None]
     if not filled:
         return None
     why = f" (auto: {given.env})" if given.preset == "auto" else ""
-    values = ", ".join(f"{name} {_shown(name, resolved)}" for name in filled)
-    return f"asyncrl: preset {resolved.preset}{why} for {resolved.algo}: {values}"
+
+    def values(names: list[str]) -> str:
+        return ", ".join(f"{name} {_shown(name, resolved)}" for name in names)
+
+    line = f"asyncrl: preset {resolved.preset}{why} for {algo}: "
+    line += values([n for n in filled if n not in tuned])
+    if any(n in tuned for n in filled):
+        line += f"; tuned on {env}: " + values([n for n in filled if n in tuned])
+    return line
 
 
 def _shown(name: str, cfg: Any) -> str:
@@ -278,22 +324,29 @@ def _shown(name: str, cfg: Any) -> str:
 
 
 def preset_help(name: str) -> str:
-    """What the presets set ``name`` to, for the CLI help: 'ppo: classic 0.98, mujoco 0.99;
-    sac 0.99'."""
+    """What the presets set ``name`` to, for the CLI help: 'ppo: generic 0.99, classic 0.99
+    (CartPole-v1 0.98), ...; sac 0.99'."""
     owners = FIELDS[name].metadata["owners"]
     parts = []
     for algo in REGISTRY:
         if algo not in owners and RUN not in owners:
             continue
-        by_preset = {p: unset_value(name, p, algo) for p in FAMILIES}
-        shown = {format_value(v) for v in by_preset.values()}
-        if len(shown) == 1:
-            parts.append(f"{algo} {shown.pop()}")
+        shown = {}
+        for p in FAMILIES:
+            text = _help_value(unset_value(name, p, algo))
+            env = tuned_env(p, algo, None)
+            if env and name in TUNED[p][algo][1]:
+                text += f" ({env} {_help_value(TUNED[p][algo][1][name])})"
+            shown[p] = text
+        if len(set(shown.values())) == 1:
+            parts.append(f"{algo} {shown[FAMILIES[0]]}")
         else:
-            parts.append(
-                f"{algo}: " + ", ".join(f"{p} {format_value(v)}" for p, v in by_preset.items())
-            )
+            parts.append(f"{algo}: " + ", ".join(f"{p} {v}" for p, v in shown.items()))
     return "; ".join(parts)
+
+
+def _help_value(value: Any) -> str:
+    return str(value) if isinstance(value, Warmup) else format_value(value)
 
 
 def from_dict(values: dict[str, Any], base: Any = None) -> Any:

@@ -127,3 +127,27 @@ def test_a_failure_report_longer_than_a_pipe_holds_arrives_whole():
         assert "RuntimeError: " + "y" * (256 << 10) in tb
     finally:
         children.close()
+
+
+def _ignore_sigint_then_exit(outbox) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as every asyncrl child does first
+    outbox.send(("ran", os.getpid()))
+
+
+def test_a_ctrl_c_while_a_child_is_still_starting_does_not_kill_it():
+    """A Ctrl+C reaches the whole process group, a child still importing included. Sent to a
+    child just started (long before its own code runs), it neither kills the child nor prints
+    a KeyboardInterrupt traceback into the run's last lines: the child starts with SIGINT
+    blocked, then ignores it."""
+    ctx = mp.get_context("spawn")
+    children = ChildProcesses(ctx, "evaluator", TrainConfig())
+    try:
+        children.start(_ignore_sigint_then_exit, (), 0)
+        pid = children.pid(0)
+        os.kill(pid, signal.SIGINT)
+        index, message = children.receive(timeout=60)
+        assert (index, message) == (0, ("ran", pid))
+        children.procs[0].join(60)
+        assert children.procs[0].exitcode == 0
+    finally:
+        children.close()

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
 from asyncrl.config import ConfigError
+
+if TYPE_CHECKING:
+    from asyncrl.envs.spec import EnvSpec
 
 # Env ids that an optional extra registers on import, the module that registers them and the
 # extra that installs it. PyBullet's own ``pybullet_envs`` no longer imports with Gymnasium; the
@@ -20,16 +24,20 @@ OPTIONAL_ENV_PACKAGES = (
     ("NoFrameskip-v4", "ale_py", "atari"),
 )
 
-# Env families by the package that implements the env (its registered entry point): the preset
-# ``--preset auto`` chooses (config.PRESETS). MuJoCo's and PyBullet's envs are continuous-control
-# robots, which CleanRL, SB3 and Sample Factory all train with one PPO recipe; any other env
-# takes the classic-control values.
+# Env families by what the env is, told from its registration (the package that implements it,
+# or the class it is made from): the preset ``--preset auto`` chooses (settings.PRESETS; docs,
+# Guides: presets). MuJoCo's and PyBullet's robots take one continuous-control recipe, as in
+# CleanRL, SB3 and Sample Factory; an env no family claims takes the generic preset.
 MUJOCO_MODULE = "gymnasium.envs.mujoco"  # Gymnasium's MuJoCo envs (see also make_mujoco)
 ENV_FAMILIES = (
+    ("gymnasium.envs.classic_control", "classic"),
+    ("gymnasium.envs.box2d", "box2d"),
     (MUJOCO_MODULE, "mujoco"),
     ("pybullet_envs_gymnasium", "mujoco"),
     ("ale_py", "atari"),
 )
+GENERIC = "generic"  # the family of an env no other claims
+PIXELS = "pixels"  # image observations outside ALE: told by the spec, once the env is made
 
 
 def resolve_id(env_id: str) -> str:
@@ -64,14 +72,41 @@ def entry_module(env_id: str) -> str:
     return entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
 
 
-def env_family(env_id: str) -> str:
-    """The family of ``env_id`` (a key of config.PRESETS): from its registration alone, so no
-    env is made; an id nothing registers is a ConfigError naming ``env``."""
-    module = entry_module(resolve_id(env_id))
-    for package, family in ENV_FAMILIES:
+def _mujoco_class(env_id: str) -> bool:
+    """A MuJoCo robot registered by another package (e.g. Gymnasium-Robotics): its class is
+    Gymnasium's MujocoEnv. Importing the class makes no env."""
+    entry = gym.spec(env_id).entry_point
+    try:
+        cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        from gymnasium.envs.mujoco import MujocoEnv
+    except Exception:  # a package that fails to import, or no mujoco: not told here
+        return False
+    return isinstance(cls, type) and issubclass(cls, MujocoEnv)
+
+
+def env_family(env_id: str, spec: EnvSpec | None = None) -> str:
+    """The family of ``env_id`` (a key of settings.PRESETS): from its registration alone, so no
+    env is made; an id nothing registers is a ConfigError naming ``env``. With the env's
+    ``spec`` (as check_env gives it), image observations outside ALE are the pixels family."""
+    env_id = resolve_id(env_id)
+    module = entry_module(env_id)
+    family = GENERIC
+    for package, name in ENV_FAMILIES:
         if module == package or module.startswith(package + "."):
-            return family
-    return "classic"
+            family = name
+            break
+    else:
+        if _mujoco_class(env_id):
+            family = "mujoco"
+    if spec is not None and family != "atari" and is_image(spec):
+        return PIXELS
+    return family
+
+
+def is_image(spec: EnvSpec) -> bool:
+    """Image-shaped observations: uint8 of rank 3 (channels and two spatial axes), what the CNN
+    encoder reads."""
+    return spec.obs_dtype == "uint8" and len(spec.obs_shape) == 3
 
 
 def is_atari(env_id: str) -> bool:

@@ -103,7 +103,14 @@ class ChildProcesses:
                 args=(outbox, *args),
                 daemon=True,
             )
-            p.start()
+            # A child inherits this thread's signal mask: a Ctrl+C that reaches the process
+            # group while the child is still importing stays pending there (the child ignores
+            # it once it runs) instead of printing a KeyboardInterrupt traceback.
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+            try:
+                p.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         except BaseException:
             reader.close()
             raise

@@ -83,10 +83,14 @@ def train(
     thread; leaves the process's settings as they were (:func:`process_state_kept`).
     Settings left unset (None) are filled from ``cfg.preset`` (auto: the env's family), and
     one line says which and with what."""
-    given, cfg = cfg, resolve(cfg, env_family(cfg.env))
+    family = env_family(cfg.env)
+    given, cfg = cfg, resolve(cfg, family)
     validate(cfg)
     # before any process or segment exists
     spec = env_spec(cfg)
+    if env_family(cfg.env, spec) != family:  # image observations: known once the env is made
+        cfg = resolve(given, env_family(cfg.env, spec))
+        validate(cfg)
     cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
     check_shared_memory(cfg, spec)
     if not cfg.hogwild:  # e.g. a Ray cluster too small: before --overwrite deletes anything

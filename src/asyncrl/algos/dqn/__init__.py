@@ -14,6 +14,7 @@ class DQNAlgorithm(offpolicy.ReplayAlgorithm):
     name = "dqn"
     hyperparameters = config.DQNConfig
     presets = config.PRESETS
+    tuned = config.TUNED
 
     def accepts(self, spec: Any) -> str | None:
         if not spec.discrete:

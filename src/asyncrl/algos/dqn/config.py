@@ -37,11 +37,12 @@ class DQNConfig(ReplaySettings):
     max_grad_norm: float = setting(10.0, "clip the global gradient norm to this (0: off)")
 
 
-# classic: CleanRL's dqn.py (120-84 network, 10k buffer, learning from 10k steps, a gradient
-# step per 10 env steps, target copy every 500); atari: CleanRL's dqn_atari.py (Nature CNN,
+# classic (and generic, box2d): CleanRL's dqn.py (120-84 network, 10k buffer, learning from 10k
+# steps, a gradient step per 10 env steps, target copy every 500); atari: CleanRL's dqn_atari.py
+# (Nature CNN,
 # 1M buffer, lr 1e-4, a gradient step per 4 env steps, target copy every 1,000, exploration to
-# 0.01 over the first 10% of 10M steps, learning from 80k). mujoco's only completes the table:
-# MuJoCo actions are continuous, which DQN refuses.
+# 0.01 over the first 10% of 10M steps, learning from 80k), as pixels. mujoco's only completes
+# the table: MuJoCo actions are continuous, which DQN refuses.
 _CLEANRL_CLASSIC: dict[str, Any] = {
     "lr": 2.5e-4,
     "gamma": 0.99,
@@ -57,26 +58,31 @@ _CLEANRL_CLASSIC: dict[str, Any] = {
     "hidden": [120, 84],
     "total_steps": 500_000,
 }
-PRESETS: dict[str, dict[str, Any]] = {
-    "classic": dict(_CLEANRL_CLASSIC),
-    "mujoco": dict(_CLEANRL_CLASSIC),
-    "atari": {
-        "lr": 1e-4,
-        "gamma": 0.99,
-        "batch_size": 32,
-        "buffer_size": 1_000_000,
-        "learning_starts": 80_000,
-        "replay_ratio": 0.25,
-        "target_every": 1000,
-        "td_loss": "mse",
-        "epsilon_end": 0.01,
-        "exploration_fraction": 0.1,
-        "rollout": 1,
-        "hidden": [512],
-        "threads_learner": 0,
-        "total_steps": 10_000_000,
-    },
+_CLEANRL_ATARI: dict[str, Any] = {
+    "lr": 1e-4,
+    "gamma": 0.99,
+    "batch_size": 32,
+    "buffer_size": 1_000_000,
+    "learning_starts": 80_000,
+    "replay_ratio": 0.25,
+    "target_every": 1000,
+    "td_loss": "mse",
+    "epsilon_end": 0.01,
+    "exploration_fraction": 0.1,
+    "rollout": 1,
+    "hidden": [512],
+    "threads_learner": 0,
+    "total_steps": 10_000_000,
 }
+PRESETS: dict[str, dict[str, Any]] = {
+    "generic": dict(_CLEANRL_CLASSIC),
+    "classic": dict(_CLEANRL_CLASSIC),
+    "box2d": dict(_CLEANRL_CLASSIC),
+    "mujoco": dict(_CLEANRL_CLASSIC),
+    "atari": dict(_CLEANRL_ATARI),
+    "pixels": dict(_CLEANRL_ATARI),
+}
+TUNED: dict[str, tuple[str, dict[str, Any]]] = {}
 
 
 def validate(cfg: Any) -> None:

@@ -13,8 +13,9 @@ class PPOAlgorithm:
     name = "ppo"
     hyperparameters = config.PPOConfig
     presets = config.PRESETS
+    tuned = config.TUNED
     fixed_on_resume = config.FIXED_ON_RESUME
-    derive_markers: dict[str, Any] = {}
+    derive_markers: dict[str, Any] = {"compile": None}
 
     def accepts(self, spec: Any) -> str | None:
         return None  # Discrete and 1-D Box actions, as every spec is
@@ -23,7 +24,7 @@ class PPOAlgorithm:
         config.validate(cfg)
 
     def derived(self, cfg: Any) -> dict[str, Any]:
-        return {"log_every": 1} if cfg.log_every == 0 else {}  # a row per update
+        return config.derived(cfg)
 
     def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
         return config.for_env(cfg, spec, given)

@@ -9,6 +9,10 @@ from typing import Any
 from asyncrl.config import Hyperparameters, need, preset_setting, setting
 
 CORRECTIONS = ("none", "vtrace", "decoupled")
+# Gradient steps from which --compile is on by default: a first compilation on a machine (an
+# empty compile cache) costs ~20-25 s of a 2-core CPU and saves ~0.4 ms per MLP step, so it
+# pays back after ~60,000 steps (docs/benchmarks/learner-floor.md)
+COMPILE_MIN_STEPS = 100_000
 SCHEDULES = ("constant", "linear")
 ACTIVATIONS = ("tanh", "relu")
 RECURRENT = ("none", "lstm", "gru")
@@ -57,7 +61,12 @@ class PPOConfig(Hyperparameters):
         1.0, "truncation of importance weights (V-trace's TD errors; decoupled's sample weights)"
     )
     vtrace_c_bar: float = setting(1.0, "V-trace clip of the trace-cutting coefficients")
-    compile: bool = setting(False, "torch.compile the learner's minibatch step")
+    compile: bool | None = setting(
+        None,
+        "torch.compile the learner's minibatch step (unset: on where it pays, MLP policies in "
+        f"runs of at least {COMPILE_MIN_STEPS:,} gradient steps on the CPU; off in shorter "
+        "runs, for the CNN and with --device cuda or auto)",
+    )
     recurrent: str = setting(
         "none",
         "a recurrent core after the encoder: lstm or gru (memory, for partially observed "
@@ -74,51 +83,64 @@ class PPOConfig(Hyperparameters):
     )
 
 
-# Per env family, the values of settings left unset (docs: Guides, presets). classic: CartPole's
-# tuning, with minibatches of 64 so that an async batch of 8 x 32 samples is 4 of them; mujoco:
-# CleanRL's ppo_continuous_action and SB3's defaults with CleanRL's clipped value loss; atari:
-# CleanRL's ppo_atari with the Nature-CNN torso, whose learner takes every CPU.
+# The values of settings left unset, per env family (docs, Guides: presets). generic: SB3's and
+# CleanRL's PPO defaults (a 2,048-sample batch: 2 actors x 8 envs x 128), the base of every
+# family; classic and box2d add observation and return normalisation; mujoco CleanRL's clipped
+# value loss too; atari (and other pixels) CleanRL's ppo_atari with the Nature-CNN torso, whose
+# learner takes every CPU.
+GENERIC: dict[str, Any] = {
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "lr": 3e-4,
+    "epochs": 10,
+    "minibatch_size": 64,
+    "rollout": 128,
+    "hidden": [64, 64],
+    "norm_obs": False,
+    "norm_reward": False,
+    "total_steps": 1_000_000,
+}
+
+
+def _family(**values: Any) -> dict[str, Any]:
+    table = {**GENERIC, **values}
+    table["total_steps"] = table.pop("total_steps")  # the budget last, as the line shows it
+    return table
+
+
+_ATARI = _family(
+    lr=2.5e-4,
+    epochs=4,
+    minibatch_size=256,
+    hidden=[512],
+    clip_coef=0.1,
+    ent_coef=0.01,
+    threads_learner=0,
+    total_steps=10_000_000,
+)
 PRESETS: dict[str, dict[str, Any]] = {
-    "classic": {
-        "gamma": 0.98,
-        "gae_lambda": 0.8,
-        "lr": 5e-4,
-        "epochs": 10,
-        "minibatch_size": 64,
-        "rollout": 32,
-        "hidden": [64, 64],
-        "norm_obs": False,
-        "norm_reward": False,
-        "total_steps": 150_000,
-    },
-    "mujoco": {
-        "gamma": 0.99,
-        "gae_lambda": 0.95,
-        "lr": 3e-4,
-        "epochs": 10,
-        "minibatch_size": 64,
-        "rollout": 128,
-        "hidden": [64, 64],
-        "norm_obs": True,
-        "norm_reward": True,
-        "value_clip": 0.2,
-        "total_steps": 1_000_000,
-    },
-    "atari": {
-        "gamma": 0.99,
-        "gae_lambda": 0.95,
-        "lr": 2.5e-4,
-        "epochs": 4,
-        "minibatch_size": 256,
-        "rollout": 128,
-        "hidden": [512],
-        "norm_obs": False,
-        "norm_reward": False,
-        "clip_coef": 0.1,
-        "ent_coef": 0.01,
-        "threads_learner": 0,
-        "total_steps": 10_000_000,
-    },
+    "generic": _family(),
+    "classic": _family(norm_obs=True, norm_reward=True, total_steps=150_000),
+    "box2d": _family(norm_obs=True, norm_reward=True),
+    "mujoco": _family(norm_obs=True, norm_reward=True, value_clip=0.2),
+    "atari": _ATARI,
+    "pixels": dict(_ATARI),
+}
+# Values tuned on one env, per family: auto gives them to that env alone (a preset named with
+# --preset gives them to any env). CartPole's: solved within 150k steps in both modes, with
+# minibatches of 64 so that an async batch of 8 x 32 samples is 4 of them.
+TUNED: dict[str, tuple[str, dict[str, Any]]] = {
+    "classic": (
+        "CartPole-v1",
+        {
+            "gamma": 0.98,
+            "gae_lambda": 0.8,
+            "lr": 5e-4,
+            "rollout": 32,
+            "norm_obs": False,
+            "norm_reward": False,
+        },
+    ),
 }
 
 FIXED_ON_RESUME = ("activation", "norm_obs", "norm_reward", "recurrent", "rnn_size")
@@ -147,6 +169,23 @@ def train_batch(cfg: Any) -> int:
     return cfg.envs_per_actor * cfg.rollout * (cfg.actors if cfg.mode == "sync" else 1)
 
 
+def gradient_steps(cfg: Any) -> int:
+    """The minibatch steps a run of ``cfg`` takes, all its updates together (0 for settings
+    validate refuses: derived settings are computed before it runs)."""
+    batch = train_batch(cfg)
+    if batch < 1 or cfg.minibatch_size < 1 or cfg.epochs < 1 or cfg.total_steps < 1:
+        return 0
+    return cfg.total_steps // batch * cfg.epochs * max(batch // cfg.minibatch_size, 1)
+
+
+def derived(cfg: Any) -> dict[str, Any]:
+    """``log_every`` (a row per update) and ``compile`` where left unset (see the setting)."""
+    out: dict[str, Any] = {"log_every": 1} if cfg.log_every == 0 else {}
+    if cfg.compile is None:  # a recurrent policy's step is never compiled (its own update)
+        out["compile"] = cfg.recurrent == "none" and gradient_steps(cfg) >= COMPILE_MIN_STEPS
+    return out
+
+
 def validate(cfg: Any) -> None:
     for name in ("epochs", "minibatch_size"):
         need(getattr(cfg, name) >= 1, f"{name}: must be >= 1, got {getattr(cfg, name)}")
@@ -170,6 +209,11 @@ def validate(cfg: Any) -> None:
 
 
 def _validate_recurrent(cfg: Any) -> None:
+    need(
+        not cfg.compile,
+        "compile: a recurrent policy's update is not compiled; leave --compile off with "
+        "--recurrent",
+    )
     need(cfg.rnn_size >= 1, f"rnn_size: must be >= 1, got {cfg.rnn_size}")
     need(cfg.recurrence >= 0, f"recurrence: must be >= 0 (0: the rollout), got {cfg.recurrence}")
     chunk = recurrence(cfg)
@@ -186,9 +230,15 @@ def _validate_recurrent(cfg: Any) -> None:
 
 def for_env(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
     """Image observations are scaled by 1/255 in the network: ``norm_obs`` is refused for them
-    if the user set it, and turned off, with a line, if a preset did."""
+    if the user set it, and turned off, with a line, if a preset did. ``compile`` is off for
+    the CNN unless given: its step gains nothing from it (docs/benchmarks/learner-floor.md);
+    nor is it derived for a learner that may run on a GPU, where it was never measured."""
+    changes: dict[str, Any] = {}
+    derived_on = cfg.compile and given is not None and given.compile is None
+    if derived_on and (cfg.encoder == "cnn" or cfg.device != "cpu"):
+        changes["compile"] = False
     if not (cfg.norm_obs and spec.obs_dtype == "uint8"):
-        return {}, []
+        return changes, []
     need(
         given is not None and given.norm_obs is None,
         f"norm_obs: {cfg.env} has uint8 observations, which the network scales by 1/255 "
@@ -198,4 +248,4 @@ def for_env(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]
         f"asyncrl: norm_obs off: {cfg.env} has uint8 observations, which the network "
         f"scales by 1/255 instead (preset {cfg.preset} would normalise them)"
     )
-    return {"norm_obs": False}, [line]
+    return {**changes, "norm_obs": False}, [line]

@@ -55,7 +55,7 @@ class PPOLearner(LearnerBase):
             self.algo: Any = RecurrentPPO(self.policy, self.hp, cfg.lr, recurrence(cfg))
             self.fields += ("rnn_states",)
         else:
-            self.algo = PPO(self.policy, self.hp, cfg.lr, compile=cfg.compile)
+            self.algo = PPO(self.policy, self.hp, cfg.lr, compile=bool(cfg.compile))
         self.flat = FlatParams(self.policy)
         # One statistic for the run, whatever N and K: the learner sees every env's rewards.
         self.reward_norm = RewardNormalizer(cfg.gamma, cfg.reward_clip) if cfg.norm_reward else None

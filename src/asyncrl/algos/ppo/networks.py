@@ -37,6 +37,8 @@ class ActorCritic(nn.Module):
     env receives it clipped to its bounds.
     """
 
+    recurrent = False  # a feed-forward policy: no state between steps
+
     def __init__(
         self,
         spec: EnvSpec,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from asyncrl.algos.ppo.config import PPOConfig
+from asyncrl.algos.ppo.fused import MLPStep, supports
 from asyncrl.algos.ppo.networks import ActorCritic
 from asyncrl.algos.ppo.returns import gae, vtrace
 
@@ -24,13 +25,28 @@ STATS = (
 
 
 class PPO:
-    def __init__(self, policy: ActorCritic, cfg: PPOConfig, lr: float, compile: bool = False):
+    def __init__(
+        self,
+        policy: ActorCritic,
+        cfg: PPOConfig,
+        lr: float,
+        compile: bool = False,
+        fused: bool = True,
+    ):
+        """``fused``: MLP policies take the fused step of fused.py (False: the autograd step
+        for every network, the reference the fused step is tested and benchmarked against)."""
         self.policy, self.cfg = policy, cfg
         params = [p for p in policy.parameters() if p.requires_grad]
         self.device = params[0].device
         self.params = params
         self.optimizer = torch.optim.Adam(params, lr=lr, eps=1e-5, **_fast_adam())
-        self._step = torch.compile(self._minibatch_step) if compile else self._minibatch_step
+        # MLP policies: the step with its gradients written out (fused.py), the same numbers
+        # as _minibatch_step up to rounding; other networks: autograd
+        fused = fused and supports(policy)
+        self.fused = MLPStep(policy, cfg, self.optimizer, compile) if fused else None
+        self._step = self._minibatch_step
+        if compile and self.fused is None:
+            self._step = torch.compile(self._minibatch_step)
         # Called around every gradient step; Hogwild! workers sync parameters there.
         self.before_step = self.after_step = _nothing
 
@@ -117,6 +133,12 @@ class PPO:
         n, mb = batch["adv"].shape[0], self.cfg.minibatch_size
         keys = ("features", "actions", "logp", "weight", "adv", "returns", "values")
         clip = torch.tensor(self.cfg.clip_coef * clip_scale, device=self.device)
+        step, fused = self._step, self.fused
+        if fused is not None:
+            fused.pack()
+            step = fused
+            clip = torch.tensor([self.cfg.clip_coef * clip_scale, lr], device=self.device)
+        hooked = self.before_step is not _nothing
         stats = []
         for _ in range(self.cfg.epochs):
             # one gather per field and epoch; minibatches are then contiguous slices
@@ -124,7 +146,9 @@ class PPO:
             shuffled = [batch[k][perm] for k in keys]
             for start in range(0, n - mb + 1, mb):  # a ragged tail minibatch would be noisier
                 self.before_step()
-                stats.append(self._step(clip, *(x[start : start + mb] for x in shuffled)))
+                if hooked and fused is not None:
+                    fused.check()  # a hook may have moved the parameters
+                stats.append(step(clip, *(x[start : start + mb] for x in shuffled)))
                 self.after_step()
         mean = torch.stack(stats).mean(0).tolist()  # the one host sync of the update
         out = dict(zip(STATS, mean, strict=True))

@@ -15,6 +15,7 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
     name = "sac"
     hyperparameters = config.SACConfig
     presets = config.PRESETS
+    tuned = config.TUNED
 
     def accepts(self, spec: Any) -> str | None:
         if spec.discrete:

@@ -1,0 +1,300 @@
+"""The learner at its floor: time per minibatch step against the step's arithmetic, from one run.
+
+    python benchmarks/learner_floor.py                      # all cases
+    python benchmarks/learner_floor.py --cases classic,mujoco --rounds 9
+    python benchmarks/learner_floor.py --cold               # compile into an empty cache
+
+Cases, each at its preset's sizes (issue 35):
+  classic  PPO, CartPole-v1: 64x64 tanh MLPs, minibatch 64, 10 epochs of 256 samples
+  mujoco   PPO, HalfCheetah-v5: 64x64 tanh MLPs, minibatch 64, value clipping, 10 epochs of 2,048
+  atari    PPO, Breakout: Nature CNN + 512, minibatch 256, 4 epochs of 1,024 frames, the preset's
+           learner threads (all CPUs)
+  sac      SAC, HalfCheetah-v5: 256x256 actor and twin critics, batch 256 (one gradient step of
+           critics, actor and temperature)
+
+Each variant of a case trains its own copy of one initial network on one fixed batch; variants
+alternate round by round, so a change in the machine's load falls on all of them. For each: the
+median wall time per minibatch step (the whole PPO update -- shuffles, steps, the statistics'
+one host sync -- divided by its steps; one SAC update) and the process's CPU time for it (less
+sensitive to others' load on a shared machine), its FLOPs (matmuls and convolutions,
+forward and backward, as torch's FlopCounterMode counts them in the reference step), the
+machine's matmul rate measured in this run (a 1024^3 float32 matmul on the same threads) and
+the ratio time / (FLOPs / rate): how far the step is from its arithmetic floor. Rates, ratios
+and speed-ups are given twice: in wall time, and in CPU time (per CPU second, for the matmul
+rate), which others' load on a shared machine disturbs less: each "CPU" column is the one
+before it in CPU time.
+
+Variants: ``old`` is the autograd step as it was before the fused step (PPO(fused=False), whose
+step is the code of 971e76e; SAC's update, unchanged); ``old-compiled`` the same under
+torch.compile (what --compile did before; for the CNN and SAC, where the fused step does not
+apply); ``fused`` the
+step of fused.py, eager; ``compiled`` the same, torch.compile'd. A compiled variant's first call,
+compilation included, is reported apart: --cold compiles into an empty cache directory, else the
+machine's cache answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+if "--cold" in sys.argv:  # before torch is imported: inductor reads it once
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="learner-floor-cache-")
+
+import copy  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from asyncrl.algos.ppo.config import PPOConfig  # noqa: E402
+from asyncrl.algos.ppo.networks import build_policy  # noqa: E402
+from asyncrl.algos.ppo.update import PPO  # noqa: E402
+from asyncrl.algos.sac.config import SACConfig  # noqa: E402
+from asyncrl.algos.sac.update import SAC  # noqa: E402
+from asyncrl.config import learner_threads  # noqa: E402
+from asyncrl.envs import check_env, env_family  # noqa: E402
+from asyncrl.settings import TrainConfig, resolve  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ENVS = {
+    "classic": ("ppo", "CartPole-v1"),
+    "mujoco": ("ppo", "HalfCheetah-v5"),
+    "atari": ("ppo", "ALE/Breakout-v5"),
+    "sac": ("sac", "HalfCheetah-v5"),
+}
+
+
+def matmul_rate(threads: int, n: int = 1024, repeats: int = 15) -> tuple[float, float]:
+    """FLOP/s of an n x n x n float32 matmul on ``threads`` torch threads (median): per second
+    of wall time, and per second of this process's CPU time."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    out = torch.empty(n, n)
+    torch.mm(a, b, out=out)
+    wall, cpu = [], []
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        torch.mm(a, b, out=out)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return 2 * n**3 / statistics.median(wall), 2 * n**3 / statistics.median(cpu)
+
+
+def flops_of(fn: Callable[[], object]) -> int:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+class Variant:
+    """One way of doing the case's work: ``run()`` does one unit (a PPO update, a SAC update)
+    and returns its minibatch steps."""
+
+    def __init__(self, name: str, run: Callable[[], int]):
+        self.name, self.run = name, run
+        self.first_seconds = 0.0
+        self.per_step: list[float] = []  # wall seconds per minibatch step
+        self.cpu_per_step: list[float] = []  # CPU seconds (all of this process's threads)
+
+    def first(self) -> None:
+        t0 = time.perf_counter()
+        self.run()
+        self.first_seconds = time.perf_counter() - t0
+
+    def timed(self) -> None:
+        t0, c0 = time.perf_counter(), time.process_time()
+        steps = self.run()
+        self.per_step.append((time.perf_counter() - t0) / steps)
+        self.cpu_per_step.append((time.process_time() - c0) / steps)
+
+
+def ppo_case(name: str, env: str, variants: list[str]) -> tuple[list[Variant], Callable, int]:
+    cfg = resolve(TrainConfig(env=env, algo="ppo"), env_family(env))
+    spec = check_env(env)
+    hp = PPOConfig.of(cfg)
+    T, B = cfg.rollout, cfg.envs_per_actor
+    if name == "mujoco":  # SB3's and the issue's 2,048 samples per update
+        T = 2048 // B
+    torch.manual_seed(0)
+    policy = build_policy(spec, cfg.hidden, cfg.activation, False, "auto")
+    g = torch.Generator().manual_seed(1)
+    n = T * B
+    if spec.obs_dtype == "uint8":
+        obs = torch.randint(0, 256, (n, *spec.obs_shape), generator=g, dtype=torch.uint8)
+    else:
+        obs = torch.randn(n, *spec.obs_shape, generator=g)
+    if spec.discrete:
+        actions = torch.randint(0, spec.n_actions, (n,), generator=g)
+    else:
+        actions = torch.randn(n, spec.n_actions, generator=g)
+    with torch.no_grad():
+        logp, _, values = policy.log_prob_entropy(obs, actions)
+    batch = {
+        "features": policy.features(obs),
+        "actions": actions,
+        "logp": logp + 0.1 * torch.randn(n, generator=g),
+        "weight": torch.ones(n),
+        "adv": torch.randn(n, generator=g),
+        "returns": values + torch.randn(n, generator=g),
+        "values": values,
+    }
+    made = []
+    for v in variants:
+        fused, compile = not v.startswith("old"), v.endswith("compiled")
+        if fused != _fused_applies(policy) and v != "old":
+            continue  # the CNN: old and old-compiled; MLPs: all but old-compiled by default
+        algo = PPO(copy.deepcopy(policy), hp, cfg.lr, compile=compile, fused=fused)
+        gen = torch.Generator().manual_seed(2)
+        steps = hp.epochs * (n // hp.minibatch_size)
+
+        def run(algo=algo, gen=gen, steps=steps) -> int:
+            algo.update(batch, cfg.lr, gen)
+            return steps
+
+        made.append(Variant(v, run))
+    ref = PPO(copy.deepcopy(policy), hp, cfg.lr, fused=False)
+    mb = [batch[k][: hp.minibatch_size] for k in ("features", "actions", "logp", "weight")]
+    mb += [batch[k][: hp.minibatch_size] for k in ("adv", "returns", "values")]
+    clip = torch.tensor(hp.clip_coef)
+    flops = flops_of(lambda: ref._minibatch_step(clip, *mb))
+    return made, flops, learner_threads(cfg, 1)
+
+
+def _fused_applies(policy) -> bool:
+    from asyncrl.algos.ppo.fused import supports
+
+    return supports(policy)
+
+
+def sac_case(variants: list[str]) -> tuple[list[Variant], int, int]:
+    env = ENVS["sac"][1]
+    cfg = resolve(TrainConfig(env=env, algo="sac"), env_family(env))
+    spec = check_env(env)
+    hp = SACConfig.of(cfg)
+    g = torch.Generator().manual_seed(1)
+    n = cfg.batch_size
+    b = {
+        "obs": torch.randn(n, spec.obs_dim, generator=g),
+        "action": torch.rand(n, spec.n_actions, generator=g) * 2 - 1,
+        "reward": torch.randn(n, generator=g),
+        "next_obs": torch.randn(n, spec.obs_dim, generator=g),
+        "terminated": torch.zeros(n),
+    }
+
+    def make() -> SAC:
+        torch.manual_seed(0)
+        return SAC(
+            spec.obs_dim,
+            spec.n_actions,
+            spec.action_low,
+            spec.action_high,
+            hp,
+            generator=torch.Generator().manual_seed(7),
+            hidden=tuple(cfg.hidden),
+        )
+
+    made = []
+    for v in variants:
+        if v not in ("old", "old-compiled"):
+            continue  # SAC's update is the autograd one: as it is, and under torch.compile
+        sac = make()
+        update = torch.compile(sac.update) if v == "old-compiled" else sac.update
+        made.append(Variant(v, lambda update=update: (update(b), 1)[1]))
+    ref = make()
+    return made, flops_of(lambda: ref.update(b)), learner_threads(cfg, 1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--cases", default="classic,mujoco,atari,sac")
+    p.add_argument(
+        "--variants",
+        default="old,old-compiled,fused,compiled",
+        help="old-compiled (the autograd step under torch.compile, as --compile was before) "
+        "runs where the fused step does not apply: the CNN",
+    )
+    p.add_argument("--rounds", type=int, default=7, help="timed rounds (each variant once)")
+    p.add_argument("--cold", action="store_true", help="compile into an empty cache directory")
+    args = p.parse_args()
+    variants = args.variants.split(",")
+    results: dict = {
+        "torch": torch.__version__,
+        "argv": sys.argv[1:],
+        "loadavg_start": os.getloadavg(),
+    }
+    print(f"torch {torch.__version__}; load average at start {os.getloadavg()[0]:.2f}")
+    header = (
+        f"{'case':8s} {'variant':12s} {'first call':>10s} {'ms/step':>8s} {'CPU ms':>7s} "
+        f"{'MFLOP':>7s} {'GFLOP/s':>7s} {'CPU':>5s} {'floor ms':>8s} {'x floor':>7s} {'CPU':>5s} "
+        f"{'vs old':>6s} {'CPU':>5s}"
+    )
+    rows = []
+    for case in args.cases.split(","):
+        algo, env = ENVS[case]
+        if algo == "ppo":
+            made, flops, threads = ppo_case(case, env, variants)
+        else:
+            made, flops, threads = sac_case(variants)
+        torch.set_num_threads(threads)
+        for v in made:
+            v.first()
+            v.timed()  # a second untimed-in-effect warm-up: caches, allocator
+            v.per_step.clear()
+        for _ in range(args.rounds):
+            for v in made:
+                v.timed()
+        rate, cpu_rate = matmul_rate(threads)
+        floor, cpu_floor = flops / rate, flops / cpu_rate
+        old = next((v for v in made if v.name == "old"), None)
+        old_ms = statistics.median(old.per_step) if old else float("nan")
+        old_cpu = statistics.median(old.cpu_per_step) if old else float("nan")
+        out = {
+            "threads": threads,
+            "flops": flops,
+            "matmul_flops_per_s": rate,
+            "matmul_flops_per_cpu_s": cpu_rate,
+            "variants": {},
+        }
+        for v in made:
+            ms, cpu = statistics.median(v.per_step), statistics.median(v.cpu_per_step)
+            out["variants"][v.name] = {
+                "seconds_per_step": ms,
+                "cpu_seconds_per_step": cpu,
+                "all": v.per_step,
+                "all_cpu": v.cpu_per_step,
+                "first_call_seconds": v.first_seconds,
+                "x_floor": ms / floor,
+                "x_floor_cpu": cpu / cpu_floor,
+                "speedup_vs_old": old_ms / ms,
+                "speedup_vs_old_cpu": old_cpu / cpu,
+            }
+            rows.append(
+                f"{case:8s} {v.name:12s} {v.first_seconds:9.1f}s {ms * 1e3:8.3f} "
+                f"{cpu * 1e3:7.3f} {flops / 1e6:7.1f} {rate / 1e9:7.0f} {cpu_rate / 1e9:5.0f} "
+                f"{floor * 1e3:8.3f} {ms / floor:7.1f} {cpu / cpu_floor:5.1f} "
+                f"{old_ms / ms:5.2f}x {old_cpu / cpu:4.2f}x"
+            )
+        results[case] = out
+        if len(rows) == len(made):
+            print(header)
+        for r in rows[-len(made) :]:
+            print(r)
+        print(f"  ({threads} thread(s); load average now {os.getloadavg()[0]:.2f})")
+    results["loadavg_end"] = os.getloadavg()
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"learner_floor-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(results, indent=2, default=float))
+    print(f"\nwritten {path}")
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    main()

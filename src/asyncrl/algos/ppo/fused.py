@@ -1,0 +1,375 @@
+"""PPO's minibatch step for the MLP actor-critic with its gradients written out: forward,
+losses, backward, gradient clip and Adam step as a few dozen tensor ops, no autograd; with
+``compile``, one inductor graph.
+
+The policy and value MLPs run as one batched network (their first layers as one matmul, their
+hidden layers as one batched matmul), derived from the module's own parameters at every step,
+so the parameter layout (state dict, published vector, checkpoints) is unchanged. Adam's state
+lives in the ``torch.optim.Adam`` it is given, in that optimizer's own format. Why and how fast:
+docs/benchmarks/learner-floor.md.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+from torch import nn
+
+from asyncrl.algos.ppo.config import PPOConfig
+from asyncrl.nets import LOG_2PI
+
+# inductor's per-call checks of every input's size and alignment cost more than this graph's
+# elementwise work; the inputs are checked once, in MLPStep.pack
+_INDUCTOR_OPTIONS = {
+    "size_asserts": False,
+    "alignment_asserts": False,
+    "scalar_asserts": False,
+    "cpp_wrapper": True,
+}
+
+
+def supports(policy: nn.Module) -> bool:
+    """Whether :class:`MLPStep` can train ``policy``: separate policy and value MLPs
+    (``ActorCritic`` with the mlp encoder)."""
+    if getattr(policy, "recurrent", False):
+        return False  # its heads read a core unrolled over sequences: the autograd step
+    pi = getattr(policy, "pi", None)
+    return getattr(policy, "encoder", None) is None and isinstance(pi, nn.Sequential)
+
+
+def _linears(seq: nn.Sequential) -> list[nn.Linear]:
+    return [m for m in seq if isinstance(m, nn.Linear)]
+
+
+def flat_span(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """One 1-D tensor over ``tensors`` if they lie back to back, in order, in one storage
+    (contiguous each); None if not."""
+    first = tensors[0]
+    storage, start = first.untyped_storage().data_ptr(), first.storage_offset()
+    at = start
+    for t in tensors:
+        if (
+            not t.is_contiguous()
+            or t.untyped_storage().data_ptr() != storage
+            or t.storage_offset() != at
+            or t.dtype != first.dtype
+        ):
+            return None
+        at += t.numel()
+    return first.new_empty(0).set_(first.untyped_storage(), start, (at - start,))
+
+
+class MLPStep:
+    """``PPO._minibatch_step`` for an MLP ``ActorCritic``, its gradients derived by hand.
+
+    Called as ``step(hp, features, actions, old_logp, weight, adv, returns, old_values)`` with
+    ``hp = [clip, lr]`` as a tensor (a compiled step then never recompiles when they move);
+    returns the same statistics. Before the steps of an update, :meth:`pack` must have been
+    called (it makes the parameters and Adam's state views of one flat vector each), and after
+    anything that may have swapped the parameters' storage, :meth:`check`.
+    """
+
+    def __init__(
+        self,
+        policy: nn.Module,
+        cfg: PPOConfig,
+        optimizer: torch.optim.Adam,
+        compile: bool = False,
+    ):
+        self.cfg = cfg
+        self.discrete = policy.discrete
+        pi, v = _linears(policy.pi), _linears(policy.v)
+        self.layers = len(pi)
+        acts = {type(m) for m in [*policy.pi, *policy.v] if not isinstance(m, nn.Linear)}
+        if acts - {nn.Tanh} and acts - {nn.ReLU} or len(v) != self.layers:
+            raise ValueError("MLPStep: policy and value MLPs of one activation and depth")
+        self.tanh = acts != {nn.ReLU}
+        self.optimizer = optimizer
+        group = optimizer.param_groups[0]
+        if len(optimizer.param_groups) != 1 or group["weight_decay"] or group["amsgrad"]:
+            raise ValueError("MLPStep: one plain Adam parameter group")
+        if group.get("maximize") or group.get("differentiable"):
+            raise ValueError("MLPStep: one plain Adam parameter group")
+        self.params: list[torch.Tensor] = list(group["params"])
+        # read here, not in the compiled step: it would guard on the whole group, lr included,
+        # and recompile whenever the schedule moves it
+        self.betas, self.eps = tuple(group["betas"]), float(group["eps"])
+        # where each tensor of the network sits in the optimizer's order
+        keys = {}
+        for name, layers in (("pi", pi), ("v", v)):
+            for i, m in enumerate(layers):
+                keys[id(m.weight)], keys[id(m.bias)] = (name, i, 0), (name, i, 1)
+        if not self.discrete:
+            keys[id(policy.log_std)] = ("log_std", 0, 0)
+        if sorted(keys) != sorted(id(p) for p in self.params):
+            raise ValueError("MLPStep: the optimizer must hold exactly the policy's parameters")
+        self.index = {keys[id(p)]: i for i, p in enumerate(self.params)}
+        self.shapes = [tuple(p.shape) for p in self.params]
+        self.sizes = [p.numel() for p in self.params]
+        self.fused_adam = bool(group.get("fused"))
+        self.compiled = compile
+        self._flat: tuple[torch.Tensor, ...] | None = None
+        self._fn = self._body
+        if compile:
+            self._fn = torch.compile(
+                _own_code(self, MLPStep._body),
+                fullgraph=True,
+                dynamic=False,
+                options=_INDUCTOR_OPTIONS,
+            )
+
+    # ------------------------------------------------------------------ entry points
+    def pack(self) -> None:
+        """Parameters, Adam's moments and step counters as views of one flat vector each, so
+        that the clip and Adam are a few ops on whole vectors: kept as they are where they
+        already are (as FlatParams.view_into lays parameters out), else moved there, values
+        kept. Called at the start of every update (a loaded checkpoint brings new state
+        tensors), and by :meth:`check`."""
+        state = self.optimizer.state
+        if not state or self.params[0] not in state:
+            self._init_state()
+        flat_p = flat_span(self.params)
+        if flat_p is None:
+            flat_p = _move_into_one(self.params)
+        moments = []
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            tensors = [state[p][key] for p in self.params]
+            flat = flat_span(tensors)
+            if flat is None:
+                flat = torch.cat([t.reshape(-1) for t in tensors])
+                at = 0
+                for p, t in zip(self.params, tensors, strict=True):
+                    state[p][key] = flat[at : at + t.numel()].view(t.shape)
+                    at += t.numel()
+            moments.append(flat)
+        self._flat = (flat_p, *moments)
+
+    def check(self) -> None:
+        """:meth:`pack` again if the parameters no longer lie in the packed vector (their
+        ``.data`` was swapped, as FlatParams.view_into does). Cheap: it looks at the first and
+        last parameter, which any such swap moves."""
+        if self._flat is None:
+            return
+        flat, first, last = self._flat[0], self.params[0], self.params[-1]
+        base = flat.data_ptr()
+        end = base + flat.element_size() * (flat.numel() - last.numel())
+        if first.data_ptr() != base or last.data_ptr() != end:
+            self.pack()
+
+    def __call__(self, hp: torch.Tensor, *batch: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self._fn(*self._flat, hp, *batch)
+
+    def _init_state(self) -> None:
+        """Adam's state as ``torch.optim.Adam`` makes it on its first step (fused or not: a
+        float32 step counter per parameter), so that checkpoints keep its format."""
+        for p in self.params:
+            self.optimizer.state[p] = {
+                "step": torch.zeros((), dtype=torch.float32, device=p.device),
+                "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+            }
+
+    # ------------------------------------------------------------------ the step
+    def _body(self, flat_p, flat_m, flat_v, steps, hp, *batch) -> torch.Tensor:
+        """One step on the packed vectors: gradients, their clip, Adam; the statistics."""
+        if self.compiled:  # the graph reads the parameters as views of its input
+            params, at = [], 0
+            for n, shape in zip(self.sizes, self.shapes, strict=True):
+                params.append(flat_p[at : at + n].view(shape))
+                at += n
+        else:  # they are such views already (pack)
+            params = self.params
+        grads, stats = self._grads(params, hp[0], *batch)
+        grad = torch.cat([g.reshape(-1) for g in grads])
+        grad_norm = torch.zeros((), device=hp.device)  # no clip: no norm, as before
+        if self.cfg.max_grad_norm > 0:
+            # as torch.nn.utils.clip_grad_norm_: the norm of all gradients, clipped by scaling
+            grad_norm = torch.linalg.vector_norm(grad)
+            grad = grad * self._clip(grad_norm)
+        steps.add_(1)
+        (beta1, beta2), eps = self.betas, self.eps
+        if self.fused_adam and not self.compiled:
+            # lr as a float, as torch.optim.Adam passes it (the tensor is for the compiled
+            # step, which must not recompile when it moves)
+            torch._fused_adam_(
+                [flat_p], [grad], [flat_m], [flat_v], [], [steps[0]],
+                lr=self.optimizer.param_groups[0]["lr"], beta1=beta1, beta2=beta2,
+                weight_decay=0.0, eps=eps, amsgrad=False, maximize=False,
+            )  # fmt: skip
+        else:
+            _adam(flat_p, grad, flat_m, flat_v, steps[0], hp[1], beta1, beta2, eps)
+        return torch.stack([*stats, grad_norm])
+
+    # ------------------------------------------------------------------ forward and backward
+    def _grads(self, w, clip, x, actions, old_logp, weight, adv, returns, old_values):
+        """Gradients of the PPO loss for the network ``w`` (its tensors in the optimizer's
+        order) and the statistics but the gradient norm. Activations are feature-major,
+        [units, B]."""
+        cfg, B = self.cfg, x.shape[0]
+        pi_out, value, acts, hidden_w = self._forward(w, x)
+        # ---- the policy's log-probs and entropy, and their derivatives in the policy's output
+        if self.discrete:
+            logits = pi_out.log_softmax(0)
+            probs = logits.exp()
+            a = actions.long().unsqueeze(0)
+            logp = logits.gather(0, a).squeeze(0)
+            entropy = -(probs * logits).sum(0)
+            ent = entropy.mean()
+        else:
+            log_std = w[self.index["log_std", 0, 0]]
+            inv_std = torch.exp(-log_std).unsqueeze(1)
+            z = (actions.T - pi_out) * inv_std
+            logp = -0.5 * z.square().sum(0) - (log_std.sum() + 0.5 * LOG_2PI * log_std.numel())
+            ent = log_std.sum() + 0.5 * (1.0 + LOG_2PI) * log_std.numel()
+        log_ratio = logp - old_logp
+        ratio = log_ratio.exp()
+        if cfg.norm_adv:
+            std, mean = torch.std_mean(adv)
+            adv = (adv - mean) / (std + 1e-8)
+        # ---- clipped surrogate: max(-A r, -A clip(r)), weighted
+        lo, hi = 1 - clip, 1 + clip
+        unclipped, clipped = -adv * ratio, -adv * ratio.clamp(lo, hi)
+        pg_loss = (weight * torch.max(unclipped, clipped)).mean()
+        # d/d ratio: -A where the unclipped term is the max or the ratio is inside the clip
+        # (where both are equal torch.max splits the gradient; clip's is then 1: the same)
+        inside = (ratio >= lo) & (ratio <= hi)
+        d_ratio = torch.where((unclipped > clipped) | inside, -adv, 0.0) * (weight / B)
+        d_logp = d_ratio * ratio
+        # ---- value loss
+        diff = value - returns
+        if cfg.value_clip > 0:
+            delta = value - old_values
+            vc = cfg.value_clip
+            diff_c = old_values + delta.clamp(-vc, vc) - returns
+            sq, sq_c = diff.square(), diff_c.square()
+            v_loss = 0.5 * torch.max(sq, sq_c).mean()
+            d_c = torch.where((delta >= -vc) & (delta <= vc), diff_c, 0.0)
+            d_value = torch.where(sq > sq_c, diff, torch.where(sq < sq_c, d_c, 0.5 * (diff + d_c)))
+        else:
+            v_loss = 0.5 * diff.square().mean()
+            d_value = diff
+        d_value = d_value * (cfg.vf_coef / B)
+        # ---- back to the policy's output (and log-std)
+        if self.discrete:
+            onehot = torch.zeros_like(probs).scatter_(0, a, 1.0)
+            d_out = d_logp * (onehot - probs)
+            if cfg.ent_coef:
+                # d H / d logit_k = -p_k (log p_k + H); the loss has -ent_coef * mean(H)
+                d_out = d_out + (cfg.ent_coef / B) * probs * (logits + entropy)
+            d_log_std = None
+        else:
+            dz = d_logp * z  # d logp / d mu = z / std; d logp / d log_std = z^2 - 1
+            d_out = dz * inv_std
+            d_log_std = (dz * z).sum(1) - d_logp.sum() - cfg.ent_coef
+        grads = self._backward(w, d_out, d_value.unsqueeze(0), acts, hidden_w, x)
+        if d_log_std is not None:
+            grads[self.index["log_std", 0, 0]] = d_log_std
+        approx_kl = ((ratio - 1) - log_ratio).mean()  # the k3 estimator
+        clipfrac = ((ratio - 1).abs() > clip).float().mean()
+        return grads, [pg_loss, v_loss, ent, approx_kl, clipfrac]
+
+    def _clip(self, grad_norm: torch.Tensor) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_'s factor on all gradients."""
+        return (self.cfg.max_grad_norm / (grad_norm + 1e-6)).clamp(max=1.0)
+
+    def _act(self, a: torch.Tensor) -> torch.Tensor:
+        return a.tanh() if self.tanh else a.relu()
+
+    def _act_backward(self, d: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        if self.tanh:
+            return torch.ops.aten.tanh_backward(d, out)
+        return torch.ops.aten.threshold_backward(d, out, 0)
+
+    def _wb(self, w, net: str, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return w[self.index[net, i, 0]], w[self.index[net, i, 1]]
+
+    def _forward(self, w, x: torch.Tensor):
+        """Both MLPs, batched: [W_pi; W_v] x for the first layer, one batched matmul for each
+        hidden layer, then each output layer. Returns the policy's output [A, B], the values
+        [B], the hidden activations ([2, h, B] each) and the stacked hidden weights."""
+        L, xt = self.layers, x.T
+        (wp, bp), (wv, bv) = self._wb(w, "pi", 0), self._wb(w, "v", 0)
+        if L == 1:  # no hidden layer: two linear maps of the input
+            out = torch.addmm(bp.unsqueeze(1), wp, xt)
+            value = torch.addmm(bv.unsqueeze(1), wv, xt).squeeze(0)
+            return out, value, [], []
+        h = self._act(torch.addmm(torch.cat([bp, bv]).unsqueeze(1), torch.cat([wp, wv]), xt))
+        acts, hidden_w = [h.view(2, -1, h.shape[1])], [None]
+        for i in range(1, L - 1):
+            (wp, bp), (wv, bv) = self._wb(w, "pi", i), self._wb(w, "v", i)
+            stacked = torch.stack([wp, wv])
+            b = torch.stack([bp, bv]).unsqueeze(2)
+            acts.append(self._act(torch.baddbmm(b, stacked, acts[-1])))
+            hidden_w.append(stacked)
+        (wp, bp), (wv, bv) = self._wb(w, "pi", L - 1), self._wb(w, "v", L - 1)
+        out = torch.addmm(bp.unsqueeze(1), wp, acts[-1][0])
+        value = torch.addmm(bv.unsqueeze(1), wv, acts[-1][1]).squeeze(0)
+        return out, value, acts, hidden_w
+
+    def _backward(self, w, d_pi, d_v, acts, hidden_w, x) -> list[torch.Tensor]:
+        """Weight and bias gradients of both MLPs, in the optimizer's order (log-std's left
+        None), from the derivatives of their outputs (``d_pi`` [A, B], ``d_v`` [1, B])."""
+        g: list[torch.Tensor | None] = [None] * len(self.params)
+        idx, L = self.index, self.layers
+
+        def put(i: int, gw_pi, gb_pi, gw_v, gb_v) -> None:
+            g[idx["pi", i, 0]], g[idx["pi", i, 1]] = gw_pi, gb_pi
+            g[idx["v", i, 0]], g[idx["v", i, 1]] = gw_v, gb_v
+
+        if L == 1:
+            put(0, torch.mm(d_pi, x), d_pi.sum(1), torch.mm(d_v, x), d_v.sum(1))
+            return g
+        last = acts[-1]
+        put(
+            L - 1,
+            torch.mm(d_pi, last[0].T),
+            d_pi.sum(1),
+            torch.mm(d_v, last[1].T),
+            d_v.sum(1),
+        )
+        w_pi, w_v = w[idx["pi", L - 1, 0]], w[idx["v", L - 1, 0]]
+        d_h = torch.stack([torch.mm(w_pi.T, d_pi), torch.mm(w_v.T, d_v)])
+        for i in range(L - 2, 0, -1):
+            d_a = self._act_backward(d_h, acts[i])
+            gw, gb = torch.bmm(d_a, acts[i - 1].transpose(1, 2)), d_a.sum(2)
+            put(i, gw[0], gb[0], gw[1], gb[1])
+            d_h = torch.bmm(hidden_w[i].transpose(1, 2), d_a)
+        d_a = self._act_backward(d_h, acts[0]).flatten(0, 1)  # [2h, B]
+        gw, gb = torch.mm(d_a, x), d_a.sum(1)
+        h = gw.shape[0] // 2
+        put(0, gw[:h], gb[:h], gw[h:], gb[h:])
+        return g
+
+
+def _own_code(obj: object, fn: types.FunctionType) -> types.MethodType:
+    """``fn`` bound to ``obj`` with a code object of its own. Dynamo keeps its compiled graphs
+    and their guards per code object: with the class's one, every MLPStep of a process (two
+    learners, a test session) would share them, recompile for each other's sizes and settings,
+    and fail once past torch's limit of recompilations."""
+    code = fn.__code__.replace()
+    own = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    return types.MethodType(own, obj)
+
+
+def _adam(p, g, m, s, step, lr, beta1: float, beta2: float, eps: float) -> None:
+    """One Adam step (Kingma and Ba 2015) as torch.optim.Adam computes it; ``step`` already
+    counts this one."""
+    m.lerp_(g, 1 - beta1)
+    s.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    step_size = lr / (1 - beta1**step)
+    denom = (s.sqrt() / (1 - beta2**step).sqrt()).add_(eps)
+    p.sub_(step_size * m / denom)
+
+
+@torch.no_grad()
+def _move_into_one(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Make ``tensors`` views of one new flat vector, back to back, values kept; returns it."""
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+    at = 0
+    for t in tensors:
+        n = t.numel()
+        t.data = flat[at : at + n].view(t.shape)
+        at += n
+    return flat
