@@ -297,3 +297,28 @@ def test_the_cli_refuses_before_anything_starts(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code != 0 and "recurrence: must divide rollout (32), got 12" in err
     assert not run.exists()
+
+
+def test_a_recurrent_core_after_the_cnn_encoder_trains_on_pixels(tmp_path, capsys):
+    cfg = _cfg(
+        tmp_path,
+        env="fake_envs:DotSide-v0",
+        recurrent="gru",
+        hidden=[32],
+        total_steps=1024,
+        backend="thread",
+        mode="async",
+    )
+    summary = train(cfg)
+    assert summary["ended"] == "budget" and summary["episodes"] > 0
+    policy = asyncrl.load(tmp_path / "run")
+    assert policy.module.encoder_kind == "cnn" and policy.recurrent
+    obs = make_env("fake_envs:DotSide-v0").reset(seed=0)[0]
+    action, state = policy.act(obs, policy.initial_state())
+    assert action in (0, 1) and state.shape == (1, 8)
+
+
+def test_hogwild_workers_train_a_recurrent_policy(tmp_path):
+    summary = train(_cfg(tmp_path, recurrent="lstm", hogwild=2, total_steps=1024))
+    assert summary["ended"] == "budget" and summary["env_steps"] >= 1024
+    assert asyncrl.load(tmp_path / "run").recurrent
