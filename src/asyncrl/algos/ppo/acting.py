@@ -21,8 +21,7 @@ def slot_fields(spec: Any, rollout: int, num_envs: int, cfg: Any = None) -> tupl
         ("trunc_values", (T, K), "float32"),  # V(final obs) where truncated
     )
     if cfg is not None and cfg.recurrent != "none":
-        from asyncrl.algos.ppo.config import recurrence
-        from asyncrl.algos.ppo.rnn import state_rows
+        from asyncrl.algos.ppo.config import recurrence, state_rows
 
         chunks = T // recurrence(cfg)
         # the hidden state each env acted with at the first step of every chunk

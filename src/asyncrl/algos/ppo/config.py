@@ -151,12 +151,17 @@ def recurrence(cfg: Any) -> int:
     return cfg.recurrence or cfg.rollout
 
 
+def state_rows(kind: str) -> int:
+    """S of a ``[batch, S, rnn_size]`` hidden state: an LSTM keeps h and c, a GRU h."""
+    return 2 if kind == "lstm" else 1
+
+
 def memory_note(cfg: Any) -> str | None:
     """The hidden states a recurrent policy's slots hold, for the start-up memory line."""
     kind, size = cfg.recurrent, cfg.rnn_size
     if kind == "none":
         return None
-    rows = 2 if kind == "lstm" else 1
+    rows = state_rows(kind)
     per_sample = rows * size * 4 / recurrence(cfg)
     return (
         f"{kind} states {rows} x {size} float32 at each of {cfg.rollout // recurrence(cfg)} "

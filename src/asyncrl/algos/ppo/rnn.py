@@ -15,17 +15,13 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from asyncrl.algos.ppo.config import state_rows
 from asyncrl.algos.ppo.networks import ActorCritic, mlp
 from asyncrl.envs import EnvSpec
 from asyncrl.nets import ImageEncoder, RunningNorm, choose_encoder
 
 CORES = {"lstm": nn.LSTM, "gru": nn.GRU}
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
-
-
-def state_rows(kind: str) -> int:
-    """S of a ``[batch, S, rnn_size]`` state: an LSTM keeps h and c, a GRU h."""
-    return 2 if kind == "lstm" else 1
 
 
 class RecurrentActorCritic(ActorCritic):
