@@ -4,6 +4,7 @@ acting alike; evaluations during training; settings refused before anything star
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import gymnasium as gym
@@ -322,3 +323,36 @@ def test_hogwild_workers_train_a_recurrent_policy(tmp_path):
     summary = train(_cfg(tmp_path, recurrent="lstm", hogwild=2, total_steps=1024))
     assert summary["ended"] == "budget" and summary["env_steps"] >= 1024
     assert asyncrl.load(tmp_path / "run").recurrent
+
+
+# ---------------------------------------------------------------- learning (slow)
+# Budget and seeds measured on 2 cores (docs: Guides, recurrent policies): with these settings
+# the LSTM reached a final return of 497-500 at 120k steps with seeds 1-3 in both modes, the
+# GRU 500 in sync; the feed-forward policy stayed near 40-50.
+BUDGET = 120_000
+
+
+def _learns(tmp_path, **kw) -> dict:
+    cfg = TrainConfig(**{**LEARNS, "backend": "inline", "total_steps": BUDGET, "seed": 1, **kw})
+    return train(dataclasses.replace(cfg, run_dir=str(tmp_path / "run")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_lstm_solves_the_masked_cartpole_within_the_budget(tmp_path, mode):
+    summary = _learns(tmp_path, recurrent="lstm", mode=mode)
+    assert summary["env_steps"] <= 300_000
+    assert summary["final_return"] >= 400, summary
+    assert (summary["policy_lag_max"] >= 1) == (mode == "async")
+
+
+@pytest.mark.slow
+def test_a_gru_solves_the_masked_cartpole_within_the_budget(tmp_path):
+    summary = _learns(tmp_path, recurrent="gru", mode="sync")
+    assert summary["final_return"] >= 400, summary
+
+
+@pytest.mark.slow
+def test_a_feed_forward_policy_with_the_same_budget_does_not(tmp_path):
+    summary = _learns(tmp_path, mode="sync")
+    assert summary["final_return"] < 200, summary
