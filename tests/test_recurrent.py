@@ -223,6 +223,12 @@ def test_load_act_with_state_takes_the_actions_asyncrl_eval_takes(tmp_path, monk
     np.testing.assert_allclose(states, np.stack([s for _, s in single]), atol=1e-6)
     with pytest.raises(ValueError, match=r"state of shape \(2, 64\): expected \(1, 64\)"):
         policy.act(obs[0], np.zeros((2, 64), np.float32))
+    # --video acts as eval does: the same actions in the first episode
+    pytest.importorskip("pygame")
+    taken.clear()
+    video = tmp_path / "eval.gif"
+    assert cli_main(["eval", str(tmp_path / "run"), "--episodes", "1", "--video", str(video)]) == 0
+    assert taken == mine[:1] and video.stat().st_size > 0
 
 
 def test_feed_forward_policies_keep_their_call(tmp_path):
