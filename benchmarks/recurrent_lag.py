@@ -3,6 +3,7 @@ CartPole, beside the same comparison for a feed-forward policy on the fully obse
 
     python benchmarks/recurrent_lag.py                          # 2 cases x 2 modes x 3 seeds
     python benchmarks/recurrent_lag.py --cases lstm-masked,ff-masked --seeds 1 --steps 60000
+    python benchmarks/recurrent_lag.py --cases lstm-masked-vtrace --modes async
 
 Every run has the same settings (those of tests/test_recurrent.py's learning tests) and budget,
 on the process backend; the table gives, over the seeds, the return (mean of the last 20
@@ -32,6 +33,11 @@ CASES = {
     "gru-masked": ["--env", "asyncrl/CartPoleNoVel-v1", "--recurrent", "gru", "--rnn-size",
                    "64", "--recurrence", "16"],
     "ff-masked": ["--env", "asyncrl/CartPoleNoVel-v1"],
+    "lstm-masked-vtrace": ["--env", "asyncrl/CartPoleNoVel-v1", "--recurrent", "lstm",
+                           "--rnn-size", "64", "--recurrence", "16", "--correction", "vtrace"],
+    "lstm-masked-decoupled": ["--env", "asyncrl/CartPoleNoVel-v1", "--recurrent", "lstm",
+                              "--rnn-size", "64", "--recurrence", "16",
+                              "--correction", "decoupled"],
     "ff-full": ["--env", "CartPole-v1"],
 }  # fmt: skip
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from asyncrl.algos.ppo.config import recurrence, state_rows
 from asyncrl.core import SlotField
 
 
@@ -21,8 +22,6 @@ def slot_fields(spec: Any, rollout: int, num_envs: int, cfg: Any = None) -> tupl
         ("trunc_values", (T, K), "float32"),  # V(final obs) where truncated
     )
     if cfg is not None and cfg.recurrent != "none":
-        from asyncrl.algos.ppo.config import recurrence, state_rows
-
         chunks = T // recurrence(cfg)
         # the hidden state each env acted with at the first step of every chunk
         fields += (("rnn_states", (chunks, K, state_rows(cfg.recurrent), cfg.rnn_size), "float32"),)
