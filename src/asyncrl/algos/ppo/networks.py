@@ -37,6 +37,8 @@ class ActorCritic(nn.Module):
     env receives it clipped to its bounds.
     """
 
+    recurrent = False  # a feed-forward policy: no state between steps
+
     def __init__(
         self,
         spec: EnvSpec,
@@ -130,6 +132,18 @@ class ActorCritic(nn.Module):
 
 
 def build_policy(
-    spec: EnvSpec, hidden: list[int], activation: str, norm_obs: bool, encoder: str = "auto"
+    spec: EnvSpec,
+    hidden: list[int],
+    activation: str,
+    norm_obs: bool,
+    encoder: str = "auto",
+    recurrent: str = "none",
+    rnn_size: int = 128,
 ) -> ActorCritic:
+    if recurrent != "none":
+        from asyncrl.algos.ppo.rnn import RecurrentActorCritic
+
+        return RecurrentActorCritic(
+            spec, list(hidden), activation, norm_obs, encoder, recurrent, rnn_size
+        )
     return ActorCritic(spec, list(hidden), activation, norm_obs, encoder)
