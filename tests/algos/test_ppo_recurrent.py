@@ -10,10 +10,9 @@ import pytest
 import torch
 
 from asyncrl.algos.ppo.config import PPOConfig
-from asyncrl.algos.ppo.networks import build_policy
+from asyncrl.algos.ppo.networks import build_policy, unroll_core
 from asyncrl.algos.ppo.recurrent import RecurrentPPO, from_sequences, to_sequences
 from asyncrl.algos.ppo.returns import gae, vtrace
-from asyncrl.algos.ppo.rnn import unroll_core
 from asyncrl.envs import EnvSpec
 
 T, B, L, OBS, N_ACT = 16, 3, 8, 3, 2  # two chunks of 8 steps per env

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from asyncrl.algos.ppo.config import PPOConfig
-from asyncrl.algos.ppo.rnn import RecurrentActorCritic
+from asyncrl.algos.ppo.networks import RecurrentActorCritic
 from asyncrl.algos.ppo.update import STATS, _fast_adam, _nothing, estimate
 
 # the batch's fields that are [L, N, ...] sequences; "states" [N, S, H] start them
