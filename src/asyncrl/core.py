@@ -67,6 +67,12 @@ class Acting(Protocol):
         """Envs ``ended`` (indices) finished an episode at step ``t``; ``truncated`` (bool per
         env) says which by a time limit; ``final_obs[i]`` is env ``i``'s last observation."""
 
+    def state_dict(self) -> dict[str, Any]:
+        """What it carries from one rollout to the next (a recurrent policy's hidden states;
+        often nothing): part of an actor's exact-resume state."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
 
 class Learner(Saveable, Protocol):
     """What a learner offers the training loop. ``train`` is one iteration on a batch of
@@ -150,8 +156,11 @@ class Algorithm(Protocol):
     def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
         """Settings that depend on the env's spec, and lines to print about them."""
 
-    def slot_fields(self, spec: Any, rollout: int, num_envs: int) -> tuple[SlotField, ...]:
-        """What an actor records per step beside observations, actions and rewards."""
+    def slot_fields(
+        self, spec: Any, rollout: int, num_envs: int, cfg: Any = None
+    ) -> tuple[SlotField, ...]:
+        """What an actor records per step beside observations, actions and rewards (``cfg``:
+        the run's settings, where its fields depend on them)."""
 
     def memory_note(self, cfg: Any, spec: Any) -> str | None:
         """Its own part of the start-up memory line (a replay's size), if any."""

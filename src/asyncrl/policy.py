@@ -114,7 +114,22 @@ class Policy:
             self._flat = FlatParams(self.module)
         self._flat.read_from(vector)
 
-    def act(self, obs: Any, deterministic: bool = True) -> Any:
+    @property
+    def recurrent(self) -> bool:
+        """Whether the policy has a hidden state (``--recurrent lstm`` or ``gru``): then
+        :meth:`act` takes and returns it."""
+        return bool(getattr(self.module, "recurrent", False))
+
+    def initial_state(self, n: int | None = None) -> np.ndarray:
+        """A recurrent policy's hidden state at an episode's start (zeros): ``[S, rnn_size]``
+        for one env (``n`` None), ``[n, S, rnn_size]`` for a batch of ``n`` (S = 2 for an
+        LSTM, h and c; 1 for a GRU)."""
+        if not self.recurrent:
+            raise TypeError("initial_state: a feed-forward policy has no state; call act(obs)")
+        state = self.module.initial_state(1 if n is None else n).numpy()
+        return state[0] if n is None else state
+
+    def act(self, obs: Any, state: Any = None, deterministic: bool = True) -> Any:
         """The action for one observation, or actions for a batch of them.
 
         ``obs`` of the env's observation shape gives one action: an ``int`` for a discrete
@@ -123,7 +138,15 @@ class Policy:
         clipped to the action space, as the env receives them in training. ``deterministic``
         takes the policy's mode (the mean; SAC: the squashed mean); otherwise actions are
         sampled with this policy's own generator (the global random state is not used).
+
+        A recurrent policy returns ``(action, next_state)``: ``state`` is what the previous
+        call returned, or :meth:`initial_state` (None: an episode's start) at the first step
+        of an episode; one state per observation, with the batch's leading axis.
         """
+        if isinstance(state, bool):
+            raise TypeError("act: deterministic is a keyword argument: act(obs, deterministic=...)")
+        if state is not None and not self.recurrent:
+            raise TypeError("act: a feed-forward policy takes no state; call act(obs)")
         x = np.asarray(obs, dtype=self.spec.obs_dtype)  # as actors hand it over
         shape = self.spec.obs_shape
         single = x.shape == shape
@@ -134,15 +157,32 @@ class Policy:
             )
         batch = torch.from_numpy(x[None] if single else x)
         with torch.no_grad():
-            action, _ = self.module.act(batch, deterministic, self.generator)
+            if self.recurrent:
+                h = self._state_batch(state, batch.shape[0], single)
+                action, _, h = self.module.act(batch, deterministic, self.generator, state=h)
+            else:
+                action, _ = self.module.act(batch, deterministic, self.generator)
         a = action.numpy()
         if not self.spec.discrete:
             a = np.clip(a, self.spec.action_low, self.spec.action_high)
         elif self.spec.action_start:  # the env's own numbering (Discrete(n, start))
             a = a + self.spec.action_start
         if single:
-            return int(a[0]) if self.spec.discrete else a[0]
-        return a
+            a = int(a[0]) if self.spec.discrete else a[0]
+        if not self.recurrent:
+            return a
+        return a, (h[0] if single else h).numpy()
+
+    def _state_batch(self, state: Any, n: int, single: bool) -> torch.Tensor:
+        """``state`` as the module's [n, S, H] tensor (None: zeros), its shape checked."""
+        if state is None:
+            return self.module.initial_state(n)
+        h = torch.as_tensor(np.asarray(state, dtype=np.float32))
+        want = (n, *self.module.state_shape)
+        if (h[None] if single else h).shape != want:
+            expected = want[1:] if single else want
+            raise ValueError(f"state of shape {tuple(h.shape)}: expected {expected}")
+        return h[None] if single else h
 
     def evaluate(
         self,
@@ -308,10 +348,15 @@ def run_episodes(
         if record is not None:
             record(env)
         total, steps, done = 0.0, 0, False
+        state = policy.initial_state() if policy.recurrent else None  # an episode's start
         while not done:
             if stop is not None and stop():
                 return EvalResult(returns, lengths)
-            obs, reward, terminated, truncated, _ = env.step(policy.act(obs, deterministic))
+            if state is None:
+                action = policy.act(obs, deterministic=deterministic)
+            else:
+                action, state = policy.act(obs, state, deterministic=deterministic)
+            obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
             steps += 1
             done = bool(terminated or truncated)

@@ -272,6 +272,7 @@ def validate(cfg: Any, family: str | None = None) -> None:
     Checks ``cfg`` as :func:`resolve` completes it (``family``: for preset auto)."""
     cfg = resolve(cfg, family)
     validate_run(cfg)
+    _refuse_others_settings(cfg)
     _validate_population(cfg)
     if cfg.policies == 1:
         algorithm(cfg.algo).validate(cfg)
@@ -317,6 +318,21 @@ def _validate_population(cfg: Any) -> None:
             isinstance(values, list) and len(values) == cfg.policies,
             f"{name}: {len(values) if isinstance(values, list) else values!r} per-policy values "
             f"for --policies {cfg.policies}; give one value, or a list of {cfg.policies}",
+        )
+
+
+def _refuse_others_settings(cfg: Any) -> None:
+    """A setting declared ``owners_only`` (one that changes what is trained, as a recurrent
+    core) given to an algorithm that does not declare it is refused, not silently ignored."""
+    for name, f in FIELDS.items():
+        owners = f.metadata["owners"]
+        if not f.metadata.get("owners_only") or cfg.algo in owners:
+            continue
+        default = f.metadata["defaults"][owners[0]]
+        need(
+            getattr(cfg, name) == default,
+            f"{name}: {cfg.algo} has no such setting (only {', '.join(owners)}); leave it at "
+            f"{format_value(default)}",
         )
 
 

@@ -168,6 +168,12 @@ class FinalObsActing:
     def start_rollout(self, slot: Any, version: int) -> None:
         pass
 
+    def state_dict(self) -> dict[str, Any]:
+        return {}  # nothing carries over between rollouts
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
     def episodes_ended(
         self, slot: Any, t: int, ended: np.ndarray, truncated: np.ndarray, final_obs: Any
     ) -> None:
@@ -190,7 +196,9 @@ class ReplayAlgorithm:
     def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
         return fit_replay(cfg, spec, given)
 
-    def slot_fields(self, spec: Any, rollout: int, num_envs: int) -> tuple[SlotField, ...]:
+    def slot_fields(
+        self, spec: Any, rollout: int, num_envs: int, cfg: Any = None
+    ) -> tuple[SlotField, ...]:
         return slot_fields(spec, rollout, num_envs)
 
     def memory_note(self, cfg: Any, spec: Any) -> str | None:

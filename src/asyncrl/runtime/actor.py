@@ -367,6 +367,7 @@ class Actor:
             # EnvPool's C++ envs and the Atari training wrapper keep state this cannot read:
             # those continue from fresh episodes
             "envs": [env_state(e) for e in _env_list(self.envs)],
+            "acting": self.acting.state_dict(),  # a recurrent policy's hidden states
         }
         if self.P > 1:  # a population: every policy's generator, and the random mapping's
             state["generators"] = [g.get_state() for g in self.generators]
@@ -386,6 +387,7 @@ class Actor:
         self.ep_return = _array(state["ep_return"], np.float64)
         self.ep_length = _array(state["ep_length"], np.int64)
         self.env_restarts = int(state["env_restarts"])
+        self.acting.load_state_dict(state.get("acting", {}))
         envs = _env_list(self.envs)
         if len(envs) == len(state["envs"]):
             for env, layers in zip(envs, state["envs"], strict=True):

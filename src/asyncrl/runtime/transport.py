@@ -99,7 +99,7 @@ def rollout_layout(cfg: Any, spec: EnvSpec) -> SlotLayout:
     from asyncrl.algos import algorithm
 
     T, K = cfg.rollout, cfg.envs_per_actor
-    extra = algorithm(cfg.algo).slot_fields(spec, T, K)
+    extra = algorithm(cfg.algo).slot_fields(spec, T, K, cfg)
     if cfg.policies > 1 and cfg.policy_mapping == "random":
         extra = (*extra, ("own", (T, K), "bool"))  # the steps this policy acted
     return SlotLayout.for_rollout(spec, T, K, extra)

@@ -38,26 +38,35 @@ class PPOAlgorithm:
     def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
         return config.for_env(cfg, spec, given)
 
-    def slot_fields(self, spec: Any, rollout: int, num_envs: int) -> tuple:
+    def slot_fields(self, spec: Any, rollout: int, num_envs: int, cfg: Any = None) -> tuple:
         from asyncrl.algos.ppo.acting import slot_fields
 
-        return slot_fields(spec, rollout, num_envs)
+        return slot_fields(spec, rollout, num_envs, cfg)
 
     def memory_note(self, cfg: Any, spec: Any) -> str | None:
-        return None
+        return config.memory_note(cfg)
 
     def acting_module(self, cfg: Any, spec: Any) -> Any:
         from asyncrl.algos.ppo.networks import build_policy
         from asyncrl.nets import encoder_of
 
-        return build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs, encoder_of(cfg))
+        return build_policy(
+            spec,
+            cfg.hidden,
+            cfg.activation,
+            cfg.norm_obs,
+            encoder_of(cfg),
+            cfg.recurrent,
+            cfg.rnn_size,
+        )
 
     def acting(self, cfg: Any, spec: Any, module: Any, generator: Any) -> Any:
         import numpy as np
 
         from asyncrl.algos.ppo.acting import PPOActing
 
-        return PPOActing(module, generator, np.dtype(spec.obs_dtype))
+        chunk = config.recurrence(cfg) if cfg.recurrent != "none" else 0
+        return PPOActing(module, generator, np.dtype(spec.obs_dtype), chunk)
 
     def learner(self, cfg: Any, spec: Any) -> Any:
         from asyncrl.algos.ppo.learner import PPOLearner

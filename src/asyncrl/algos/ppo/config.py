@@ -15,6 +15,7 @@ CORRECTIONS = ("none", "vtrace", "decoupled")
 COMPILE_MIN_STEPS = 100_000
 SCHEDULES = ("constant", "linear")
 ACTIVATIONS = ("tanh", "relu")
+RECURRENT = ("none", "lstm", "gru")
 
 
 @dataclass
@@ -65,6 +66,20 @@ class PPOConfig(Hyperparameters):
         "torch.compile the learner's minibatch step (unset: on where it pays, MLP policies in "
         f"runs of at least {COMPILE_MIN_STEPS:,} gradient steps on the CPU; off in shorter "
         "runs, for the CNN and with --device cuda or auto)",
+    )
+    recurrent: str = setting(
+        "none",
+        "a recurrent core after the encoder: lstm or gru (memory, for partially observed "
+        "envs), or none (feed-forward); docs: Guides, recurrent policies",
+        choices=RECURRENT,
+        owners_only=True,
+    )
+    rnn_size: int = setting(128, "--recurrent: units of the LSTM or GRU", owners_only=True)
+    recurrence: int = setting(
+        0,
+        "--recurrent: env steps per backpropagation-through-time chunk, whose starting hidden "
+        "state each slot stores (0: the rollout length; must divide it)",
+        owners_only=True,
     )
 
 
@@ -128,7 +143,30 @@ TUNED: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-FIXED_ON_RESUME = ("activation", "norm_obs", "norm_reward")
+FIXED_ON_RESUME = ("activation", "norm_obs", "norm_reward", "recurrent", "rnn_size")
+
+
+def recurrence(cfg: Any) -> int:
+    """Env steps per BPTT chunk: ``recurrence``, or with 0 the rollout length."""
+    return cfg.recurrence or cfg.rollout
+
+
+def state_rows(kind: str) -> int:
+    """S of a ``[batch, S, rnn_size]`` hidden state: an LSTM keeps h and c, a GRU h."""
+    return 2 if kind == "lstm" else 1
+
+
+def memory_note(cfg: Any) -> str | None:
+    """The hidden states a recurrent policy's slots hold, for the start-up memory line."""
+    kind, size = cfg.recurrent, cfg.rnn_size
+    if kind == "none":
+        return None
+    rows = state_rows(kind)
+    per_sample = rows * size * 4 / recurrence(cfg)
+    return (
+        f"{kind} states {rows} x {size} float32 at each of {cfg.rollout // recurrence(cfg)} "
+        f"chunk start(s) per env and rollout, {per_sample:,.0f} B per sample of the above"
+    )
 
 
 def train_batch(cfg: Any) -> int:
@@ -148,8 +186,8 @@ def gradient_steps(cfg: Any) -> int:
 def derived(cfg: Any) -> dict[str, Any]:
     """``log_every`` (a row per update) and ``compile`` where left unset (see the setting)."""
     out: dict[str, Any] = {"log_every": 1} if cfg.log_every == 0 else {}
-    if cfg.compile is None:
-        out["compile"] = gradient_steps(cfg) >= COMPILE_MIN_STEPS
+    if cfg.compile is None:  # a recurrent policy's step is never compiled (its own update)
+        out["compile"] = cfg.recurrent == "none" and gradient_steps(cfg) >= COMPILE_MIN_STEPS
     return out
 
 
@@ -175,6 +213,33 @@ def validate(cfg: Any) -> None:
         not (cfg.norm_reward and cfg.policy_mapping == "random"),
         "norm_reward: its running return follows each env, whose episodes change policy under "
         "--policy-mapping random; leave --norm-reward off or use the fixed mapping",
+    )
+    if cfg.recurrent != "none":
+        _validate_recurrent(cfg)
+
+
+def _validate_recurrent(cfg: Any) -> None:
+    need(
+        cfg.policies == 1,
+        f"recurrent: a population (--policies {cfg.policies}) of recurrent policies is not "
+        "supported yet; use --recurrent none or --policies 1",
+    )
+    need(
+        not cfg.compile,
+        "compile: a recurrent policy's update is not compiled; leave --compile off with "
+        "--recurrent",
+    )
+    need(cfg.rnn_size >= 1, f"rnn_size: must be >= 1, got {cfg.rnn_size}")
+    need(cfg.recurrence >= 0, f"recurrence: must be >= 0 (0: the rollout), got {cfg.recurrence}")
+    chunk = recurrence(cfg)
+    need(
+        cfg.rollout % chunk == 0,
+        f"recurrence: must divide rollout ({cfg.rollout}), got {cfg.recurrence}",
+    )
+    need(
+        cfg.minibatch_size % chunk == 0,
+        f"minibatch_size: with --recurrent a minibatch is whole sequences of recurrence "
+        f"({chunk}) steps; {cfg.minibatch_size} is not a multiple of {chunk}",
     )
 
 

@@ -32,6 +32,8 @@ _INDUCTOR_OPTIONS = {
 def supports(policy: nn.Module) -> bool:
     """Whether :class:`MLPStep` can train ``policy``: separate policy and value MLPs
     (``ActorCritic`` with the mlp encoder)."""
+    if getattr(policy, "recurrent", False):
+        return False  # its heads read a core unrolled over sequences: the autograd step
     pi = getattr(policy, "pi", None)
     return getattr(policy, "encoder", None) is None and isinstance(pi, nn.Sequential)
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos.ppo.config import PPOConfig
+from asyncrl.algos.ppo.config import PPOConfig, recurrence
 from asyncrl.algos.ppo.networks import build_policy
 from asyncrl.algos.ppo.reward_norm import RewardNormalizer
 from asyncrl.algos.ppo.update import PPO, STATS
@@ -39,10 +39,25 @@ class PPOLearner(LearnerBase):
         # the caller's random state. Initialised on the CPU: the same on any device.
         with torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(cfg.seed)  # the CPU one: CUDA's untouched
-            policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs, encoder_of(cfg))
+            policy = build_policy(
+                spec,
+                cfg.hidden,
+                cfg.activation,
+                cfg.norm_obs,
+                encoder_of(cfg),
+                cfg.recurrent,
+                cfg.rnn_size,
+            )
         self.generator = torch.Generator().manual_seed(cfg.seed + 7)
         self.policy = policy.to(self.device)
-        self.algo = PPO(self.policy, self.hp, cfg.lr, compile=bool(cfg.compile))
+        self.fields = ROLLOUT_FIELDS
+        if cfg.recurrent != "none":
+            from asyncrl.algos.ppo.recurrent import RecurrentPPO
+
+            self.algo: Any = RecurrentPPO(self.policy, self.hp, cfg.lr, recurrence(cfg))
+            self.fields += ("rnn_states",)
+        else:
+            self.algo = PPO(self.policy, self.hp, cfg.lr, compile=bool(cfg.compile))
         self.flat = FlatParams(self.policy)
         # One statistic for the run, whatever N and K: the learner sees every env's rewards.
         self.reward_norm = RewardNormalizer(cfg.gamma, cfg.reward_clip) if cfg.norm_reward else None
@@ -128,7 +143,7 @@ class PPOLearner(LearnerBase):
     def rollout(self, slots: list[Any]) -> dict[str, torch.Tensor]:
         """The slots as the update's tensors on the learner's device. What is computed on the
         host (return normalisation) reads the slots' arrays, never a device tensor."""
-        host = {k: _join([getattr(s, k) for s in slots]) for k in ROLLOUT_FIELDS}
+        host = {k: _join([getattr(s, k) for s in slots]) for k in self.fields}
         if self.reward_norm is not None:  # before GAE / V-trace; the slots stay as written
             ends = host["terminated"] | host["truncated"]
             host["rewards"] = self.reward_norm(host["rewards"], ends, _streams(slots))

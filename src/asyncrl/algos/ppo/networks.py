@@ -1,5 +1,12 @@
-"""PPO's network: separate policy and value MLPs over normalised observations, or one image
-encoder shared by linear policy and value heads."""
+"""PPO's networks: separate policy and value MLPs over normalised observations, or one image
+encoder shared by linear policy and value heads; and the recurrent one, the same encoders with
+an LSTM or GRU core under linear policy and value heads (CleanRL's ``ppo_atari_lstm``, Sample
+Factory's default layout).
+
+A recurrent hidden state is one float32 tensor ``[batch, S, rnn_size]`` (S = 2 for an LSTM: h
+and c; 1 for a GRU), in the same layout wherever it is kept: an actor's envs, a slot's chunk
+starts, the Python API. Zeros are the state at an episode's start.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,9 @@ import math
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from asyncrl.algos.ppo.config import state_rows
 from asyncrl.envs import EnvSpec
 from asyncrl.nets import LOG_2PI, ImageEncoder, RunningNorm, as_float, choose_encoder
 
@@ -36,6 +45,8 @@ class ActorCritic(nn.Module):
     state-independent log-std; the sampled (unclipped) action is what log-probs refer to, and the
     env receives it clipped to its bounds.
     """
+
+    recurrent = False  # a feed-forward policy: no state between steps
 
     def __init__(
         self,
@@ -130,6 +141,196 @@ class ActorCritic(nn.Module):
 
 
 def build_policy(
-    spec: EnvSpec, hidden: list[int], activation: str, norm_obs: bool, encoder: str = "auto"
+    spec: EnvSpec,
+    hidden: list[int],
+    activation: str,
+    norm_obs: bool,
+    encoder: str = "auto",
+    recurrent: str = "none",
+    rnn_size: int = 128,
 ) -> ActorCritic:
+    if recurrent != "none":
+        return RecurrentActorCritic(
+            spec, list(hidden), activation, norm_obs, encoder, recurrent, rnn_size
+        )
     return ActorCritic(spec, list(hidden), activation, norm_obs, encoder)
+
+
+# ---------------------------------------------------------------- recurrent
+CORES = {"lstm": nn.LSTM, "gru": nn.GRU}
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+class RecurrentActorCritic(ActorCritic):
+    """An :class:`ActorCritic` whose heads read a recurrent core's output. It keeps the parent's
+    ``features`` (normalised observations, or images as they are) and its distribution math
+    (``evaluate_features`` and ``act`` run on the core's output: ``_trunk`` is the identity)."""
+
+    recurrent = True
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        hidden: list[int],
+        activation: str,
+        norm_obs: bool,
+        encoder: str,
+        kind: str,
+        size: int,
+    ):
+        nn.Module.__init__(self)
+        self.discrete = spec.discrete
+        self.kind, self.size = kind, size
+        self.state_shape = (state_rows(kind), size)
+        self.encoder_kind = choose_encoder(encoder, spec)
+        if self.encoder_kind == "cnn":
+            if norm_obs:
+                raise ValueError("norm_obs: images are scaled by 1/255, not normalised")
+            self.obs_norm = None
+            self.encoder = ImageEncoder(spec.obs_shape, hidden)  # features() keeps images
+            self.torso = None
+            width = self.encoder.out_dim
+        else:
+            self.obs_norm = RunningNorm(spec.obs_shape)
+            self.obs_norm.enabled = norm_obs
+            self.encoder = None  # features() normalises and flattens
+            self.torso = nn.Sequential(
+                mlp([spec.obs_dim, *hidden], activation, math.sqrt(2)), ACTIVATIONS[activation]()
+            )
+            width = hidden[-1]
+        self.core = CORES[kind](width, size)
+        for name, p in self.core.named_parameters():
+            if name.startswith("weight"):
+                nn.init.orthogonal_(p, 1.0)
+            else:
+                nn.init.zeros_(p)
+        self.pi = mlp([size, spec.n_actions], activation, 0.01)
+        self.v = mlp([size, 1], activation, 1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.zeros(spec.n_actions))
+
+    def initial_state(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, *self.state_shape)
+
+    def _trunk(self, x: torch.Tensor) -> torch.Tensor:
+        return x  # the heads read the core's output
+
+    def dist_params(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pi(x)  # as the parent's act calls it: on the core's output
+
+    def log_prob_entropy(self, obs, actions):  # type: ignore[override]
+        raise TypeError("a recurrent policy evaluates sequences: evaluate_sequences")
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Features (``features(obs)``) of a flat batch to the core's input."""
+        return self.encoder(x) if self.encoder is not None else self.torso(x)
+
+    def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of B envs: features [B, ...] and states [B, S, H] to the core's output
+        [B, H] and the next states."""
+        out, hx = self.core(self.encode(x)[None], _hx(state, self.kind))
+        return out[0], _state(hx, self.kind)
+
+    @torch.no_grad()
+    def act(  # type: ignore[override]
+        self,
+        obs: torch.Tensor,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+        state: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Actions, their log-probs and the next states of a batch of envs in ``state`` (None:
+        all at an episode's start)."""
+        if state is None:
+            state = self.initial_state(obs.shape[0])
+        out, state = self.step(self.features(obs), state)
+        action, logp = super().act(out, deterministic, generator)
+        return action, logp, state
+
+    @torch.no_grad()
+    def value(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        """V(obs) of envs whose core is in ``state`` before reading obs."""
+        out, _ = self.step(self.features(obs), state)
+        return self.v(out).squeeze(-1)
+
+    def unroll(
+        self, x: torch.Tensor, state: torch.Tensor, first: torch.Tensor, final_state: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The core over sequences: features [L, B, ...] from states [B, S, H], the state set to
+        zeros before every step where ``first`` [L, B] is true (an episode starts there; row 0
+        is not read: a stored state is already reset). Returns the outputs [L, B, H] and the
+        final states (None unless ``final_state``)."""
+        L, B = first.shape
+        z = self.encode(x.flatten(0, 1)).view(L, B, -1)
+        return unroll_core(self.core, self.kind, z, state, first, final_state)
+
+    def evaluate_sequences(
+        self, x: torch.Tensor, actions: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probs and entropies of ``actions`` [L, B, ...] and the values, each [L, B]."""
+        out, _ = self.unroll(x, state, first, final_state=False)
+        flat = actions.flatten(0, 1)
+        logp, entropy, value = self.evaluate_features(out.flatten(0, 1), flat)
+        L, B = first.shape
+        return logp.view(L, B), entropy.view(L, B), value.view(L, B)
+
+
+def unroll_core(
+    core: nn.Module,
+    kind: str,
+    z: torch.Tensor,
+    state: torch.Tensor,
+    first: torch.Tensor,
+    final_state: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``core`` over inputs z [L, B, E] with resets where ``first`` (see ``unroll``). Where no
+    episode starts inside the sequences: one call. Else each sequence is cut at its episode
+    starts into segments, run as one call over the segments side by side, padded at their ends:
+    packed (as Sample Factory does) where the final states are needed, else as they are (the
+    padding after a segment cannot change its outputs; packing cost the update 1.6 ms per
+    minibatch of 16 x 16 steps on the CPU)."""
+    L, B = first.shape
+    starts = first.clone()
+    starts[0] = True
+    if not bool(first[1:].any()):
+        out, hx = core(z, _hx(state, kind))
+        return out, _state(hx, kind) if final_state else None
+    by_env = starts.t().reshape(-1)  # [B * L], env-major: segments in order
+    seg_b, seg_t = by_env.view(B, L).nonzero(as_tuple=True)
+    n = seg_b.shape[0]
+    seg_of = by_env.long().cumsum(0).sub_(1).view(B, L)  # segment of each (b, t)
+    nxt = torch.full_like(seg_t, L)
+    same = seg_b[1:] == seg_b[:-1]
+    nxt[:-1] = torch.where(same, seg_t[1:], nxt[:-1])
+    lengths = nxt - seg_t
+    longest = int(lengths.max())
+    k = torch.arange(longest, device=z.device)
+    rows = (seg_t[None, :] + k[:, None]).clamp_(max=L - 1)
+    padded = z.reshape(L * B, -1)[rows * B + seg_b[None, :]]  # [longest, n, E]
+    h0 = state[seg_b] * (seg_t == 0).to(state.dtype)[:, None, None]  # zeros after a reset
+    if final_state:
+        packed = pack_padded_sequence(padded, lengths.cpu(), enforce_sorted=False)
+        out, hx = core(packed, _hx(h0, kind))
+        out, _ = pad_packed_sequence(out, total_length=longest)  # [longest, n, H]
+    else:  # padding follows each segment's steps, so it cannot reach their outputs
+        out, hx = core(padded, _hx(h0, kind))
+    t = torch.arange(L, device=z.device)
+    pos = (t[None, :] - seg_t[seg_of]) * n + seg_of  # [B, L] into out's [longest * n] rows
+    result = out.reshape(longest * n, -1)[pos.t().reshape(-1)].view(L, B, -1)
+    if not final_state:
+        return result, None
+    return result, _state(hx, kind)[seg_of[:, -1]]
+
+
+def _hx(state: torch.Tensor, kind: str):
+    """[B, S, H] to what torch's cores take: (h, c) of [1, B, H] each, or h."""
+    if kind == "lstm":
+        return state[:, 0][None].contiguous(), state[:, 1][None].contiguous()
+    return state[:, 0][None].contiguous()
+
+
+def _state(hx, kind: str) -> torch.Tensor:
+    """What torch's cores return, as [B, S, H]."""
+    if kind == "lstm":
+        return torch.stack([hx[0][0], hx[1][0]], 1)
+    return hx[0][:, None]

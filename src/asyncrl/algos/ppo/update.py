@@ -65,40 +65,18 @@ class PPO:
         T, B = r["rewards"].shape
         flat_obs = r["obs"].flatten(0, 1)
         values = policy.value(flat_obs).view(T + 1, B)
-        ends = (r["terminated"], r["truncated"], r["trunc_values"])
-        behaviour_logp = r["logp"].flatten()
-        clip_from, weight = behaviour_logp, torch.ones_like(behaviour_logp)
+        target_logp = None
         if cfg.correction != "none":
             target_logp, _, _ = policy.log_prob_entropy(
                 flat_obs[: T * B], r["actions"].flatten(0, 1)
             )
-        if cfg.correction == "decoupled":
-            # Hilton et al. 2022 ("Batch size-invariance for policy optimization"): the clip
-            # holds the step near the policy as it is now (the proximal policy), not the one that
-            # acted some versions ago; the lagged samples are importance-weighted from the acting
-            # policy to the proximal one (truncated at vtrace_rho_bar, as V-trace truncates).
-            # With no lag both policies are one: PPO's own objective.
-            clip_from = target_logp
-            weight = (target_logp - behaviour_logp).exp().clamp(max=cfg.vtrace_rho_bar)
-        if cfg.correction == "vtrace":
-            adv, ret = vtrace(
-                r["logp"],
-                target_logp.view(T, B),
-                r["rewards"],
-                values,
-                *ends,
-                cfg.gamma,
-                cfg.vtrace_rho_bar,
-                cfg.vtrace_c_bar,
-                cfg.gae_lambda,
-            )
-        else:
-            adv, ret = gae(r["rewards"], values, *ends, cfg.gamma, cfg.gae_lambda)
+            target_logp = target_logp.view(T, B)
+        adv, ret, clip_from, weight = estimate(cfg, r, values, target_logp)
         return {
             "features": policy.features(flat_obs[: T * B]),
             "actions": r["actions"].flatten(0, 1),
-            "logp": clip_from,
-            "weight": weight,
+            "logp": clip_from.flatten(),
+            "weight": weight.flatten(),
             "adv": adv.flatten(),
             "returns": ret.flatten(),
             "values": values[:-1].flatten(),
@@ -187,6 +165,43 @@ class PPO:
         ret, val = batch["returns"], batch["values"]
         out["loss/explained_variance"] = float(1 - (ret - val).var() / (ret.var() + 1e-8))
         return out
+
+
+def estimate(
+    cfg: PPOConfig,
+    r: dict[str, torch.Tensor],
+    values: torch.Tensor,
+    target_logp: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Advantages, value targets, the log-probs the clip is around and the sample weights, all
+    [T, B], from the values [T + 1, B] and (with a correction) the current policy's log-probs
+    of the actions taken."""
+    ends = (r["terminated"], r["truncated"], r["trunc_values"])
+    behaviour_logp = r["logp"]
+    clip_from, weight = behaviour_logp, torch.ones_like(behaviour_logp)
+    if cfg.correction == "decoupled":
+        # Hilton et al. 2022 ("Batch size-invariance for policy optimization"): the clip holds
+        # the step near the policy as it is now (the proximal policy), not the one that acted
+        # some versions ago; the lagged samples are importance-weighted from the acting policy
+        # to the proximal one (truncated at vtrace_rho_bar, as V-trace truncates). With no lag
+        # both policies are one: PPO's own objective.
+        clip_from = target_logp
+        weight = (target_logp - behaviour_logp).exp().clamp(max=cfg.vtrace_rho_bar)
+    if cfg.correction == "vtrace":
+        adv, ret = vtrace(
+            behaviour_logp,
+            target_logp,
+            r["rewards"],
+            values,
+            *ends,
+            cfg.gamma,
+            cfg.vtrace_rho_bar,
+            cfg.vtrace_c_bar,
+            cfg.gae_lambda,
+        )
+    else:
+        adv, ret = gae(r["rewards"], values, *ends, cfg.gamma, cfg.gae_lambda)
+    return adv, ret, clip_from, weight
 
 
 def _nothing() -> None:

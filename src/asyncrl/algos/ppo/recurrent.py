@@ -1,0 +1,165 @@
+"""PPO with a recurrent policy: sequence targets and truncated BPTT, tensors in and statistics
+out (the feed-forward update is :mod:`asyncrl.algos.ppo.update`).
+
+A rollout of T steps is cut into chunks of L = ``recurrence`` steps; each chunk of each env is a
+sequence that starts from the hidden state the actor stored for it (that of the policy version
+that acted: states are not recomputed), with the state set to zeros where an episode starts
+inside it. Targets and minibatches use the same sequences; a minibatch is whole sequences, and
+gradients flow through each sequence, not beyond (truncated backpropagation through time).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from asyncrl.algos.ppo.config import PPOConfig
+from asyncrl.algos.ppo.networks import RecurrentActorCritic
+from asyncrl.algos.ppo.update import STATS, _fast_adam, _nothing, estimate
+
+# the batch's fields that are [L, N, ...] sequences; "states" [N, S, H] start them
+SEQUENCE_KEYS = ("features", "actions", "logp", "weight", "adv", "returns", "values", "first")
+
+
+def to_sequences(x: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Time-major [T, B, ...] to sequences [L, C * B, ...]: sequence ``c * B + b`` is chunk c
+    of env b (the order of the slots' stored states, [C, B, ...] flattened)."""
+    T, B = x.shape[:2]
+    C = T // chunk
+    return x.reshape(C, chunk, B, *x.shape[2:]).transpose(0, 1).reshape(chunk, C * B, *x.shape[2:])
+
+
+def from_sequences(x: torch.Tensor, envs: int) -> torch.Tensor:
+    """The inverse of :func:`to_sequences`: [L, C * B, ...] to [T, B, ...]."""
+    L, N = x.shape[:2]
+    C = N // envs
+    return x.reshape(L, C, envs, *x.shape[2:]).transpose(0, 1).reshape(C * L, envs, *x.shape[2:])
+
+
+def episode_starts(r: dict[str, torch.Tensor]) -> torch.Tensor:
+    """[T, B]: true where a step is the first of an episode that began inside the rollout."""
+    done = r["terminated"] | r["truncated"]
+    first = torch.zeros_like(done)
+    first[1:] = done[:-1]
+    return first
+
+
+class RecurrentPPO:
+    def __init__(self, policy: RecurrentActorCritic, cfg: PPOConfig, lr: float, chunk: int):
+        self.policy, self.cfg, self.chunk = policy, cfg, chunk
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        self.device = self.params[0].device
+        self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=1e-5, **_fast_adam())
+        # Called around every gradient step; Hogwild! workers sync parameters there.
+        self.before_step = self.after_step = _nothing
+
+    # ---------------------------------------------------------------- targets
+    @torch.no_grad()
+    def targets(self, r: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Values and log-probs by unrolling every chunk from its stored state, then GAE or
+        V-trace as for a feed-forward policy; returns the batch as sequences."""
+        policy, L = self.policy, self.chunk
+        T, B = r["rewards"].shape
+        feats = policy.features(r["obs"].flatten(0, 1))
+        feats = feats.view(T + 1, B, *feats.shape[1:])
+        first = episode_starts(r)
+        states = r["rnn_states"].flatten(0, 1)  # [C * B, S, H]
+        x = to_sequences(feats[:T], L)
+        actions = to_sequences(r["actions"], L)
+        seq_first = to_sequences(first, L)
+        out, final = policy.unroll(x, states, seq_first)
+        logp, _, value = policy.evaluate_features(out.flatten(0, 1), actions.flatten(0, 1))
+        # the bootstrap: the observation after the rollout, read on from the last chunk's end
+        done = r["terminated"][-1] | r["truncated"][-1]
+        last = final[-B:] * (~done).to(final.dtype)[:, None, None]
+        tail, _ = policy.step(feats[T], last)
+        values = torch.cat([from_sequences(value.view(L, -1), B), policy.v(tail).view(1, B)])
+        target_logp = None
+        if self.cfg.correction != "none":
+            target_logp = from_sequences(logp.view(L, -1), B)
+        adv, ret, clip_from, weight = estimate(self.cfg, r, values, target_logp)
+        return {
+            "features": x,
+            "actions": actions,
+            "logp": to_sequences(clip_from, L),
+            "weight": to_sequences(weight, L),
+            "adv": to_sequences(adv, L),
+            "returns": to_sequences(ret, L),
+            "values": to_sequences(values[:-1], L),
+            "first": seq_first,
+            "states": states,
+        }
+
+    # ---------------------------------------------------------------- the update
+    def loss(
+        self, clip, features, actions, old_logp, weight, adv, returns, old_values, first, states
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """PPO's clipped surrogate (as ``update.PPO``) over sequences [L, M, ...] unrolled from
+        ``states`` [M, S, H]: (loss, policy, value and entropy terms, log-ratio) of the
+        minibatch, the samples flattened."""
+        cfg = self.cfg
+        logp, entropy, value = self.policy.evaluate_sequences(features, actions, states, first)
+        logp, entropy, value = logp.flatten(), entropy.flatten(), value.flatten()
+        old_logp, weight, adv = old_logp.flatten(), weight.flatten(), adv.flatten()
+        returns, old_values = returns.flatten(), old_values.flatten()
+        log_ratio = logp - old_logp
+        ratio = log_ratio.exp()
+        if cfg.norm_adv:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip))
+        pg_loss = (weight * pg_loss).mean()
+        if cfg.value_clip > 0:
+            v_clipped = old_values + (value - old_values).clamp(-cfg.value_clip, cfg.value_clip)
+            v_loss = 0.5 * torch.max((value - returns).square(), (v_clipped - returns).square())
+            v_loss = v_loss.mean()
+        else:
+            v_loss = 0.5 * (value - returns).square().mean()
+        ent = entropy.mean()
+        loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent
+        return loss, pg_loss, v_loss, ent, log_ratio
+
+    def _step(self, clip, *minibatch) -> torch.Tensor:
+        loss, pg_loss, v_loss, ent, log_ratio = self.loss(clip, *minibatch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.max_grad_norm > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                self.params, self.cfg.max_grad_norm, foreach=True
+            )
+        else:
+            grad_norm = torch.zeros((), device=self.device)
+        self.optimizer.step()
+        with torch.no_grad():
+            ratio = log_ratio.exp()
+            approx_kl = ((ratio - 1) - log_ratio).mean()
+            clipfrac = ((ratio - 1).abs() > clip).float().mean()
+        return torch.stack(
+            [pg_loss.detach(), v_loss.detach(), ent.detach(), approx_kl, clipfrac, grad_norm]
+        )
+
+    def update(
+        self,
+        batch: dict[str, torch.Tensor],
+        lr: float,
+        generator: torch.Generator,
+        clip_scale: float = 1.0,
+    ) -> dict[str, float]:
+        """``epochs`` passes of shuffled minibatches of whole sequences; mean statistics."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        n = batch["states"].shape[0]
+        per_mb = max(1, self.cfg.minibatch_size // self.chunk)  # sequences per minibatch
+        clip = torch.tensor(self.cfg.clip_coef * clip_scale, device=self.device)
+        stats = []
+        for _ in range(self.cfg.epochs):
+            perm = torch.randperm(n, generator=generator).to(self.device)
+            shuffled = [batch[k][:, perm] for k in SEQUENCE_KEYS] + [batch["states"][perm]]
+            for start in range(0, n - per_mb + 1, per_mb):
+                self.before_step()
+                mb = [x[:, start : start + per_mb] for x in shuffled[:-1]]
+                stats.append(self._step(clip, *mb, shuffled[-1][start : start + per_mb]))
+                self.after_step()
+        mean = torch.stack(stats).mean(0).tolist()
+        out = dict(zip(STATS, mean, strict=True))
+        ret, val = batch["returns"], batch["values"]
+        out["loss/explained_variance"] = float(1 - (ret - val).var() / (ret.var() + 1e-8))
+        return out

@@ -1,0 +1,213 @@
+"""Recurrent PPO on a hand-made batch with episode ends inside chunks: its sequence targets,
+loss, gradients and update equal a straightforward step-by-step unroll of every env's episodes
+written here, and a minibatch is whole sequences."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from asyncrl.algos.ppo.config import PPOConfig
+from asyncrl.algos.ppo.networks import build_policy, unroll_core
+from asyncrl.algos.ppo.recurrent import RecurrentPPO, from_sequences, to_sequences
+from asyncrl.algos.ppo.returns import gae, vtrace
+from asyncrl.envs import EnvSpec
+
+T, B, L, OBS, N_ACT = 16, 3, 8, 3, 2  # two chunks of 8 steps per env
+C = T // L
+SPEC = EnvSpec("toy", (OBS,), True, (), N_ACT, None, None)
+# (step, env) of episode ends: inside a chunk, on a chunk's last step, two in one chunk
+TERMINATED = [(3, 0), (10, 1)]
+TRUNCATED = [(7, 0), (12, 1)]
+
+
+def _policy(kind: str):
+    torch.manual_seed(0)
+    return build_policy(SPEC, [16], "tanh", norm_obs=False, recurrent=kind, rnn_size=8)
+
+
+def _rollout(kind: str) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    terminated = torch.zeros(T, B, dtype=torch.bool)
+    truncated = torch.zeros(T, B, dtype=torch.bool)
+    for t, b in TERMINATED:
+        terminated[t, b] = True
+    for t, b in TRUNCATED:
+        truncated[t, b] = True
+    S = 2 if kind == "lstm" else 1
+    states = torch.randn(C, B, S, 8, generator=g)  # as carried over from earlier rollouts
+    states[1, 0] = 0.0  # env 0's episode ended on chunk 0's last step: chunk 1 starts afresh
+    return {
+        "obs": torch.randn(T + 1, B, OBS, generator=g),
+        "actions": torch.randint(0, N_ACT, (T, B), generator=g),
+        "logp": -torch.rand(T, B, generator=g) - 0.3,  # an acting policy a few versions back
+        "rewards": torch.randn(T, B, generator=g),
+        "terminated": terminated,
+        "truncated": truncated,
+        "trunc_values": torch.where(truncated, torch.randn(T, B, generator=g), 0.0),
+        "rnn_states": states,
+    }
+
+
+def _hx(kind, h):
+    return (h[0][None, None], h[1][None, None]) if kind == "lstm" else h[0][None, None]
+
+
+def _flat(kind, hx):
+    return torch.stack([hx[0][0, 0], hx[1][0, 0]]) if kind == "lstm" else hx[0, 0][None]
+
+
+def _reference(policy, r, kind):
+    """Every env stepped one observation at a time from its chunks' stored states, the state
+    zeroed where an episode starts inside a chunk: log-probs, entropies, values [T, B] and the
+    bootstrap value of obs[T]."""
+    done = r["terminated"] | r["truncated"]
+    logp, entropy, value = (torch.zeros(T, B) for _ in range(3))
+    tail = torch.zeros(B)
+    for b in range(B):
+        for t in range(T):
+            if t % L == 0:
+                h = r["rnn_states"][t // L, b]
+            elif done[t - 1, b]:
+                h = torch.zeros_like(h)
+            z = policy.torso(r["obs"][t, b][None])
+            out, hx = policy.core(z[None], _hx(kind, h))
+            h = _flat(kind, hx)
+            dist = torch.distributions.Categorical(logits=policy.pi(out[0, 0]))
+            logp[t, b] = dist.log_prob(r["actions"][t, b])
+            entropy[t, b] = dist.entropy()
+            value[t, b] = policy.v(out[0, 0])[0]
+        if done[T - 1, b]:
+            h = torch.zeros_like(h)
+        out, _ = policy.core(policy.torso(r["obs"][T, b][None])[None], _hx(kind, h))
+        tail[b] = policy.v(out[0, 0])[0]
+    return logp, entropy, value, tail
+
+
+def _reference_loss(policy, r, kind, hp, old_logp, adv, returns, old_values):
+    """PPO's clipped loss over all samples, as written in the paper's order."""
+    logp, entropy, value, _ = _reference(policy, r, kind)
+    ratio = (logp - old_logp).exp()
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg = torch.max(-adv * ratio, -adv * ratio.clamp(1 - hp.clip_coef, 1 + hp.clip_coef)).mean()
+    v = 0.5 * (value - returns).square().mean()
+    return pg + hp.vf_coef * v - hp.ent_coef * entropy.mean()
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("correction", ["none", "vtrace", "decoupled"])
+def test_sequence_targets_equal_a_step_by_step_unroll(kind, correction):
+    policy = _policy(kind)
+    r = _rollout(kind)
+    hp = PPOConfig(correction=correction, minibatch_size=2 * L, gamma=0.9, gae_lambda=0.8)
+    batch = RecurrentPPO(policy, hp, 1e-3, L).targets(r)
+    with torch.no_grad():
+        logp, _, value, tail = _reference(policy, r, kind)
+    values = torch.cat([value, tail[None]])
+    ends = (r["terminated"], r["truncated"], r["trunc_values"])
+    if correction == "vtrace":
+        args = (r["logp"], logp, r["rewards"], values, *ends, hp.gamma)
+        adv, ret = vtrace(*args, hp.vtrace_rho_bar, hp.vtrace_c_bar, hp.gae_lambda)
+    else:
+        adv, ret = gae(r["rewards"], values, *ends, hp.gamma, hp.gae_lambda)
+    clip_from = logp if correction == "decoupled" else r["logp"]
+    got = {k: from_sequences(batch[k], B) for k in ("values", "adv", "returns", "logp")}
+    torch.testing.assert_close(got["values"], value)
+    torch.testing.assert_close(got["adv"], adv)
+    torch.testing.assert_close(got["returns"], ret)
+    torch.testing.assert_close(got["logp"], clip_from)
+    assert batch["states"].shape[0] == C * B  # one stored state per sequence
+    torch.testing.assert_close(batch["states"], r["rnn_states"].flatten(0, 1))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_sequence_loss_and_gradients_equal_a_step_by_step_unroll(kind):
+    policy = _policy(kind)
+    r = _rollout(kind)
+    hp = PPOConfig(minibatch_size=C * B * L, ent_coef=0.01, value_clip=0.0)
+    ppo = RecurrentPPO(policy, hp, 1e-3, L)
+    batch = ppo.targets(r)
+    g = torch.Generator().manual_seed(5)
+    old_logp = r["logp"] + 0.2 * torch.randn(T, B, generator=g)  # some ratios clip
+    batch["logp"] = to_sequences(old_logp, L)
+    mb = [batch[k] for k in ("features", "actions", "logp", "weight", "adv", "returns")]
+    mb += [batch["values"], batch["first"], batch["states"]]
+    loss = ppo.loss(torch.tensor(hp.clip_coef), *mb)[0]
+    grads = torch.autograd.grad(loss, ppo.params)
+
+    reference = copy.deepcopy(policy)
+    adv, ret, val = (from_sequences(batch[k], B) for k in ("adv", "returns", "values"))
+    expected = _reference_loss(reference, r, kind, hp, old_logp, adv, ret, val)
+    expected_grads = torch.autograd.grad(expected, list(reference.parameters()))
+    torch.testing.assert_close(loss, expected)
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    assert any(float(x.abs().sum()) > 0 for x in grads[:4])  # the core and torso are trained
+
+
+def test_an_update_of_one_minibatch_is_one_adam_step_on_the_reference_loss():
+    policy = _policy("lstm")
+    r = _rollout("lstm")
+    hp = PPOConfig(minibatch_size=C * B * L, epochs=1, value_clip=0.0, max_grad_norm=0.0)
+    reference = copy.deepcopy(policy)
+    ppo = RecurrentPPO(policy, hp, 1e-3, L)
+    batch = ppo.targets(r)
+    adv, ret, val = (from_sequences(batch[k], B) for k in ("adv", "returns", "values"))
+    ppo.update(batch, 1e-3, torch.Generator().manual_seed(0))
+
+    opt = torch.optim.Adam(reference.parameters(), lr=1e-3, eps=1e-5)
+    _reference_loss(reference, r, "lstm", hp, r["logp"], adv, ret, val).backward()
+    opt.step()
+    for got, want in zip(policy.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_minibatches_are_whole_sequences_each_from_its_stored_state(monkeypatch):
+    policy = _policy("gru")
+    hp = PPOConfig(minibatch_size=2 * L, epochs=2)
+    ppo = RecurrentPPO(policy, hp, 1e-3, L)
+    batch = ppo.targets(_rollout("gru"))
+    seen = []
+    step = ppo._step
+
+    def record(clip, features, actions, *rest):
+        seen.append((features.shape, rest[-1].shape, features.sum().item()))
+        return step(clip, features, actions, *rest)
+
+    monkeypatch.setattr(ppo, "_step", record)
+    ppo.update(batch, 1e-3, torch.Generator().manual_seed(0))
+    assert len(seen) == hp.epochs * (C * B // 2)  # 6 sequences, 2 per minibatch
+    assert all(f == (L, 2, OBS) and s == (2, 1, 8) for f, s, _ in seen)
+    per_epoch = [sum(x for *_, x in seen[i : i + 3]) for i in (0, 3)]
+    total = batch["features"].sum().item()
+    assert per_epoch == pytest.approx([total, total])  # every sequence once per epoch
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_packed_unroll_equals_one_call_where_no_episode_starts(kind):
+    core = _policy(kind).core
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(L, 4, 16, generator=g)
+    state = torch.randn(4, 2 if kind == "lstm" else 1, 8, generator=g)
+    first = torch.zeros(L, 4, dtype=torch.bool)
+    plain, plain_final = unroll_core(core, kind, z, state, first)
+    first[3, 1] = first[5, 1] = first[7, 2] = True  # resets: compare with a zeroed restart
+    packed, final = unroll_core(core, kind, z, state, first)
+    for b in (0, 3):  # sequences without resets are the same
+        torch.testing.assert_close(packed[:, b], plain[:, b])
+        torch.testing.assert_close(final[b], plain_final[b])
+    zero = torch.zeros_like(state[:1])
+    tail, tail_final = unroll_core(core, kind, z[5:, 1:2], zero, first[5:, 1:2] & False)
+    torch.testing.assert_close(packed[5:, 1:2], tail)
+    torch.testing.assert_close(final[1:2], tail_final)
+    assert not torch.allclose(packed[5:, 1], plain[5:, 1])
+
+
+def test_sequences_round_trip():
+    x = torch.arange(T * B * 2).view(T, B, 2)
+    seq = to_sequences(x, L)
+    assert seq.shape == (L, C * B, 2)
+    assert torch.equal(seq[:, 1 * B + 2], x[L : 2 * L, 2])  # chunk 1 of env 2
+    assert torch.equal(from_sequences(seq, B), x)

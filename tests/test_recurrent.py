@@ -1,0 +1,365 @@
+"""Recurrent PPO (--recurrent lstm|gru) through the runtime: every backend, mode and
+correction; exact resume with the actors' hidden states; the Python API and ``asyncrl eval``
+acting alike; evaluations during training; settings refused before anything starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import asyncrl
+from asyncrl.cli import main as cli_main
+from asyncrl.config import ConfigError
+from asyncrl.envs import MASKED_CARTPOLE, MaskObservation, env_family, make_env
+from asyncrl.rundir import load_checkpoint
+from asyncrl.runtime.trainer import train
+from asyncrl.settings import TrainConfig, validate
+
+SMALL = dict(
+    env=MASKED_CARTPOLE,
+    actors=2,
+    envs_per_actor=4,
+    rollout=16,
+    recurrence=8,
+    minibatch_size=32,
+    epochs=2,
+    hidden=[16],
+    rnn_size=8,
+    progress=False,
+    tensorboard=False,
+    checkpoint_every=0,
+    seed=3,
+)
+# What learns the masked-velocity CartPole (the slow tests below): sequences of 16 steps,
+# minibatches of 16 of them, observations and returns normalised
+LEARNS = dict(
+    SMALL,
+    envs_per_actor=8,
+    rollout=64,
+    recurrence=16,
+    minibatch_size=256,
+    epochs=4,
+    lr=1e-3,
+    gamma=0.99,
+    gae_lambda=0.95,
+    hidden=[64],
+    rnn_size=64,
+    norm_obs=True,
+    norm_reward=True,
+)
+
+
+def _cfg(tmp_path, name="run", **kw) -> TrainConfig:
+    return TrainConfig(**{**SMALL, "run_dir": str(tmp_path / name), **kw})
+
+
+def test_the_masked_cartpole_observes_position_and_angle_only():
+    env = make_env(MASKED_CARTPOLE)
+    full = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=4)
+    state, _ = full.reset(seed=4)
+    assert env.observation_space.shape == (2,)
+    np.testing.assert_array_equal(obs, state[[0, 2]])
+    for _ in range(5):
+        obs, *_ = env.step(1)
+        state, *_ = full.step(1)
+    np.testing.assert_array_equal(obs, state[[0, 2]])
+    assert env.spec.max_episode_steps == 500
+    wrapped = MaskObservation(gym.make("Pendulum-v1"), keep=(2,))  # any user's flat Box
+    assert wrapped.reset(seed=0)[0].shape == (1,)
+
+
+@pytest.mark.parametrize(
+    ("mode", "backend", "kind", "correction"),
+    [
+        ("sync", "inline", "lstm", "none"),
+        ("async", "inline", "gru", "vtrace"),
+        ("sync", "thread", "gru", "decoupled"),
+        ("async", "thread", "lstm", "decoupled"),
+        ("async", "process", "lstm", "vtrace"),
+        ("sync", "process", "gru", "none"),
+        ("async", "ray", "gru", "none"),
+    ],
+)
+def test_recurrent_runs_on_every_backend_mode_and_correction(
+    tmp_path, capsys, mode, backend, kind, correction
+):
+    if backend == "ray":
+        pytest.importorskip("ray")
+    cfg = _cfg(
+        tmp_path,
+        mode=mode,
+        backend=backend,
+        recurrent=kind,
+        correction=correction,
+        total_steps=1024,
+    )
+    summary = train(cfg)
+    assert summary["ended"] == "budget" and summary["env_steps"] >= 1024
+    assert summary["episodes"] > 0 and np.isfinite(summary["final_return"])
+    rows = 2 if kind == "lstm" else 1
+    # the memory line counts the stored states: 2 chunk starts of rows x 8 float32 per env
+    assert (
+        f"{kind} states {rows} x 8 float32 at each of 2 chunk start(s)" in capsys.readouterr().out
+    )
+    state = load_checkpoint(tmp_path / "run")
+    assert state["learner"]["policy"]["core.weight_hh_l0"].shape[0] == (4 if rows == 2 else 3) * 8
+
+
+def test_actors_store_each_chunks_starting_state_and_reset_it_at_episode_ends(tmp_path):
+    """One actor's slots over 3 rollouts: chunk 0's stored state is the one carried in from
+    the previous rollout, chunk 1's the state after step 7, zeroed where an episode ended; the
+    stored states and observations give back the log-probs the actor recorded."""
+    from asyncrl.algos.ppo.networks import build_policy
+    from asyncrl.nets import FlatParams
+    from asyncrl.runtime.actor import Actor
+    from asyncrl.runtime.transport import PolicyStore, SlotStore, rollout_layout
+    from asyncrl.settings import env_spec, resolve
+
+    cfg = resolve(_cfg(tmp_path, recurrent="lstm", actors=1, total_steps=64), "generic")
+    spec = env_spec(cfg)
+    policy = build_policy(spec, cfg.hidden, cfg.activation, cfg.norm_obs, "auto", "lstm", 8)
+    flat = FlatParams(policy)
+    store = PolicyStore(flat.numel, shared=False)
+    store.publish(1, flat.write_to)
+    layout = rollout_layout(cfg, spec)
+    slot = SlotStore(layout, 1, shared=False).slots[0]
+    assert slot.rnn_states.shape == (2, 4, 2, 8)  # chunks, envs, (h, c), rnn_size
+    actor = Actor(0, cfg, spec, store)
+    ended = 0
+    for i in range(3):
+        carried = None if i == 0 else actor.acting.state.clone()
+        actor.collect(slot)
+        if carried is None:
+            assert not slot.rnn_states[0].any()  # the first episodes start from zeros
+        else:
+            np.testing.assert_array_equal(slot.rnn_states[0], carried.numpy())
+        done = slot.terminated | slot.truncated
+        ended += int(done.sum())
+        h = torch.from_numpy(slot.rnn_states[0].copy())
+        with torch.no_grad():
+            for t in range(cfg.rollout):
+                if t == cfg.recurrence:
+                    np.testing.assert_allclose(slot.rnn_states[1], h.numpy(), atol=1e-6)
+                out, h = policy.step(policy.features(torch.from_numpy(slot.obs[t])), h)
+                logp, _, _ = policy.evaluate_features(out, torch.from_numpy(slot.actions[t]))
+                np.testing.assert_allclose(logp.numpy(), slot.logp[t], atol=1e-5)
+                h = h * torch.from_numpy(~done[t]).float()[:, None, None]
+    assert ended > 0  # episodes did end inside these rollouts
+    actor.close()
+
+
+def test_a_recurrent_run_resumed_on_inline_sync_ends_bit_for_bit_where_an_unbroken_one_ends(
+    tmp_path,
+):
+    from tests.test_resume import _assert_same
+
+    same = dict(
+        backend="inline",
+        mode="sync",
+        recurrent="lstm",
+        lr_schedule="constant",
+        clip_schedule="constant",
+    )
+    train(_cfg(tmp_path, "whole", total_steps=1024, **same))
+    train(_cfg(tmp_path, "halves", total_steps=512, **same))
+    asyncrl.train(resume=tmp_path / "halves", total_steps=1024)
+    _assert_same(tmp_path / "whole", tmp_path / "halves", skip=("schedule",))
+    actors = load_checkpoint(tmp_path / "whole")["actors"]["actors"]
+    states = [a["acting"]["rnn_state"] for a in actors]
+    assert all(s.shape == (4, 2, 8) and s.abs().sum() > 0 for s in states)  # carried, nonzero
+
+
+def test_load_act_with_state_takes_the_actions_asyncrl_eval_takes(tmp_path, monkeypatch, capsys):
+    # long enough that the policy acts on what it remembers (at 2,048 steps it did not)
+    kw = dict(LEARNS, recurrent="gru", total_steps=16_384, backend="inline", mode="sync")
+    train(TrainConfig(**kw, run_dir=str(tmp_path / "run")))
+    taken: list[list[int]] = []
+
+    class Recording(gym.Wrapper):
+        def reset(self, **kw):
+            taken.append([])
+            return self.env.reset(**kw)
+
+        def step(self, action):
+            taken[-1].append(int(action))
+            return self.env.step(action)
+
+    import asyncrl.policy
+
+    monkeypatch.setattr(asyncrl.policy, "make_env", lambda *a, **k: Recording(make_env(*a, **k)))
+    assert cli_main(["eval", str(tmp_path / "run"), "--episodes", "3"]) == 0
+    evaluated = json.loads(capsys.readouterr().out.splitlines()[-1])
+
+    policy = asyncrl.load(tmp_path / "run")
+    assert policy.recurrent and policy.initial_state().shape == (1, 64)
+    env = make_env(MASKED_CARTPOLE)
+    mine, without_state = [], []
+    for i in range(3):
+        obs, _ = env.reset(seed=10_000 + i)
+        state, actions, done = policy.initial_state(), [], False
+        while not done:
+            action, state = policy.act(obs, state)
+            forgetful, _ = policy.act(obs)  # every step as if an episode started there
+            without_state.append(forgetful != action)
+            actions.append(action)
+            obs, _, terminated, truncated, _ = env.step(action)
+            done = terminated or truncated
+        mine.append(actions)
+    assert mine == taken
+    assert [len(a) for a in mine] == evaluated["lengths"]
+    assert any(without_state)  # the state changes actions: eval did carry it
+    # a batch of 3 envs acts as 3 single ones
+    obs = np.stack([env.reset(seed=s)[0] for s in range(3)])
+    actions, states = policy.act(obs, policy.initial_state(3))
+    assert actions.shape == (3,) and states.shape == (3, 1, 64)
+    single = [policy.act(o, policy.initial_state()) for o in obs]
+    assert list(actions) == [a for a, _ in single]
+    np.testing.assert_allclose(states, np.stack([s for _, s in single]), atol=1e-6)
+    with pytest.raises(ValueError, match=r"state of shape \(2, 64\): expected \(1, 64\)"):
+        policy.act(obs[0], np.zeros((2, 64), np.float32))
+    # --video acts as eval does: the same actions in the first episode
+    pytest.importorskip("pygame")
+    taken.clear()
+    video = tmp_path / "eval.gif"
+    assert cli_main(["eval", str(tmp_path / "run"), "--episodes", "1", "--video", str(video)]) == 0
+    assert taken == mine[:1] and video.stat().st_size > 0
+
+
+def test_feed_forward_policies_keep_their_call(tmp_path):
+    train(_cfg(tmp_path, total_steps=512, backend="inline", mode="sync", recurrence=0))
+    policy = asyncrl.load(tmp_path / "run")
+    assert not policy.recurrent
+    assert policy.act(np.zeros(2, np.float32)) in (0, 1)
+    with pytest.raises(TypeError, match="feed-forward policy has no state"):
+        policy.initial_state()
+    with pytest.raises(TypeError, match="deterministic is a keyword argument"):
+        policy.act(np.zeros(2, np.float32), False)
+
+
+def test_evaluations_during_training_act_with_the_recurrent_policy(tmp_path):
+    cfg = _cfg(
+        tmp_path,
+        recurrent="lstm",
+        total_steps=2048,
+        eval_every=1024,
+        eval_episodes=2,
+        backend="thread",
+        mode="async",
+    )
+    train(cfg)
+    rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    evals = [r for r in rows if "eval/mean_return" in r]
+    assert evals and all(np.isfinite(r["eval/mean_return"]) for r in evals)
+    best = asyncrl.load(tmp_path / "run", "best")
+    assert best.recurrent and best.evaluation is not None
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            dict(recurrent="lstm", rollout=16, recurrence=5),
+            "recurrence: must divide rollout (16), got 5",
+        ),
+        (
+            dict(recurrent="rnn"),
+            "recurrent: 'rnn' is not one of none, lstm, gru",
+        ),
+        (dict(recurrent="gru", rnn_size=0), "rnn_size: must be >= 1, got 0"),
+        (
+            dict(recurrent="lstm", rollout=16, recurrence=16, minibatch_size=24),
+            "minibatch_size: with --recurrent a minibatch is whole sequences",
+        ),
+        (dict(recurrent="lstm", compile=True), "compile: a recurrent policy's update"),
+        (
+            dict(algo="sac", env="Pendulum-v1", recurrent="lstm"),
+            "recurrent: sac has no such setting (only ppo); leave it at none",
+        ),
+        (
+            dict(algo="dqn", env="CartPole-v1", rnn_size=64),
+            "rnn_size: dqn has no such setting (only ppo); leave it at 128",
+        ),
+    ],
+)
+def test_impossible_recurrent_settings_are_refused_in_one_line(settings, message):
+    with pytest.raises(ConfigError) as refused:
+        cfg = TrainConfig(**{**SMALL, **settings})
+        validate(cfg, env_family(cfg.env))
+    assert message in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_the_cli_refuses_before_anything_starts(tmp_path, capsys):
+    run = tmp_path / "run"
+    code = cli_main(
+        ["train", "--env", MASKED_CARTPOLE, "--recurrent", "lstm", "--rollout", "32"]
+        + ["--recurrence", "12", "--run-dir", str(run)]
+    )
+    err = capsys.readouterr().err
+    assert code != 0 and "recurrence: must divide rollout (32), got 12" in err
+    assert not run.exists()
+
+
+def test_a_recurrent_core_after_the_cnn_encoder_trains_on_pixels(tmp_path, capsys):
+    cfg = _cfg(
+        tmp_path,
+        env="fake_envs:DotSide-v0",
+        recurrent="gru",
+        hidden=[32],
+        total_steps=1024,
+        backend="thread",
+        mode="async",
+    )
+    summary = train(cfg)
+    assert summary["ended"] == "budget" and summary["episodes"] > 0
+    policy = asyncrl.load(tmp_path / "run")
+    assert policy.module.encoder_kind == "cnn" and policy.recurrent
+    obs = make_env("fake_envs:DotSide-v0").reset(seed=0)[0]
+    action, state = policy.act(obs, policy.initial_state())
+    assert action in (0, 1) and state.shape == (1, 8)
+
+
+def test_hogwild_workers_train_a_recurrent_policy(tmp_path):
+    summary = train(_cfg(tmp_path, recurrent="lstm", hogwild=2, total_steps=1024))
+    assert summary["ended"] == "budget" and summary["env_steps"] >= 1024
+    assert asyncrl.load(tmp_path / "run").recurrent
+
+
+# ---------------------------------------------------------------- learning (slow)
+# Budget and seeds measured on 2 cores (docs: Guides, recurrent policies): with these settings
+# the LSTM reached a final return of 477-500 at 120k steps with seeds 1-3 in both modes, the
+# GRU 500 in sync (inline backend); the feed-forward policy stayed near 40-50. Before 100k the
+# returns still dip (one seed at 314 at 90k), so 120k it is.
+BUDGET = 120_000
+
+
+def _learns(tmp_path, **kw) -> dict:
+    cfg = TrainConfig(**{**LEARNS, "backend": "inline", "total_steps": BUDGET, "seed": 1, **kw})
+    return train(dataclasses.replace(cfg, run_dir=str(tmp_path / "run")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_lstm_solves_the_masked_cartpole_within_the_budget(tmp_path, mode):
+    summary = _learns(tmp_path, recurrent="lstm", mode=mode)
+    assert summary["env_steps"] <= 300_000
+    assert summary["final_return"] >= 400, summary
+    assert (summary["policy_lag_max"] >= 1) == (mode == "async")
+
+
+@pytest.mark.slow
+def test_a_gru_solves_the_masked_cartpole_within_the_budget(tmp_path):
+    summary = _learns(tmp_path, recurrent="gru", mode="sync")
+    assert summary["final_return"] >= 400, summary
+
+
+@pytest.mark.slow
+def test_a_feed_forward_policy_with_the_same_budget_does_not(tmp_path):
+    summary = _learns(tmp_path, mode="sync")
+    assert summary["final_return"] < 200, summary
