@@ -500,7 +500,9 @@ def test_ctrl_c_leaves_no_ray_process_when_asyncrl_started_ray(tmp_path, sig):
     )
     try:
         deadline = time.monotonic() + 120
-        while not (run / "metrics.jsonl").exists() or not _ray_processes(str(ray_tmp)):
+        # training under way: a row written (the file itself is made before the actors start)
+        metrics = run / "metrics.jsonl"
+        while not (metrics.exists() and metrics.stat().st_size) or not _ray_processes(str(ray_tmp)):
             assert proc.poll() is None, proc.stdout.read().decode()
             assert time.monotonic() < deadline, "the run never started training"
             time.sleep(0.2)

@@ -106,7 +106,8 @@ class PPOLearner(LearnerBase):
             if own is not None:
                 keep = torch.from_numpy(own.reshape(-1)).to(self.device)
                 batch = {k: v[keep] for k, v in batch.items()}
-            if batch["adv"].shape[0] >= self.hp.minibatch_size:
+            # samples, whatever the layout (a recurrent batch is [sequences, steps])
+            if batch["adv"].numel() >= self.hp.minibatch_size:
                 stats = self.algo.update(
                     batch, self.lr_now(), self.generator, self.remaining(self.cfg.clip_schedule)
                 )
