@@ -339,19 +339,20 @@ def test_a_nan_found_by_a_learner_process_ends_the_run_as_nonfinite(tmp_path):
 @pytest.mark.slow
 def test_two_policies_both_solve_cartpole_within_300k_steps_in_all(tmp_path):
     """Each policy acts on 8 envs of each of the 2 actors (a one-policy run's batch). Measured
-    (seed 1, 2 busy cores): both at a return of 500 from about 31k of their own steps, so half
-    the 300k the issue allows keeps a margin of 2.4x and half the CI time."""
+    (seed 1, 2 busy cores): both at a return of 500 from about 31k of their own steps; with
+    150k in all, one CI rehearsal of three ended a policy at 343 (async runs are not
+    repeatable), so the test takes the 300k the issue allows."""
     summary = train(
         TrainConfig(
             policies=2,
             envs_per_actor=16,
-            total_steps=150_000,
+            total_steps=300_000,
             progress=False,
             tensorboard=False,
             run_dir=str(tmp_path / "run"),
         )
     )
-    assert summary["env_steps"] <= 150_000 + 2 * 16 * 32
+    assert summary["env_steps"] <= 300_000 + 2 * 16 * 32
     for row in summary["population"]:
         assert row["final_return"] >= 475, summary["population"]
 

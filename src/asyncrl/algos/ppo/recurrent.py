@@ -14,7 +14,7 @@ import torch
 
 from asyncrl.algos.ppo.config import PPOConfig
 from asyncrl.algos.ppo.networks import RecurrentActorCritic
-from asyncrl.algos.ppo.update import STATS, _fast_adam, _nothing, estimate
+from asyncrl.algos.ppo.update import STATS, _fast_adam, _nothing, estimate, ppo_loss
 
 # the batch's fields that are [L, N, ...] sequences; "states" [N, S, H] start them
 SEQUENCE_KEYS = ("features", "actions", "logp", "weight", "adv", "returns", "values", "first")
@@ -101,21 +101,7 @@ class RecurrentPPO:
         logp, entropy, value = logp.flatten(), entropy.flatten(), value.flatten()
         old_logp, weight, adv = old_logp.flatten(), weight.flatten(), adv.flatten()
         returns, old_values = returns.flatten(), old_values.flatten()
-        log_ratio = logp - old_logp
-        ratio = log_ratio.exp()
-        if cfg.norm_adv:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip))
-        pg_loss = (weight * pg_loss).mean()
-        if cfg.value_clip > 0:
-            v_clipped = old_values + (value - old_values).clamp(-cfg.value_clip, cfg.value_clip)
-            v_loss = 0.5 * torch.max((value - returns).square(), (v_clipped - returns).square())
-            v_loss = v_loss.mean()
-        else:
-            v_loss = 0.5 * (value - returns).square().mean()
-        ent = entropy.mean()
-        loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent
-        return loss, pg_loss, v_loss, ent, log_ratio
+        return ppo_loss(cfg, clip, logp, entropy, value, old_logp, weight, adv, returns, old_values)
 
     def _step(self, clip, *minibatch) -> torch.Tensor:
         loss, pg_loss, v_loss, ent, log_ratio = self.loss(clip, *minibatch)

@@ -88,20 +88,10 @@ class PPO:
     ) -> torch.Tensor:
         cfg = self.cfg
         logp, entropy, value = self.policy.evaluate_features(features, actions)
-        log_ratio = logp - old_logp
+        loss, pg_loss, v_loss, ent, log_ratio = ppo_loss(
+            cfg, clip, logp, entropy, value, old_logp, weight, adv, returns, old_values
+        )
         ratio = log_ratio.exp()
-        if cfg.norm_adv:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip))
-        pg_loss = (weight * pg_loss).mean()  # weight: 1 but with the decoupled correction
-        if cfg.value_clip > 0:
-            v_clipped = old_values + (value - old_values).clamp(-cfg.value_clip, cfg.value_clip)
-            v_loss = 0.5 * torch.max((value - returns).square(), (v_clipped - returns).square())
-            v_loss = v_loss.mean()
-        else:
-            v_loss = 0.5 * (value - returns).square().mean()
-        ent = entropy.mean()
-        loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.max_grad_norm > 0:
@@ -202,6 +192,26 @@ def estimate(
     else:
         adv, ret = gae(r["rewards"], values, *ends, cfg.gamma, cfg.gae_lambda)
     return adv, ret, clip_from, weight
+
+
+def ppo_loss(cfg, clip, logp, entropy, value, old_logp, weight, adv, returns, old_values):
+    """PPO's clipped surrogate, (clipped) value loss and entropy bonus for one minibatch of
+    flat samples: (loss, policy, value and entropy terms, log-ratio)."""
+    log_ratio = logp - old_logp
+    ratio = log_ratio.exp()
+    if cfg.norm_adv:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip))
+    pg_loss = (weight * pg_loss).mean()  # weight: 1 but with the decoupled correction
+    if cfg.value_clip > 0:
+        v_clipped = old_values + (value - old_values).clamp(-cfg.value_clip, cfg.value_clip)
+        v_loss = 0.5 * torch.max((value - returns).square(), (v_clipped - returns).square())
+        v_loss = v_loss.mean()
+    else:
+        v_loss = 0.5 * (value - returns).square().mean()
+    ent = entropy.mean()
+    loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent
+    return loss, pg_loss, v_loss, ent, log_ratio
 
 
 def _nothing() -> None:
