@@ -65,6 +65,15 @@ BAD = [
         "norm_reward: SAC replays rewards collected under many policy versions",
     ),
     (["--reward-clip", "-1"], "reward_clip: must be >= 0"),
+    # rollout 1 (the preset's, and sync DQN's only one) left n_step 3 silently 1-step
+    (
+        ["--algo", "dqn", "--n-step", "3"],
+        "n_step: 3-step returns sum steps within one rollout of 1",
+    ),
+    (
+        ["--algo", "dqn", "--mode", "async", "--rollout", "2", "--n-step", "3"],
+        "n_step: 3-step returns sum steps within one rollout of 2",
+    ),
     (
         ["--env", "HalfCheetah-v5", "--rollout", "auto", "--minibatch-size", "4096"],
         "minibatch_size: 4096 is larger than the training batch of 1024 samples",

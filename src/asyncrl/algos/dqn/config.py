@@ -95,6 +95,12 @@ def validate(cfg: Any) -> None:
         value = getattr(cfg, name)
         need(0 <= value <= 1, f"{name}: must be in [0, 1], got {value}")
     need(1 <= cfg.n_step <= 255, f"n_step: must be in 1..255, got {cfg.n_step}")
+    # a transition's return sums steps of one rollout: past its end n_step would do nothing
+    need(
+        cfg.n_step <= cfg.rollout,
+        f"n_step: {cfg.n_step}-step returns sum steps within one rollout of {cfg.rollout}; "
+        "set rollout >= n_step (async mode: sync DQN steps with rollout 1) or n_step 1",
+    )
     need(cfg.max_grad_norm >= 0, f"max_grad_norm: must be >= 0, got {cfg.max_grad_norm}")
 
 
