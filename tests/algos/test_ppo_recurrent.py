@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from asyncrl.algos.ppo.config import PPOConfig
-from asyncrl.algos.ppo.networks import build_policy, unroll_core
+from asyncrl.algos.ppo.masked_rnn import masked_gru
+from asyncrl.algos.ppo.networks import build_policy, unroll_core, unroll_segments
 from asyncrl.algos.ppo.recurrent import RecurrentPPO, from_sequences, to_sequences
 from asyncrl.algos.ppo.returns import gae, vtrace
 from asyncrl.envs import EnvSpec
@@ -203,6 +204,31 @@ def test_packed_unroll_equals_one_call_where_no_episode_starts(kind):
     torch.testing.assert_close(packed[5:, 1:2], tail)
     torch.testing.assert_close(final[1:2], tail_final)
     assert not torch.allclose(packed[5:, 1], plain[5:, 1])
+
+
+def test_the_written_out_gru_equals_torchs_in_outputs_and_gradients():
+    """masked_gru (what unroll_core runs for a GRU on the CPU) against torch's nn.GRU cut into
+    segments at the episode starts: outputs, final states and every gradient."""
+    core = _policy("gru").core
+    g = torch.Generator().manual_seed(2)
+    z = torch.randn(L, 5, 16, generator=g, requires_grad=True)
+    state = torch.randn(5, 1, 8, generator=g, requires_grad=True)
+    first = torch.zeros(L, 5, dtype=torch.bool)
+    first[0, 0] = True  # row 0 is not read
+    first[3, 1] = first[4, 1] = first[6, 1] = True  # a one-step episode, then another
+    first[2, 3] = first[7, 4] = True  # on the last step; steps 1 and 5 have no reset
+    w_out = torch.randn(L, 5, 8, generator=g)
+    w_final = torch.randn(5, 1, 8, generator=g)
+    results = []
+    for unroll in (masked_gru, lambda *a: unroll_segments(*a[:1], "gru", *a[1:])):
+        z.grad = state.grad = None
+        core.zero_grad()
+        out, final = unroll(core, z, state, first)
+        ((out * w_out).sum() + (final * w_final).sum()).backward()
+        grads = [z.grad, state.grad, *(p.grad for p in core.parameters())]
+        results.append([out.detach(), final.detach(), *grads])
+    for mine, torchs in zip(*results, strict=True):
+        torch.testing.assert_close(mine, torchs, rtol=1e-5, atol=1e-6)
 
 
 def test_sequences_round_trip():
