@@ -107,6 +107,22 @@ def test_async_uneven_mapping_gives_uneven_sample_counts(tmp_path):
     assert summary["env_steps"] == sum(steps)
 
 
+def test_async_policy_loops_stop_at_the_runs_budget_while_the_driver_lags(tmp_path):
+    """The driver logs rows one at a time; slowed (a callback that sleeps, as a loaded machine
+    slows it), it used to stop the policies' loops late: a CI run of the two-policy CartPole
+    test ended at 302,080 of 300,000 steps. A loop starts no iteration once the run's budget is
+    reached, so the run ends within one iteration of each policy past it."""
+    per_iteration = 2 * 4 * 16 // 2  # a policy's envs on both actors x rollout
+
+    def slow(row):
+        time.sleep(0.25)
+        return True
+
+    cfg = _cfg(tmp_path, backend="process", mode="async", total_steps=2048)
+    summary = train(cfg, callback=slow)
+    assert cfg.total_steps <= summary["env_steps"] <= cfg.total_steps + 2 * per_iteration
+
+
 def test_sync_mode_refuses_the_random_mapping_in_one_line(tmp_path, capsys):
     code = main(
         [

@@ -325,9 +325,12 @@ def train_pipeline(
         failures: queue.Queue = queue.Queue()
 
         def share_left(loop: PolicyLoop) -> bool:
-            """In sync mode a policy trains on its share of the budget and no more: its loop,
-            a thread, would otherwise start one more iteration before the driver stops it."""
-            return cfg.mode != "sync" or loop.learner.env_steps < loop.cfg.total_steps
+            """Whether a policy's loop, a thread, starts another iteration: in sync mode while
+            its policy is short of its share, in async mode while the run is short of its
+            budget (the driver, behind on the rows, would otherwise stop the loops late)."""
+            if cfg.mode == "sync":
+                return loop.learner.env_steps < loop.cfg.total_steps
+            return total_steps() < cfg.total_steps
 
         def run_loop(loop: PolicyLoop) -> None:
             """A learner process's loop, in a thread of the driver."""
