@@ -12,7 +12,10 @@ Parts:
      4 envs). Reports the best policy's return and the wall clock of each.
   b  The fleet's env steps/s with P = 4 policies against P = 1 on the same actors (part d of
      ppo_throughput.py: HalfCheetah, 2 actors x 8 envs, rollout 64, 2 epochs, async), P = 1
-     and P = 4 alternating run by run. Target: P = 4 at least 0.9 of P = 1.
+     and P = 4 alternating run by run. Target: P = 4 at least 0.9 of P = 1. Both arms take
+     minibatches of 128 (each of P = 4's batches is 2 envs x 64 steps), so the learners do the
+     same arithmetic per env step; --p1-minibatch 512 is the setting of the first measurement
+     (P = 1 then took a quarter of the gradient steps).
 
 Timed runs belong under ``flock /tmp/asyncrl-bench.lock``. Figures go to
 benchmarks/results/population-<time>.json (the line ``written <path>`` names it).
@@ -108,7 +111,7 @@ def part_a(steps: int, seed: int) -> dict:
     }
 
 
-def part_b(steps: int, repeats: int) -> dict:
+def part_b(steps: int, repeats: int, p1_minibatch: int) -> dict:
     print("\n[b] HalfCheetah, 2 actors x 8 envs, async: the fleet's env steps/s, P = 4 vs P = 1")
     one = TrainConfig(
         env="HalfCheetah-v5",
@@ -117,7 +120,7 @@ def part_b(steps: int, repeats: int) -> dict:
         envs_per_actor=8,
         rollout=64,
         epochs=2,
-        minibatch_size=512,
+        minibatch_size=p1_minibatch,
         norm_obs=True,
         total_steps=steps,
         progress=False,
@@ -136,7 +139,7 @@ def part_b(steps: int, repeats: int) -> dict:
     med = {k: statistics.median(v) for k, v in rates.items()}
     ratio = med["P=4"] / med["P=1"]
     print(f"  P=4 / P=1 = {ratio:.2f} (target >= 0.9)")
-    return {"runs": rates, "median": med, "ratio": ratio}
+    return {"runs": rates, "median": med, "ratio": ratio, "p1_minibatch": p1_minibatch}
 
 
 if __name__ == "__main__":
@@ -145,6 +148,7 @@ if __name__ == "__main__":
     ap.add_argument("--steps-per-policy", type=int, default=1_000_000, help="part a")
     ap.add_argument("--throughput-steps", type=int, default=102_400, help="part b, per run")
     ap.add_argument("--repeats", type=int, default=3, help="part b")
+    ap.add_argument("--p1-minibatch", type=int, default=128, help="part b: P = 1's minibatch")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     out: dict = {}
@@ -152,7 +156,7 @@ if __name__ == "__main__":
         if part == "a":
             out["a"] = part_a(args.steps_per_policy, args.seed)
         elif part == "b":
-            out["b"] = part_b(args.throughput_steps, args.repeats)
+            out["b"] = part_b(args.throughput_steps, args.repeats, args.p1_minibatch)
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"population-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(out, indent=2, default=str))

@@ -74,6 +74,19 @@ class Acting(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+class JointActing(Protocol):
+    """A population's policies acting in one forward where their networks allow it (P small
+    forwards cost P times one: per-call overhead dominates small networks)."""
+
+    def refresh(self) -> None:
+        """Take the policies' current parameters (before each rollout: none change during one)."""
+
+    def act(self, obs: Any, groups: Sequence[tuple[np.ndarray, Any, int]]) -> list[Any]:
+        """Per policy, in order, the actions for its envs ``groups[p][0]`` (indices into
+        ``obs``); writes what its :meth:`Acting.act` would into row ``t`` of its ``slot``
+        (``groups[p] = (envs, slot, t)``), drawing from its own generator."""
+
+
 class Learner(Saveable, Protocol):
     """What a learner offers the training loop. ``train`` is one iteration on a batch of
     slots; ``publish`` hands the current parameters to the actors as ``version``."""
@@ -168,6 +181,9 @@ class Algorithm(Protocol):
     def acting_module(self, cfg: Any, spec: Any) -> ActingModule: ...
 
     def acting(self, cfg: Any, spec: Any, module: Any, generator: Any) -> Acting: ...
+
+    def joint_acting(self, actings: list[Any]) -> JointActing | None:
+        """One forward for a population's ``actings``, or None (each acts in turn)."""
 
     def learner(self, cfg: Any, spec: Any) -> Learner: ...
 

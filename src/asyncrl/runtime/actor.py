@@ -101,7 +101,8 @@ class Actor:
     moves the env seeds on. ``status``: a row the actor keeps its phase in (see ActorStatus).
 
     A population (``store`` a list: one policy store per policy) acts with each policy on its
-    envs, one batched forward per policy, and a rollout fills one slot per policy: under the
+    envs, in one forward for all where the algorithm offers it (``joint_acting``), else one
+    batched forward per policy, and a rollout fills one slot per policy: under the
     fixed mapping each policy's slot holds its envs (env k: policy k mod P), under the random
     mapping every env, the steps of the policy that acted marked ``own`` (docs: Guides,
     populations)."""
@@ -152,9 +153,12 @@ class Actor:
             self.actings.append(algo.acting(cfg, spec, module, generator))
         self.policy, self.flat, self.in_place = self.policies[0], self.flats[0], self.in_places[0]
         self.generator, self.acting = self.generators[0], self.actings[0]
+        # a population's policies in one forward where the algorithm can (else each in turn)
+        self.joint = algo.joint_acting(self.actings) if self.P > 1 else None
         self.versions = [-1] * self.P
         # the fixed mapping: each policy's envs, and where env k lies in its policy's slot
         self.parts = [policy_envs(self.K, self.P, p) for p in range(self.P)]
+        self.part_envs = [np.arange(self.K)[part] for part in self.parts]
         self.env_policy = np.arange(self.K) % self.P
         self.env_column = np.arange(self.K) // self.P
         # the random mapping: the policy of each env's episode, drawn at its start
@@ -194,6 +198,8 @@ class Actor:
         status = self.status
         ActorStatus.set(status, ActorStatus.POLICY)
         self.load_newest_policy()
+        if self.joint is not None:
+            self.joint.refresh()
         ActorStatus.set(status, ActorStatus.ACTING)
         for p, s in enumerate(slots):
             s.ep_returns.fill(np.nan)
@@ -229,7 +235,13 @@ class Actor:
             env_action = np.empty((self.K, *slots[0].actions.shape[2:]), dtype=dtype)
         for t in range(T):
             obs_np, actable = self.obs.numpy(), _actable(self.obs)
-            for acting, slot, part in groups:
+            if self.joint is not None:
+                jobs = [(envs, slot, t) for envs, slot in zip(self.part_envs, slots, strict=True)]
+                acted = self.joint.act(actable, jobs)
+                for (_, slot, part), action in zip(groups, acted, strict=True):
+                    slot.obs[t] = obs_np[part]
+                    env_action[part] = slot.actions[t] = action.numpy()
+            for acting, slot, part in groups if self.joint is None else ():
                 if one:
                     slot.obs[t] = obs_np
                     action = acting.act(actable, t, slot)
@@ -297,22 +309,33 @@ class Actor:
         env_action = np.empty((self.K, *slots[0].actions.shape[2:]), dtype=slots[0].actions.dtype)
         for t in range(T):
             obs_np, actable = self.obs.numpy(), _actable(self.obs)
-            groups = [(p, np.flatnonzero(owner == p)) for p in range(self.P)]
-            groups = [(p, idx) for p, idx in groups if idx.size]
-            for p, idx in groups:
-                slot = slots[p]
-                slot.obs[t, idx] = obs_np[idx]
-                # the algorithm writes its fields of the acting envs into a row of their own
-                row = SimpleNamespace(
+            every = [np.flatnonzero(owner == p) for p in range(self.P)]
+            # the algorithm writes its fields of the acting envs into a row of their own
+            rows = [
+                SimpleNamespace(
                     **{
                         name: np.zeros((1, idx.size, *shape), dtype=dtype)
                         for name, shape, dtype in self.row_fields
                     }
                 )
-                action = self.actings[p].act(actable[idx], 0, row).numpy()
+                for idx in every
+            ]
+            if self.joint is not None:
+                acted = self.joint.act(
+                    actable, [(idx, row, 0) for idx, row in zip(every, rows, strict=True)]
+                )
+            else:
+                acted = [
+                    self.actings[p].act(actable[idx], 0, rows[p]) if idx.size else None
+                    for p, idx in enumerate(every)
+                ]
+            groups = [(p, idx) for p, idx in enumerate(every) if idx.size]
+            for p, idx in groups:
+                slot = slots[p]
+                slot.obs[t, idx] = obs_np[idx]
                 for name, _, _ in self.row_fields:
-                    getattr(slot, name)[t, idx] = getattr(row, name)[0]
-                env_action[idx] = slot.actions[t, idx] = action
+                    getattr(slot, name)[t, idx] = getattr(rows[p], name)[0]
+                env_action[idx] = slot.actions[t, idx] = acted[p].numpy()
                 slot.own[t, idx] = True
             step_action = env_action
             if not self.spec.discrete:

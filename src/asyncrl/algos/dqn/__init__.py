@@ -39,6 +39,9 @@ class DQNAlgorithm(offpolicy.ReplayAlgorithm):
 
         return DQNActing(module, generator)
 
+    def joint_acting(self, actings: list[Any]) -> None:
+        return None  # a population's policies act in turn
+
     def learner(self, cfg: Any, spec: Any) -> Any:
         from asyncrl.algos.dqn.learner import DQNLearner
 

@@ -68,6 +68,11 @@ class PPOAlgorithm:
         chunk = config.recurrence(cfg) if cfg.recurrent != "none" else 0
         return PPOActing(module, generator, np.dtype(spec.obs_dtype), chunk)
 
+    def joint_acting(self, actings: list[Any]) -> Any:
+        from asyncrl.algos.ppo.acting import JointPPOActing
+
+        return JointPPOActing.of(actings)
+
     def learner(self, cfg: Any, spec: Any) -> Any:
         from asyncrl.algos.ppo.learner import PPOLearner
 

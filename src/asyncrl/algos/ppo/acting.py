@@ -13,6 +13,7 @@ import torch
 
 from asyncrl.algos.ppo.config import recurrence, state_rows
 from asyncrl.core import SlotField
+from asyncrl.nets import LOG_2PI, as_float
 
 
 def slot_fields(spec: Any, rollout: int, num_envs: int, cfg: Any = None) -> tuple[SlotField, ...]:
@@ -76,3 +77,85 @@ class PPOActing:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "rnn_state" in state:
             self.state = torch.as_tensor(state["rnn_state"]).clone()
+
+
+class JointPPOActing:
+    """A population's feed-forward MLP policies acting in one batched forward: their layers
+    stacked (one ``baddbmm`` per layer for all policies), each policy's envs gathered into its
+    row of the batch, then each policy samples with its own generator as
+    :meth:`ActorCritic.act` does. Recurrent and image policies act in turn (``of`` gives None)."""
+
+    def __init__(self, actings: list[PPOActing]):
+        self.actings = actings
+        self.modules = [a.module for a in actings]
+        first = self.modules[0]
+        self.discrete, self.norm = first.discrete, first.obs_norm.enabled
+        self.clip = first.obs_norm.clip
+        self.steps = list(first.pi)  # Linear layers and the activations between them
+
+    @classmethod
+    def of(cls, actings: list[PPOActing]) -> JointPPOActing | None:
+        if any(a.recurrence for a in actings) or actings[0].module.encoder is not None:
+            return None
+        return cls(actings)
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        ms = self.modules
+        if self.norm:  # as RunningNorm.forward computes them
+            self.mean = torch.stack([m.obs_norm.mean.float() for m in ms]).unsqueeze(1)
+            self.std_obs = torch.stack([m.obs_norm.var.sqrt().float() for m in ms]).unsqueeze(1)
+            self.std_obs += 1e-8
+        self.layers = []
+        for i, step in enumerate(self.steps):
+            if isinstance(step, torch.nn.Linear):
+                w = torch.stack([m.pi[i].weight for m in ms]).transpose(1, 2).contiguous()
+                self.layers.append((w, torch.stack([m.pi[i].bias for m in ms]).unsqueeze(1)))
+            else:
+                self.layers.append(step)
+        if not self.discrete:
+            log_std = torch.stack([m.log_std for m in ms]).unsqueeze(1)  # [P, 1, A]
+            self.std = (log_std.exp(), log_std)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, groups) -> list[torch.Tensor | None]:
+        sizes = [len(envs) for envs, _, _ in groups]
+        P, M = len(groups), max(sizes)
+        index = np.zeros((P, M), dtype=np.int64)
+        for p, (envs, _, _) in enumerate(groups):
+            index[p, : sizes[p]] = envs
+        h = as_float(obs)[torch.from_numpy(index)]  # [P, M, *obs_shape]
+        if self.norm:
+            h = torch.clamp((h - self.mean) / self.std_obs, -self.clip, self.clip)
+        h = h.flatten(2)
+        for layer in self.layers:
+            h = torch.baddbmm(layer[1], h, layer[0]) if isinstance(layer, tuple) else layer(h)
+        gens = [a.generator for a in self.actings]
+        if self.discrete:
+            logits = h.log_softmax(-1)
+            a = torch.zeros((P, M), dtype=torch.int64)
+            for p in range(P):  # each policy draws from its own generator
+                if sizes[p]:
+                    probs = logits[p, : sizes[p]].exp()
+                    a[p, : sizes[p]] = torch.multinomial(probs, 1, generator=gens[p]).squeeze(-1)
+            logp = logits.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+        else:
+            draws = [
+                torch.randn((n, h.shape[-1]), generator=g) for n, g in zip(sizes, gens, strict=True)
+            ]
+            if min(sizes) == M:
+                noise = torch.stack(draws)
+            else:
+                noise = torch.zeros_like(h)
+                for p, draw in enumerate(draws):
+                    noise[p, : sizes[p]] = draw
+            std, log_std = self.std
+            a = h + noise * std
+            logp = (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(-1)
+        logp_np = logp.numpy()
+        actions: list[torch.Tensor | None] = []
+        for p, (_, slot, t) in enumerate(groups):
+            if sizes[p]:
+                slot.logp[t] = logp_np[p, : sizes[p]]
+            actions.append(a[p, : sizes[p]] if sizes[p] else None)
+        return actions

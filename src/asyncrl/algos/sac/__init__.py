@@ -63,6 +63,9 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
 
         return SACActing(module, generator, spec.action_low, spec.action_high)
 
+    def joint_acting(self, actings: list[Any]) -> None:
+        return None  # a population's policies act in turn
+
     def learner(self, cfg: Any, spec: Any) -> Any:
         from asyncrl.algos.sac.learner import SACLearner
 
