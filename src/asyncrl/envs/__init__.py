@@ -5,7 +5,12 @@ and an env's state for exact resume."""
 from asyncrl.envs.atari import AtariTraining
 from asyncrl.envs.envpool import EnvPoolVectorEnv, envpool_task, import_envpool
 from asyncrl.envs.make import EnvError, GuardedEnv, env_restarts, make_env, make_vector_env
-from asyncrl.envs.partial import MASKED_CARTPOLE, MaskObservation, masked_velocity_cartpole
+from asyncrl.envs.partial import (
+    MASKED_CARTPOLE,
+    MASKED_LUNARLANDER,
+    MaskObservation,
+    masked_velocity_cartpole,
+)
 from asyncrl.envs.partial import register as _register_partial
 from asyncrl.envs.registry import ENV_FAMILIES, MUJOCO_MODULE, env_family, is_atari, resolve_id
 from asyncrl.envs.seeds import actor_seed, eval_seeds, restart_seed
@@ -17,6 +22,7 @@ _register_partial()
 __all__ = [
     "ENV_FAMILIES",
     "MASKED_CARTPOLE",
+    "MASKED_LUNARLANDER",
     "MUJOCO_MODULE",
     "AtariTraining",
     "EnvError",

@@ -1,6 +1,7 @@
-"""Partially observed envs: a wrapper that hides parts of an observation, and CartPole with
-its velocities hidden (``asyncrl/CartPoleNoVel-v1``), the task a recurrent policy must
-remember to solve (docs: Guides, recurrent policies)."""
+"""Partially observed envs: a wrapper that hides parts of an observation, and two tasks with
+their velocities hidden that a recurrent policy must remember to solve (docs: Guides,
+recurrent policies): CartPole (``asyncrl/CartPoleNoVel-v1``) and, harder, LunarLander
+(``asyncrl/LunarLanderNoVel-v3``, Box2D; the "-P" variant of Ni et al. 2022)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 MASKED_CARTPOLE = "asyncrl/CartPoleNoVel-v1"
+MASKED_LUNARLANDER = "asyncrl/LunarLanderNoVel-v3"
 
 
 class MaskObservation(gym.ObservationWrapper):
@@ -38,6 +40,14 @@ def masked_velocity_cartpole(**kwargs: Any) -> gym.Env:
     return MaskObservation(CartPoleEnv(**kwargs), keep=(0, 2))
 
 
+def masked_velocity_lunar_lander(**kwargs: Any) -> gym.Env:
+    """LunarLander observing ``[x, y, angle, left leg, right leg]`` only (no linear or angular
+    velocity); needs ``pip install 'asyncrl[box2d]'``."""
+    from gymnasium.envs.box2d.lunar_lander import LunarLander
+
+    return MaskObservation(LunarLander(**kwargs), keep=(0, 1, 4, 6, 7))
+
+
 def register() -> None:
     if MASKED_CARTPOLE not in gym.registry:
         gym.register(
@@ -45,4 +55,11 @@ def register() -> None:
             entry_point=masked_velocity_cartpole,
             max_episode_steps=500,
             reward_threshold=475.0,
+        )
+    if MASKED_LUNARLANDER not in gym.registry:
+        gym.register(
+            MASKED_LUNARLANDER,
+            entry_point=masked_velocity_lunar_lander,
+            max_episode_steps=1000,
+            reward_threshold=200.0,
         )
