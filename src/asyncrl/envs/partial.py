@@ -49,17 +49,14 @@ def masked_velocity_lunar_lander(**kwargs: Any) -> gym.Env:
 
 
 def register() -> None:
-    if MASKED_CARTPOLE not in gym.registry:
-        gym.register(
-            MASKED_CARTPOLE,
-            entry_point=masked_velocity_cartpole,
-            max_episode_steps=500,
-            reward_threshold=475.0,
-        )
-    if MASKED_LUNARLANDER not in gym.registry:
-        gym.register(
-            MASKED_LUNARLANDER,
-            entry_point=masked_velocity_lunar_lander,
-            max_episode_steps=1000,
-            reward_threshold=200.0,
-        )
+    for env_id, entry_point, steps, threshold in (
+        (MASKED_CARTPOLE, masked_velocity_cartpole, 500, 475.0),
+        (MASKED_LUNARLANDER, masked_velocity_lunar_lander, 1000, 200.0),
+    ):
+        if env_id not in gym.registry:
+            gym.register(
+                env_id,
+                entry_point=entry_point,
+                max_episode_steps=steps,
+                reward_threshold=threshold,
+            )

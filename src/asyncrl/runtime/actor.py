@@ -235,20 +235,17 @@ class Actor:
             env_action = np.empty((self.K, *slots[0].actions.shape[2:]), dtype=dtype)
         for t in range(T):
             obs_np, actable = self.obs.numpy(), _actable(self.obs)
+            for _, slot, part in groups:
+                slot.obs[t] = obs_np if one else obs_np[part]
             if self.joint is not None:
                 jobs = [(envs, slot, t) for envs, slot in zip(self.part_envs, slots, strict=True)]
                 acted = self.joint.act(actable, jobs)
-                for (_, slot, part), action in zip(groups, acted, strict=True):
-                    slot.obs[t] = obs_np[part]
-                    env_action[part] = slot.actions[t] = action.numpy()
-            for acting, slot, part in groups if self.joint is None else ():
+            else:
+                acted = [a.act(actable if one else actable[part], t, s) for a, s, part in groups]
+            for (_, slot, part), action in zip(groups, acted, strict=True):
                 if one:
-                    slot.obs[t] = obs_np
-                    action = acting.act(actable, t, slot)
                     env_action = slot.actions[t] = action.numpy()
                 else:
-                    slot.obs[t] = obs_np[part]
-                    action = acting.act(actable[part], t, slot)
                     env_action[part] = slot.actions[t] = action.numpy()
             if not self.spec.discrete:
                 env_action = np.clip(env_action, self.low, self.high)
