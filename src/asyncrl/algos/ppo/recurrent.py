@@ -14,7 +14,7 @@ import torch
 
 from asyncrl.algos.ppo.config import PPOConfig
 from asyncrl.algos.ppo.networks import RecurrentActorCritic
-from asyncrl.algos.ppo.update import STATS, _fast_adam, _nothing, estimate, ppo_loss
+from asyncrl.algos.ppo.update import STATS, _fast_adam, _nothing, descend, estimate, ppo_loss
 
 # the batch's fields that are [L, N, ...] sequences; "states" [N, S, H] start them
 SEQUENCE_KEYS = ("features", "actions", "logp", "weight", "adv", "returns", "values", "first")
@@ -105,22 +105,10 @@ class RecurrentPPO:
 
     def _step(self, clip, *minibatch) -> torch.Tensor:
         loss, pg_loss, v_loss, ent, log_ratio = self.loss(clip, *minibatch)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.cfg.max_grad_norm > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                self.params, self.cfg.max_grad_norm, foreach=True
-            )
-        else:
-            grad_norm = torch.zeros((), device=self.device)
-        self.optimizer.step()
-        with torch.no_grad():
-            ratio = log_ratio.exp()
-            approx_kl = ((ratio - 1) - log_ratio).mean()
-            clipfrac = ((ratio - 1).abs() > clip).float().mean()
-        return torch.stack(
-            [pg_loss.detach(), v_loss.detach(), ent.detach(), approx_kl, clipfrac, grad_norm]
-        )
+        return descend(
+            self.optimizer, self.params, self.cfg.max_grad_norm, loss, clip, log_ratio,
+            pg_loss, v_loss, ent,
+        )  # fmt: skip
 
     def update(
         self,

@@ -91,26 +91,16 @@ class PPO:
         loss, pg_loss, v_loss, ent, log_ratio = ppo_loss(
             cfg, clip, logp, entropy, value, old_logp, weight, adv, returns, old_values
         )
-        ratio = log_ratio.exp()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.max_grad_norm > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm, foreach=True)
-        else:
-            grad_norm = torch.zeros((), device=self.device)
-        self.optimizer.step()
-        with torch.no_grad():
-            approx_kl = ((ratio - 1) - log_ratio).mean()  # the k3 estimator
-            clipfrac = ((ratio - 1).abs() > clip).float().mean()
-        return torch.stack(
-            [
-                pg_loss.detach(),
-                v_loss.detach(),
-                ent.detach(),
-                approx_kl,
-                clipfrac,
-                grad_norm.detach(),
-            ]
+        return descend(
+            self.optimizer,
+            self.params,
+            cfg.max_grad_norm,
+            loss,
+            clip,
+            log_ratio,
+            pg_loss,
+            v_loss,
+            ent,
         )
 
     def update(
@@ -192,6 +182,24 @@ def estimate(
     else:
         adv, ret = gae(r["rewards"], values, *ends, cfg.gamma, cfg.gae_lambda)
     return adv, ret, clip_from, weight
+
+
+def descend(optimizer, params, max_grad_norm, loss, clip, log_ratio, *losses) -> torch.Tensor:
+    """One gradient step on ``loss`` (its gradient clipped to ``max_grad_norm`` if > 0) and the
+    step's statistics in STATS order: ``losses``, approx-KL (the k3 estimator), the clip
+    fraction and the gradient norm. The feed-forward and the recurrent autograd steps share it."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if max_grad_norm > 0:
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True).detach()
+    else:
+        grad_norm = torch.zeros((), device=loss.device)
+    optimizer.step()
+    with torch.no_grad():
+        ratio = log_ratio.exp()
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clipfrac = ((ratio - 1).abs() > clip).float().mean()
+    return torch.stack([*(x.detach() for x in losses), approx_kl, clipfrac, grad_norm])
 
 
 def ppo_loss(cfg, clip, logp, entropy, value, old_logp, weight, adv, returns, old_values):
