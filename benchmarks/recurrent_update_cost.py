@@ -6,7 +6,8 @@
 One batch of T x B steps (CartPole's shapes, episode ends inside chunks), the same epochs and
 minibatch size: targets and update of a feed-forward policy with hidden layers [W, W] (its
 fused step, as runs take it, and the autograd step), and of LSTM and GRU policies with one
-hidden layer of W and a core of W units. Rounds alternate between the variants; the table
+hidden layer of W and a core of W units (each with its fused step, as runs take it, and the
+autograd step). Rounds alternate between the variants; the table
 gives median milliseconds per update and the ratio to the feed-forward update. The process
 uses one torch thread unless --threads says otherwise.
 """
@@ -53,8 +54,10 @@ def variants(args: argparse.Namespace) -> dict:
     autograd = build_policy(SPEC, [W, W], "tanh", False)
     out["feed-forward (autograd step)"] = PPO(autograd, hp, 1e-3, fused=False)
     for kind in ("lstm", "gru"):
-        policy = build_policy(SPEC, [W], "tanh", False, "auto", kind, W)
-        out[kind] = RecurrentPPO(policy, hp, 1e-3, args.recurrence)
+        for fused in (True, False):
+            policy = build_policy(SPEC, [W], "tanh", False, "auto", kind, W)
+            name = f"{kind} ({'fused' if fused else 'autograd'} step)"
+            out[name] = RecurrentPPO(policy, hp, 1e-3, args.recurrence, fused=fused)
     return out
 
 
@@ -76,8 +79,9 @@ def main() -> None:
     for _ in range(args.rounds + 1):  # the first round warms up
         for name, algo in algos.items():
             rollout = {k: v for k, v in r.items() if k != "rnn_states"}
-            if name in ("lstm", "gru"):  # S = 2 (h, c) or 1
-                rollout["rnn_states"] = r["rnn_states"][:, :, : 2 if name == "lstm" else 1]
+            if name.startswith(("lstm", "gru")):  # S = 2 (h, c) or 1
+                rows = 2 if name.startswith("lstm") else 1
+                rollout["rnn_states"] = r["rnn_states"][:, :, :rows]
             t0 = time.perf_counter()
             b = algo.targets(rollout)
             algo.update(b, 1e-3, torch.Generator().manual_seed(0))

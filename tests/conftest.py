@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from asyncrl.nets import FlatParams
 from asyncrl.settings import TrainConfig
 
 # Tests share 2 cores with the actor processes they start and with the other test worker
@@ -37,6 +39,16 @@ def descendants(pid: int) -> set[int]:
         frontier = {c for c, p in parents.items() if p in frontier} - found
         found |= frontier
     return found
+
+
+def move_parameters(params: list[torch.Tensor]) -> np.ndarray:
+    """Swap ``params``' storage for a new vector, values kept, as FlatParams.view_into does
+    for Hogwild! and the policy stores; returns the vector."""
+    flat = FlatParams.of(params)
+    vector = np.empty(flat.numel, np.float32)
+    flat.write_to(vector)
+    assert flat.view_into(vector)
+    return vector
 
 
 def alive(pid: int) -> bool:

@@ -17,6 +17,7 @@ from asyncrl.algos.ppo.networks import build_policy
 from asyncrl.algos.ppo.update import PPO
 from asyncrl.envs import EnvSpec
 from asyncrl.nets import FlatParams
+from conftest import move_parameters
 
 T, B, OBS = 16, 8, 5
 TOL = {"rtol": 1e-5, "atol": 1e-6}
@@ -158,11 +159,7 @@ def test_parameters_moved_between_and_during_updates_are_trained_where_they_are(
     vectors = []
 
     def move() -> None:
-        flat = FlatParams.of(new.params)
-        vector = np.empty(flat.numel, np.float32)
-        flat.write_to(vector)
-        assert flat.view_into(vector)
-        vectors.append(vector)
+        vectors.append(move_parameters(new.params))
 
     move()
     _assert_same_training(ref, new, updates=1)

@@ -1,11 +1,13 @@
 """Recurrent PPO on a hand-made batch with episode ends inside chunks: its sequence targets,
 loss, gradients and update equal a straightforward step-by-step unroll of every env's episodes
-written here, and a minibatch is whole sequences."""
+written here, a minibatch is whole sequences, and the fused step (fused.SequenceStep, which
+runs take) trains as the autograd step."""
 
 from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from asyncrl.algos.ppo.networks import build_policy, unroll_core, unroll_segment
 from asyncrl.algos.ppo.recurrent import RecurrentPPO, from_sequences, to_sequences
 from asyncrl.algos.ppo.returns import gae, vtrace
 from asyncrl.envs import EnvSpec
+from conftest import move_parameters
 
 T, B, L, OBS, N_ACT = 16, 3, 8, 3, 2  # two chunks of 8 steps per env
 C = T // L
@@ -237,3 +240,87 @@ def test_sequences_round_trip():
     assert seq.shape == (L, C * B, 2)
     assert torch.equal(seq[:, 1 * B + 2], x[L : 2 * L, 2])  # chunk 1 of env 2
     assert torch.equal(from_sequences(seq, B), x)
+
+
+FUSED_CASES = {
+    "discrete": dict(),
+    "discrete, value clip, entropy, vtrace": dict(
+        hp=dict(value_clip=0.2, ent_coef=0.01, correction="vtrace")
+    ),
+    "continuous, decoupled, no grad clip, no adv norm": dict(
+        discrete=False, hp=dict(correction="decoupled", max_grad_norm=0.0, norm_adv=False)
+    ),
+    "two torso layers, relu": dict(hidden=[16, 12], activation="relu"),
+}
+
+
+def _fused_pair(kind, discrete=True, hidden=(16,), activation="tanh", hp=None):
+    """Recurrent PPOs on copies of one policy, the autograd reference and the fused step, and
+    a batch with episode ends inside chunks (continuous: Gaussian actions)."""
+    spec = SPEC
+    if not discrete:
+        spec = EnvSpec("toy", (OBS,), False, (2,), 2, np.full(2, -1.0, np.float32), np.ones(2))
+    torch.manual_seed(0)
+    policy = build_policy(spec, list(hidden), activation, False, recurrent=kind, rnn_size=8)
+    cfg = PPOConfig(minibatch_size=2 * L, epochs=2, **(hp or {}))
+    ref = RecurrentPPO(copy.deepcopy(policy), cfg, 1e-3, L, fused=False)
+    new = RecurrentPPO(copy.deepcopy(policy), cfg, 1e-3, L)
+    assert ref.fused is None and new.fused is not None
+    r = _rollout(kind)
+    if not discrete:
+        r["actions"] = torch.randn(T, B, 2, generator=torch.Generator().manual_seed(4))
+    return ref, new, ref.targets(r)
+
+
+def _assert_same_training(ref, new, batch, updates=2):
+    """Updates with the lr and clip moving between them: the statistics, the parameters and
+    Adam's moments agree up to rounding."""
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    for i in range(updates):
+        lr, clip_scale = 1e-3 * (1 - 0.3 * i), 1 - 0.2 * i
+        s_ref, s_new = ref.update(batch, lr, g1, clip_scale), new.update(batch, lr, g2, clip_scale)
+        assert s_new.keys() == s_ref.keys()
+        for k in s_ref:
+            assert s_new[k] == pytest.approx(s_ref[k], rel=1e-4, abs=1e-6), k
+    theirs = new.policy.state_dict()
+    for name, a in ref.policy.state_dict().items():
+        torch.testing.assert_close(theirs[name], a, rtol=1e-5, atol=1e-6, msg=name)
+    s_ref, s_new = ref.optimizer.state_dict(), new.optimizer.state_dict()
+    for i, st in s_ref["state"].items():
+        for k in st:
+            torch.testing.assert_close(s_new["state"][i][k], st[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("case", list(FUSED_CASES))
+def test_fused_sequence_step_trains_as_the_autograd_step(kind, case):
+    _assert_same_training(*_fused_pair(kind, **FUSED_CASES[case]))
+
+
+def test_fused_sequence_step_trains_parameters_moved_before_each_step():
+    """A Hogwild! hook swaps the parameters' storage (FlatParams.view_into) before every
+    step: the fused step trains them where they are now."""
+    ref, new, batch = _fused_pair("lstm")
+    vectors = []
+
+    def move() -> None:
+        vectors.append(move_parameters(new.params))
+
+    new.before_step = move
+    _assert_same_training(ref, new, batch, updates=1)
+    assert new.params[0].data_ptr() == torch.from_numpy(vectors[-1]).data_ptr()
+
+
+def test_a_nan_gradient_step_of_the_fused_sequence_step_is_not_applied_and_is_counted():
+    _, new, batch = _fused_pair("gru")
+    seen: list[tuple[int, float]] = []
+    new.on_nonfinite = lambda count, norm: seen.append((count, norm))
+    new.update(batch, 1e-3, torch.Generator().manual_seed(5))
+    assert seen == []
+    before = [p.detach().clone() for p in new.params]
+    bad = dict(batch, adv=torch.full_like(batch["adv"], float("nan")))
+    new.update(bad, 1e-3, torch.Generator().manual_seed(5))
+    steps = new.cfg.epochs * (C * B // 2)  # 6 sequences, 2 per minibatch
+    assert len(seen) == 1 and seen[0][0] == steps and not np.isfinite(seen[0][1])
+    for p, b in zip(new.params, before, strict=True):
+        assert torch.equal(p.detach(), b)

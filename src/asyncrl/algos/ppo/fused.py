@@ -1,12 +1,13 @@
-"""PPO's minibatch step for the MLP actor-critic with its gradients written out: forward,
-losses, backward, gradient clip and Adam step as a few dozen tensor ops, no autograd; with
-``compile``, one inductor graph.
+"""PPO's minibatch step with its gradients written out: for the MLP actor-critic
+(:class:`MLPStep`) forward, losses, backward, gradient clip and Adam step as a few dozen tensor
+ops, no autograd (with ``compile``, one inductor graph); for a recurrent policy with an MLP
+torso (:class:`SequenceStep`) the same but for the core, which autograd differentiates.
 
 The policy and value MLPs run as one batched network (their first layers as one matmul, their
 hidden layers as one batched matmul), derived from the module's own parameters at every step,
 so the parameter layout (state dict, published vector, checkpoints) is unchanged. Adam's state
 lives in the ``torch.optim.Adam`` it is given, in that optimizer's own format. Why and how fast:
-docs/benchmarks/learner-floor.md.
+docs/benchmarks/learner-floor.md and docs/benchmarks/recurrent-lag.md.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from asyncrl.algos.ppo.config import PPOConfig
+from asyncrl.algos.ppo.networks import unroll_core
 from asyncrl.nets import LOG_2PI
 
 # inductor's per-call checks of every input's size and alignment cost more than this graph's
@@ -36,6 +38,12 @@ def supports(policy: nn.Module) -> bool:
         return False  # its heads read a core unrolled over sequences: the autograd step
     pi = getattr(policy, "pi", None)
     return getattr(policy, "encoder", None) is None and isinstance(pi, nn.Sequential)
+
+
+def supports_sequences(policy: nn.Module) -> bool:
+    """Whether :class:`SequenceStep` can train ``policy``: a recurrent policy whose core reads
+    an MLP torso."""
+    return getattr(policy, "recurrent", False) and getattr(policy, "torso", None) is not None
 
 
 def _linears(seq: nn.Sequential) -> list[nn.Linear]:
@@ -60,50 +68,40 @@ def flat_span(tensors: list[torch.Tensor]) -> torch.Tensor | None:
     return first.new_empty(0).set_(first.untyped_storage(), start, (at - start,))
 
 
-class MLPStep:
-    """``PPO._minibatch_step`` for an MLP ``ActorCritic``, its gradients derived by hand.
+class FusedStep:
+    """A PPO minibatch step with its gradients written out, on an optimizer's packed vectors:
+    the gradient clip, Adam and the statistics here, a network's gradients in ``_grads``
+    (:class:`MLPStep`, :class:`SequenceStep`).
 
-    Called as ``step(hp, features, actions, old_logp, weight, adv, returns, old_values)`` with
-    ``hp = [clip, lr]`` as a tensor (a compiled step then never recompiles when they move);
-    returns the same statistics. Before the steps of an update, :meth:`pack` must have been
-    called (it makes the parameters and Adam's state views of one flat vector each), and after
-    anything that may have swapped the parameters' storage, :meth:`check`.
+    Called as ``step(hp, *minibatch)`` with ``hp = [clip, lr]`` as a tensor (a compiled step
+    then never recompiles when they move); returns the autograd step's statistics and two more
+    (the share of steps not applied and their norm). Before the steps of an update, :meth:`pack`
+    must have been called (it makes the parameters and Adam's state views of one flat vector
+    each), and after anything that may have swapped the parameters' storage, :meth:`check`.
     """
 
     def __init__(
         self,
-        policy: nn.Module,
         cfg: PPOConfig,
         optimizer: torch.optim.Adam,
+        keys: dict[int, tuple],
         compile: bool = False,
     ):
+        """``keys``: each parameter's key (by ``id``) in ``self.index``."""
         self.cfg = cfg
-        self.discrete = policy.discrete
-        pi, v = _linears(policy.pi), _linears(policy.v)
-        self.layers = len(pi)
-        acts = {type(m) for m in [*policy.pi, *policy.v] if not isinstance(m, nn.Linear)}
-        if acts - {nn.Tanh} and acts - {nn.ReLU} or len(v) != self.layers:
-            raise ValueError("MLPStep: policy and value MLPs of one activation and depth")
-        self.tanh = acts != {nn.ReLU}
         self.optimizer = optimizer
         group = optimizer.param_groups[0]
         if len(optimizer.param_groups) != 1 or group["weight_decay"] or group["amsgrad"]:
-            raise ValueError("MLPStep: one plain Adam parameter group")
+            raise ValueError("fused step: one plain Adam parameter group")
         if group.get("maximize") or group.get("differentiable"):
-            raise ValueError("MLPStep: one plain Adam parameter group")
+            raise ValueError("fused step: one plain Adam parameter group")
         self.params: list[torch.Tensor] = list(group["params"])
         # read here, not in the compiled step: it would guard on the whole group, lr included,
         # and recompile whenever the schedule moves it
         self.betas, self.eps = tuple(group["betas"]), float(group["eps"])
-        # where each tensor of the network sits in the optimizer's order
-        keys = {}
-        for name, layers in (("pi", pi), ("v", v)):
-            for i, m in enumerate(layers):
-                keys[id(m.weight)], keys[id(m.bias)] = (name, i, 0), (name, i, 1)
-        if not self.discrete:
-            keys[id(policy.log_std)] = ("log_std", 0, 0)
         if sorted(keys) != sorted(id(p) for p in self.params):
-            raise ValueError("MLPStep: the optimizer must hold exactly the policy's parameters")
+            raise ValueError("fused step: the optimizer must hold exactly the policy's parameters")
+        # where each tensor of the network sits in the optimizer's order
         self.index = {keys[id(p)]: i for i, p in enumerate(self.params)}
         self.shapes = [tuple(p.shape) for p in self.params]
         self.sizes = [p.numel() for p in self.params]
@@ -113,11 +111,30 @@ class MLPStep:
         self._fn = self._body
         if compile:
             self._fn = torch.compile(
-                _own_code(self, MLPStep._body),
+                _own_code(self, type(self)._body),
                 fullgraph=True,
                 dynamic=False,
                 options=_INDUCTOR_OPTIONS,
             )
+
+    def _grads(self, params, clip, *batch) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The loss's gradients (the optimizer's order) and statistics but the gradient norm."""
+        raise NotImplementedError
+
+    def _clip(self, grad_norm: torch.Tensor) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_'s factor on all gradients."""
+        return (self.cfg.max_grad_norm / (grad_norm + 1e-6)).clamp(max=1.0)
+
+    def _act(self, a: torch.Tensor) -> torch.Tensor:
+        return a.tanh() if self.tanh else a.relu()
+
+    def _act_backward(self, d: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        if self.tanh:
+            return torch.ops.aten.tanh_backward(d, out)
+        return torch.ops.aten.threshold_backward(d, out, 0)
+
+    def _wb(self, w, net: str, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return w[self.index[net, i, 0]], w[self.index[net, i, 1]]
 
     # ------------------------------------------------------------------ entry points
     def pack(self) -> None:
@@ -209,88 +226,47 @@ class MLPStep:
         bad = (~ok).to(grad_norm.dtype)
         return torch.stack([*stats, grad_norm, bad, torch.where(ok, 0.0, norm)])
 
+
+class MLPStep(FusedStep):
+    """``PPO._minibatch_step`` for an MLP ``ActorCritic``, its gradients derived by hand."""
+
+    def __init__(
+        self,
+        policy: nn.Module,
+        cfg: PPOConfig,
+        optimizer: torch.optim.Adam,
+        compile: bool = False,
+    ):
+        self.discrete = policy.discrete
+        pi, v = _linears(policy.pi), _linears(policy.v)
+        self.layers = len(pi)
+        acts = {type(m) for m in [*policy.pi, *policy.v] if not isinstance(m, nn.Linear)}
+        if acts - {nn.Tanh} and acts - {nn.ReLU} or len(v) != self.layers:
+            raise ValueError("MLPStep: policy and value MLPs of one activation and depth")
+        self.tanh = acts != {nn.ReLU}
+        keys = {}
+        for name, layers in (("pi", pi), ("v", v)):
+            for i, m in enumerate(layers):
+                keys[id(m.weight)], keys[id(m.bias)] = (name, i, 0), (name, i, 1)
+        if not self.discrete:
+            keys[id(policy.log_std)] = ("log_std", 0, 0)
+        super().__init__(cfg, optimizer, keys, compile)
+
     # ------------------------------------------------------------------ forward and backward
     def _grads(self, w, clip, x, actions, old_logp, weight, adv, returns, old_values):
         """Gradients of the PPO loss for the network ``w`` (its tensors in the optimizer's
         order) and the statistics but the gradient norm. Activations are feature-major,
         [units, B]."""
-        cfg, B = self.cfg, x.shape[0]
         pi_out, value, acts, hidden_w = self._forward(w, x)
-        # ---- the policy's log-probs and entropy, and their derivatives in the policy's output
-        if self.discrete:
-            logits = pi_out.log_softmax(0)
-            probs = logits.exp()
-            a = actions.long().unsqueeze(0)
-            logp = logits.gather(0, a).squeeze(0)
-            entropy = -(probs * logits).sum(0)
-            ent = entropy.mean()
-        else:
-            log_std = w[self.index["log_std", 0, 0]]
-            inv_std = torch.exp(-log_std).unsqueeze(1)
-            z = (actions.T - pi_out) * inv_std
-            logp = -0.5 * z.square().sum(0) - (log_std.sum() + 0.5 * LOG_2PI * log_std.numel())
-            ent = log_std.sum() + 0.5 * (1.0 + LOG_2PI) * log_std.numel()
-        log_ratio = logp - old_logp
-        ratio = log_ratio.exp()
-        if cfg.norm_adv:
-            std, mean = torch.std_mean(adv)
-            adv = (adv - mean) / (std + 1e-8)
-        # ---- clipped surrogate: max(-A r, -A clip(r)), weighted
-        lo, hi = 1 - clip, 1 + clip
-        unclipped, clipped = -adv * ratio, -adv * ratio.clamp(lo, hi)
-        pg_loss = (weight * torch.max(unclipped, clipped)).mean()
-        # d/d ratio: -A where the unclipped term is the max or the ratio is inside the clip
-        # (where both are equal torch.max splits the gradient; clip's is then 1: the same)
-        inside = (ratio >= lo) & (ratio <= hi)
-        d_ratio = torch.where((unclipped > clipped) | inside, -adv, 0.0) * (weight / B)
-        d_logp = d_ratio * ratio
-        # ---- value loss
-        diff = value - returns
-        if cfg.value_clip > 0:
-            delta = value - old_values
-            vc = cfg.value_clip
-            diff_c = old_values + delta.clamp(-vc, vc) - returns
-            sq, sq_c = diff.square(), diff_c.square()
-            v_loss = 0.5 * torch.max(sq, sq_c).mean()
-            d_c = torch.where((delta >= -vc) & (delta <= vc), diff_c, 0.0)
-            d_value = torch.where(sq > sq_c, diff, torch.where(sq < sq_c, d_c, 0.5 * (diff + d_c)))
-        else:
-            v_loss = 0.5 * diff.square().mean()
-            d_value = diff
-        d_value = d_value * (cfg.vf_coef / B)
-        # ---- back to the policy's output (and log-std)
-        if self.discrete:
-            onehot = torch.zeros_like(probs).scatter_(0, a, 1.0)
-            d_out = d_logp * (onehot - probs)
-            if cfg.ent_coef:
-                # d H / d logit_k = -p_k (log p_k + H); the loss has -ent_coef * mean(H)
-                d_out = d_out + (cfg.ent_coef / B) * probs * (logits + entropy)
-            d_log_std = None
-        else:
-            dz = d_logp * z  # d logp / d mu = z / std; d logp / d log_std = z^2 - 1
-            d_out = dz * inv_std
-            d_log_std = (dz * z).sum(1) - d_logp.sum() - cfg.ent_coef
+        log_std = None if self.discrete else w[self.index["log_std", 0, 0]]
+        d_out, d_value, d_log_std, stats = loss_grads(
+            self.cfg, clip, pi_out, value, log_std, actions, old_logp, weight, adv, returns,
+            old_values,
+        )  # fmt: skip
         grads = self._backward(w, d_out, d_value.unsqueeze(0), acts, hidden_w, x)
         if d_log_std is not None:
             grads[self.index["log_std", 0, 0]] = d_log_std
-        approx_kl = ((ratio - 1) - log_ratio).mean()  # the k3 estimator
-        clipfrac = ((ratio - 1).abs() > clip).float().mean()
-        return grads, [pg_loss, v_loss, ent, approx_kl, clipfrac]
-
-    def _clip(self, grad_norm: torch.Tensor) -> torch.Tensor:
-        """torch.nn.utils.clip_grad_norm_'s factor on all gradients."""
-        return (self.cfg.max_grad_norm / (grad_norm + 1e-6)).clamp(max=1.0)
-
-    def _act(self, a: torch.Tensor) -> torch.Tensor:
-        return a.tanh() if self.tanh else a.relu()
-
-    def _act_backward(self, d: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        if self.tanh:
-            return torch.ops.aten.tanh_backward(d, out)
-        return torch.ops.aten.threshold_backward(d, out, 0)
-
-    def _wb(self, w, net: str, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return w[self.index[net, i, 0]], w[self.index[net, i, 1]]
+        return grads, stats
 
     def _forward(self, w, x: torch.Tensor):
         """Both MLPs, batched: [W_pi; W_v] x for the first layer, one batched matmul for each
@@ -348,6 +324,141 @@ class MLPStep:
         h = gw.shape[0] // 2
         put(0, gw[:h], gb[:h], gw[h:], gb[h:])
         return g
+
+
+class SequenceStep(FusedStep):
+    """``RecurrentPPO``'s minibatch step for an MLP torso, a recurrent core and linear heads:
+    the torso, the heads and the loss with their gradients written out, the core through
+    autograd (``unroll_core``: torch's LSTM, the written-out GRU). Called with the recurrent
+    step's minibatch: sequences [L, M, ...] and their stored states [M, S, H]."""
+
+    def __init__(self, policy: nn.Module, cfg: PPOConfig, optimizer: torch.optim.Adam):
+        if not supports_sequences(policy):
+            raise ValueError("SequenceStep: a recurrent policy with an mlp torso")
+        self.discrete = policy.discrete
+        self.core, self.kind = policy.core, policy.kind
+        torso = [m for m in policy.torso.modules() if isinstance(m, nn.Linear)]
+        self.torso_layers = len(torso)
+        self.tanh = not any(isinstance(m, nn.ReLU) for m in policy.torso.modules())
+        keys = {}
+        for i, m in enumerate(torso):
+            keys[id(m.weight)], keys[id(m.bias)] = ("torso", i, 0), ("torso", i, 1)
+        self.core_keys = []
+        for name, p in self.core.named_parameters():
+            keys[id(p)] = ("core", name, 0)
+            self.core_keys.append(("core", name, 0))
+        for name, head in (("pi", policy.pi), ("v", policy.v)):
+            (m,) = _linears(head)
+            keys[id(m.weight)], keys[id(m.bias)] = (name, 0, 0), (name, 0, 1)
+        if not self.discrete:
+            keys[id(policy.log_std)] = ("log_std", 0, 0)
+        super().__init__(cfg, optimizer, keys)
+
+    def _grads(self, w, clip, x, actions, old_logp, weight, adv, returns, old_values, first, h0):
+        L, M = first.shape
+        N = L * M
+        inputs = [x.reshape(N, -1)]  # each torso layer's input, batch-major [N, units]
+        for i in range(self.torso_layers):
+            wt, b = self._wb(w, "torso", i)
+            inputs.append(self._act(torch.addmm(b, inputs[-1], wt.T)))
+        core_w = [w[self.index[k]] for k in self.core_keys]
+        with torch.enable_grad():
+            z = inputs[-1].view(L, M, -1).detach().requires_grad_()
+            out, _ = unroll_core(self.core, self.kind, z, h0, first, final_state=False)
+        y = out.detach().reshape(N, -1)
+        (wp, bp), (wv, bv) = self._wb(w, "pi", 0), self._wb(w, "v", 0)
+        pi_out = torch.addmm(bp.unsqueeze(1), wp, y.T)  # [A, N]
+        value = torch.addmm(bv.unsqueeze(1), wv, y.T).squeeze(0)
+        log_std = None if self.discrete else w[self.index["log_std", 0, 0]]
+        d_pi, d_value, d_log_std, stats = loss_grads(
+            self.cfg, clip, pi_out, value, log_std, actions.reshape(N, *actions.shape[2:]),
+            old_logp.reshape(N), weight.reshape(N), adv.reshape(N), returns.reshape(N),
+            old_values.reshape(N),
+        )  # fmt: skip
+        g: list[torch.Tensor | None] = [None] * len(self.params)
+        idx = self.index
+        g[idx["pi", 0, 0]], g[idx["pi", 0, 1]] = torch.mm(d_pi, y), d_pi.sum(1)
+        g[idx["v", 0, 0]], g[idx["v", 0, 1]] = torch.mm(d_value[None], y), d_value.sum().view(1)
+        if d_log_std is not None:
+            g[idx["log_std", 0, 0]] = d_log_std
+        d_y = torch.addmm(d_value[:, None] * wv, d_pi.T, wp)  # [N, H]
+        dz, *d_core = torch.autograd.grad(out, [z, *core_w], d_y.view_as(out))
+        for k, d in zip(self.core_keys, d_core, strict=True):
+            g[idx[k]] = d
+        d = dz.view(N, -1)
+        for i in range(self.torso_layers - 1, -1, -1):
+            d_a = self._act_backward(d, inputs[i + 1])
+            g[idx["torso", i, 0]], g[idx["torso", i, 1]] = torch.mm(d_a.T, inputs[i]), d_a.sum(0)
+            if i:
+                d = torch.mm(d_a, self._wb(w, "torso", i)[0])
+        return g, stats
+
+
+def loss_grads(
+    cfg, clip, pi_out, value, log_std, actions, old_logp, weight, adv, returns, old_values
+):
+    """PPO's loss (as ``update.ppo_loss``) over B samples from the policy's output ``pi_out``
+    [A, B] (logits, or the Gaussian's mean with ``log_std``; None: discrete) and the values [B]:
+    its derivatives in ``pi_out``, in the values and in ``log_std`` (None if discrete), and the
+    statistics [policy, value, entropy terms, approx-KL, clip fraction]."""
+    B = value.shape[0]
+    discrete = log_std is None
+    # ---- the policy's log-probs and entropy, and their derivatives in the policy's output
+    if discrete:
+        logits = pi_out.log_softmax(0)
+        probs = logits.exp()
+        a = actions.long().unsqueeze(0)
+        logp = logits.gather(0, a).squeeze(0)
+        entropy = -(probs * logits).sum(0)
+        ent = entropy.mean()
+    else:
+        inv_std = torch.exp(-log_std).unsqueeze(1)
+        z = (actions.T - pi_out) * inv_std
+        logp = -0.5 * z.square().sum(0) - (log_std.sum() + 0.5 * LOG_2PI * log_std.numel())
+        ent = log_std.sum() + 0.5 * (1.0 + LOG_2PI) * log_std.numel()
+    log_ratio = logp - old_logp
+    ratio = log_ratio.exp()
+    if cfg.norm_adv:
+        std, mean = torch.std_mean(adv)
+        adv = (adv - mean) / (std + 1e-8)
+    # ---- clipped surrogate: max(-A r, -A clip(r)), weighted
+    lo, hi = 1 - clip, 1 + clip
+    unclipped, clipped = -adv * ratio, -adv * ratio.clamp(lo, hi)
+    pg_loss = (weight * torch.max(unclipped, clipped)).mean()
+    # d/d ratio: -A where the unclipped term is the max or the ratio is inside the clip
+    # (where both are equal torch.max splits the gradient; clip's is then 1: the same)
+    inside = (ratio >= lo) & (ratio <= hi)
+    d_ratio = torch.where((unclipped > clipped) | inside, -adv, 0.0) * (weight / B)
+    d_logp = d_ratio * ratio
+    # ---- value loss
+    diff = value - returns
+    if cfg.value_clip > 0:
+        delta = value - old_values
+        vc = cfg.value_clip
+        diff_c = old_values + delta.clamp(-vc, vc) - returns
+        sq, sq_c = diff.square(), diff_c.square()
+        v_loss = 0.5 * torch.max(sq, sq_c).mean()
+        d_c = torch.where((delta >= -vc) & (delta <= vc), diff_c, 0.0)
+        d_value = torch.where(sq > sq_c, diff, torch.where(sq < sq_c, d_c, 0.5 * (diff + d_c)))
+    else:
+        v_loss = 0.5 * diff.square().mean()
+        d_value = diff
+    d_value = d_value * (cfg.vf_coef / B)
+    # ---- back to the policy's output (and log-std)
+    if discrete:
+        onehot = torch.zeros_like(probs).scatter_(0, a, 1.0)
+        d_out = d_logp * (onehot - probs)
+        if cfg.ent_coef:
+            # d H / d logit_k = -p_k (log p_k + H); the loss has -ent_coef * mean(H)
+            d_out = d_out + (cfg.ent_coef / B) * probs * (logits + entropy)
+        d_log_std = None
+    else:
+        dz = d_logp * z  # d logp / d mu = z / std; d logp / d log_std = z^2 - 1
+        d_out = dz * inv_std
+        d_log_std = (dz * z).sum(1) - d_logp.sum() - cfg.ent_coef
+    approx_kl = ((ratio - 1) - log_ratio).mean()  # the k3 estimator
+    clipfrac = ((ratio - 1).abs() > clip).float().mean()
+    return d_out, d_value, d_log_std, [pg_loss, v_loss, ent, approx_kl, clipfrac]
 
 
 def _own_code(obj: object, fn: types.FunctionType) -> types.MethodType:

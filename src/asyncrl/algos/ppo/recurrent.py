@@ -13,8 +13,17 @@ from __future__ import annotations
 import torch
 
 from asyncrl.algos.ppo.config import PPOConfig
+from asyncrl.algos.ppo.fused import SequenceStep, supports_sequences
 from asyncrl.algos.ppo.networks import RecurrentActorCritic
-from asyncrl.algos.ppo.update import STATS, _fast_adam, _nothing, descend, estimate, ppo_loss
+from asyncrl.algos.ppo.update import (
+    STATS,
+    _fast_adam,
+    _nothing,
+    _raise_nonfinite,
+    descend,
+    estimate,
+    ppo_loss,
+)
 
 # the batch's fields that are [L, N, ...] sequences; "states" [N, S, H] start them
 SEQUENCE_KEYS = ("features", "actions", "logp", "weight", "adv", "returns", "values", "first")
@@ -44,13 +53,27 @@ def episode_starts(r: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 class RecurrentPPO:
-    def __init__(self, policy: RecurrentActorCritic, cfg: PPOConfig, lr: float, chunk: int):
+    def __init__(
+        self,
+        policy: RecurrentActorCritic,
+        cfg: PPOConfig,
+        lr: float,
+        chunk: int,
+        fused: bool = True,
+    ):
+        """``fused``: a policy with an MLP torso takes fused.SequenceStep (False: the autograd
+        step, its reference)."""
         self.policy, self.cfg, self.chunk = policy, cfg, chunk
         self.params = [p for p in policy.parameters() if p.requires_grad]
         self.device = self.params[0].device
         self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=1e-5, **_fast_adam())
+        fused = fused and supports_sequences(policy)
+        self.fused = SequenceStep(policy, cfg, self.optimizer) if fused else None
+        self._step = self.fused if self.fused is not None else self._autograd_step
         # Called around every gradient step; Hogwild! workers sync parameters there.
         self.before_step = self.after_step = _nothing
+        # the fused step's NaN or inf gradients, as PPO's (the autograd step's: the optimizer)
+        self.on_nonfinite = _raise_nonfinite
 
     # ---------------------------------------------------------------- targets
     @torch.no_grad()
@@ -103,7 +126,7 @@ class RecurrentPPO:
         returns, old_values = returns.flatten(), old_values.flatten()
         return ppo_loss(cfg, clip, logp, entropy, value, old_logp, weight, adv, returns, old_values)
 
-    def _step(self, clip, *minibatch) -> torch.Tensor:
+    def _autograd_step(self, clip, *minibatch) -> torch.Tensor:
         loss, pg_loss, v_loss, ent, log_ratio = self.loss(clip, *minibatch)
         return descend(
             self.optimizer, self.params, self.cfg.max_grad_norm, loss, clip, log_ratio,
@@ -123,16 +146,27 @@ class RecurrentPPO:
         n = batch["states"].shape[0]
         per_mb = max(1, self.cfg.minibatch_size // self.chunk)  # sequences per minibatch
         clip = torch.tensor(self.cfg.clip_coef * clip_scale, device=self.device)
+        fused = self.fused
+        if fused is not None:
+            fused.pack()
+            clip = torch.tensor([self.cfg.clip_coef * clip_scale, lr], device=self.device)
+        hooked = self.before_step is not _nothing
         stats = []
         for _ in range(self.cfg.epochs):
             perm = torch.randperm(n, generator=generator).to(self.device)
             shuffled = [batch[k][:, perm] for k in SEQUENCE_KEYS] + [batch["states"][perm]]
             for start in range(0, n - per_mb + 1, per_mb):
                 self.before_step()
+                if hooked and fused is not None:
+                    fused.check()  # a hook may have moved the parameters
                 mb = [x[:, start : start + per_mb] for x in shuffled[:-1]]
                 stats.append(self._step(clip, *mb, shuffled[-1][start : start + per_mb]))
                 self.after_step()
         mean = torch.stack(stats).mean(0).tolist()
+        if fused is not None:  # its two more: the share of steps not applied, and their norm
+            *mean, bad, bad_norm = mean
+            if bad > 0:
+                self.on_nonfinite(round(bad * len(stats)), bad_norm)
         out = dict(zip(STATS, mean, strict=True))
         ret, val = batch["returns"], batch["values"]
         out["loss/explained_variance"] = float(1 - (ret - val).var() / (ret.var() + 1e-8))
