@@ -31,15 +31,28 @@ def next_values(
     return torch.where(terminated, torch.zeros_like(nxt), nxt)
 
 
+def linear_scan(x, carry, reverse: bool = False):
+    """``out[t] = x[t] + carry[t] * out[t - 1]`` along axis 0 (``reverse``: ``out[t + 1]``),
+    nothing before the first term; torch tensors or numpy arrays. Doubling (Hillis and Steele):
+    log2(T) rounds of whole-array ops instead of T Python steps, which cost a PPO iteration on
+    64 steps ~0.3 ms and grow with the rollout."""
+    out, a = x + 0, carry + 0  # copies, either kind
+    step = 1
+    while step < x.shape[0]:
+        if reverse:  # each term takes on the next `step` terms' sum; the carries multiply
+            out[:-step] += a[:-step] * out[step:]
+            a[:-step] = a[:-step] * a[step:]
+        else:
+            out[step:] += a[step:] * out[:-step]
+            a[step:] = a[step:] * a[:-step]
+        step *= 2
+    return out
+
+
 def _backward_scan(deltas: torch.Tensor, carry: torch.Tensor) -> torch.Tensor:
     """``out[t] = deltas[t] + carry[t] * out[t + 1]`` with ``out[T] = 0``: the recursion both
     estimators share (carry is 0 at an episode end, which cuts it)."""
-    out = torch.empty_like(deltas)
-    last = torch.zeros_like(deltas[0])
-    for t in range(deltas.shape[0] - 1, -1, -1):
-        last = deltas[t] + carry[t] * last
-        out[t] = last
-    return out
+    return linear_scan(deltas, carry, reverse=True)
 
 
 def gae(

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import torch
 
+from asyncrl.algos.ppo.returns import linear_scan
 from asyncrl.nets import RunningNorm
 
 
@@ -38,13 +39,13 @@ class RewardNormalizer:
             grown = np.zeros(int(streams.max()) + 1)
             grown[: self.returns.size] = self.returns
             self.returns = grown
-        g = self.returns[streams]
-        out = np.empty(rewards.shape, dtype=np.float64)
-        for t in range(rewards.shape[0]):
-            g = g * self.gamma + rewards[t]
-            out[t] = g
-            g = np.where(ends[t], 0.0, g)
-        self.returns[streams] = g
+        # G_t = r_t + gamma G_{t-1}, G_{t-1} = 0 after an episode end, the streams' G before
+        x = np.asarray(rewards, dtype=np.float64).copy()
+        x[0] += self.gamma * self.returns[streams]
+        carry = np.full(x.shape, self.gamma)
+        carry[1:] *= ~np.asarray(ends[:-1], dtype=bool)
+        out = linear_scan(x, carry)
+        self.returns[streams] = np.where(ends[-1], 0.0, out[-1])
         return out
 
     @property
