@@ -145,7 +145,7 @@ class RunningNorm(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         x = x.reshape(-1, *self.mean.shape).to(torch.float64)
-        b_mean, b_var, b_count = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        (b_var, b_mean), b_count = torch.var_mean(x, 0, correction=0), x.shape[0]
         delta = b_mean - self.mean
         total = self.count + b_count
         self.mean += delta * b_count / total

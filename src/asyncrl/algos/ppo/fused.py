@@ -143,6 +143,8 @@ class FusedStep:
         already are (as FlatParams.view_into lays parameters out), else moved there, values
         kept. Called at the start of every update (a loaded checkpoint brings new state
         tensors), and by :meth:`check`."""
+        if self._still_packed():
+            return
         state = self.optimizer.state
         if not state or self.params[0] not in state:
             self._init_state()
@@ -161,6 +163,22 @@ class FusedStep:
                     at += t.numel()
             moments.append(flat)
         self._flat = (flat_p, *moments)
+
+    def _still_packed(self) -> bool:
+        """Whether the parameters and Adam's state are the views :meth:`pack` made last: any
+        swap of parameters (FlatParams.view_into) or of state tensors (a loaded checkpoint)
+        moves the first and the last of each."""
+        if self._flat is None:
+            return False
+        state, first, last = self.optimizer.state, self.params[0], self.params[-1]
+        if first not in state or last not in state:
+            return False
+        for flat, key in zip(self._flat, (None, "exp_avg", "exp_avg_sq", "step"), strict=True):
+            a, b = (p if key is None else state[p][key] for p in (first, last))
+            end = flat.data_ptr() + flat.element_size() * (flat.numel() - b.numel())
+            if a.data_ptr() != flat.data_ptr() or b.data_ptr() != end:
+                return False
+        return True
 
     def check(self) -> None:
         """:meth:`pack` again if the parameters no longer lie in the packed vector (their
