@@ -16,13 +16,13 @@ from asyncrl.algos.ppo.config import PPOConfig
 from asyncrl.algos.ppo.fused import SequenceStep, supports_sequences
 from asyncrl.algos.ppo.networks import RecurrentActorCritic
 from asyncrl.algos.ppo.update import (
-    STATS,
     _fast_adam,
     _nothing,
     _raise_nonfinite,
     descend,
     estimate,
     ppo_loss,
+    run_epochs,
 )
 
 # the batch's fields that are [L, N, ...] sequences; "states" [N, S, H] start them
@@ -141,33 +141,15 @@ class RecurrentPPO:
         clip_scale: float = 1.0,
     ) -> dict[str, float]:
         """``epochs`` passes of shuffled minibatches of whole sequences; mean statistics."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        n = batch["states"].shape[0]
-        per_mb = max(1, self.cfg.minibatch_size // self.chunk)  # sequences per minibatch
-        clip = torch.tensor(self.cfg.clip_coef * clip_scale, device=self.device)
-        fused = self.fused
-        if fused is not None:
-            fused.pack()
-            clip = torch.tensor([self.cfg.clip_coef * clip_scale, lr], device=self.device)
-        hooked = self.before_step is not _nothing
-        stats = []
-        for _ in range(self.cfg.epochs):
-            perm = torch.randperm(n, generator=generator).to(self.device)
-            shuffled = [batch[k][:, perm] for k in SEQUENCE_KEYS] + [batch["states"][perm]]
-            for start in range(0, n - per_mb + 1, per_mb):
-                self.before_step()
-                if hooked and fused is not None:
-                    fused.check()  # a hook may have moved the parameters
-                mb = [x[:, start : start + per_mb] for x in shuffled[:-1]]
-                stats.append(self._step(clip, *mb, shuffled[-1][start : start + per_mb]))
-                self.after_step()
-        mean = torch.stack(stats).mean(0).tolist()
-        if fused is not None:  # its two more: the share of steps not applied, and their norm
-            *mean, bad, bad_norm = mean
-            if bad > 0:
-                self.on_nonfinite(round(bad * len(stats)), bad_norm)
-        out = dict(zip(STATS, mean, strict=True))
-        ret, val = batch["returns"], batch["values"]
-        out["loss/explained_variance"] = float(1 - (ret - val).var() / (ret.var() + 1e-8))
-        return out
+        return run_epochs(
+            self,
+            self._step,
+            batch,
+            batch["states"].shape[0],
+            max(1, self.cfg.minibatch_size // self.chunk),  # sequences per minibatch
+            lambda perm: [batch[k][:, perm] for k in SEQUENCE_KEYS] + [batch["states"][perm]],
+            lambda shuffled, a, b: [x[:, a:b] for x in shuffled[:-1]] + [shuffled[-1][a:b]],
+            lr,
+            generator,
+            clip_scale,
+        )

@@ -114,37 +114,55 @@ class PPO:
 
         ``lr`` and ``clip_scale`` (a factor on ``clip_coef``) carry the schedules; the clip
         enters the step as a tensor so a compiled step does not recompile when it moves."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        n, mb = batch["adv"].shape[0], self.cfg.minibatch_size
         keys = ("features", "actions", "logp", "weight", "adv", "returns", "values")
-        clip = torch.tensor(self.cfg.clip_coef * clip_scale, device=self.device)
-        step, fused = self._step, self.fused
-        if fused is not None:
-            fused.pack()
-            step = fused
-            clip = torch.tensor([self.cfg.clip_coef * clip_scale, lr], device=self.device)
-        hooked = self.before_step is not _nothing
-        stats = []
-        for _ in range(self.cfg.epochs):
-            # one gather per field and epoch; minibatches are then contiguous slices
-            perm = torch.randperm(n, generator=generator).to(self.device)
-            shuffled = [batch[k][perm] for k in keys]
-            for start in range(0, n - mb + 1, mb):  # a ragged tail minibatch would be noisier
-                self.before_step()
-                if hooked and fused is not None:
-                    fused.check()  # a hook may have moved the parameters
-                stats.append(step(clip, *(x[start : start + mb] for x in shuffled)))
-                self.after_step()
-        mean = torch.stack(stats).mean(0).tolist()  # the one host sync of the update
-        if fused is not None:  # its two more: the share of steps not applied, and their norm
-            *mean, bad, bad_norm = mean
-            if bad > 0:
-                self.on_nonfinite(round(bad * len(stats)), bad_norm)
-        out = dict(zip(STATS, mean, strict=True))
-        ret, val = batch["returns"], batch["values"]
-        out["loss/explained_variance"] = float(1 - (ret - val).var() / (ret.var() + 1e-8))
-        return out
+        return run_epochs(
+            self,
+            self._step if self.fused is None else self.fused,
+            batch,
+            batch["adv"].shape[0],
+            self.cfg.minibatch_size,
+            lambda perm: [batch[k][perm] for k in keys],
+            lambda shuffled, a, b: [x[a:b] for x in shuffled],
+            lr,
+            generator,
+            clip_scale,
+        )
+
+
+def run_epochs(
+    algo, step, batch, n, size, shuffle, take, lr, generator, clip_scale
+) -> dict[str, float]:
+    """The update loop of PPO and RecurrentPPO: ``epochs`` passes over ``n`` items (samples or
+    sequences), each shuffled once per epoch (``shuffle(perm)``: one gather per field), then
+    minibatches of ``size`` items, ``take(shuffled, start, stop)``, each one ``step`` between
+    the Hogwild! hooks. Mean statistics, the explained variance, and the fused step's count of
+    steps not applied handed to ``algo.on_nonfinite``."""
+    cfg, fused = algo.cfg, algo.fused
+    for group in algo.optimizer.param_groups:
+        group["lr"] = lr
+    clip = torch.tensor(cfg.clip_coef * clip_scale, device=algo.device)
+    if fused is not None:
+        fused.pack()
+        clip = torch.tensor([cfg.clip_coef * clip_scale, lr], device=algo.device)
+    hooked = algo.before_step is not _nothing
+    stats = []
+    for _ in range(cfg.epochs):
+        shuffled = shuffle(torch.randperm(n, generator=generator).to(algo.device))
+        for start in range(0, n - size + 1, size):  # a ragged tail minibatch would be noisier
+            algo.before_step()
+            if hooked and fused is not None:
+                fused.check()  # a hook may have moved the parameters
+            stats.append(step(clip, *take(shuffled, start, start + size)))
+            algo.after_step()
+    mean = torch.stack(stats).mean(0).tolist()  # the one host sync of the update
+    if fused is not None:  # its two more: the share of steps not applied, and their norm
+        *mean, bad, bad_norm = mean
+        if bad > 0:
+            algo.on_nonfinite(round(bad * len(stats)), bad_norm)
+    out = dict(zip(STATS, mean, strict=True))
+    ret, val = batch["returns"], batch["values"]
+    out["loss/explained_variance"] = float(1 - (ret - val).var() / (ret.var() + 1e-8))
+    return out
 
 
 def estimate(
