@@ -373,6 +373,8 @@ class SequenceStep(FusedStep):
         super().__init__(cfg, optimizer, keys)
 
     def _grads(self, w, clip, x, actions, old_logp, weight, adv, returns, old_values, first, h0):
+        """As MLPStep's, for sequences: the torso and heads batch-major over the L x M steps,
+        the core's gradients from autograd given the heads' gradient in its output."""
         L, M = first.shape
         N = L * M
         inputs = [x.reshape(N, -1)]  # each torso layer's input, batch-major [N, units]
@@ -403,7 +405,7 @@ class SequenceStep(FusedStep):
         dz, *d_core = torch.autograd.grad(out, [z, *core_w], d_y.view_as(out))
         for k, d in zip(self.core_keys, d_core, strict=True):
             g[idx[k]] = d
-        d = dz.view(N, -1)
+        d = dz.reshape(N, -1)
         for i in range(self.torso_layers - 1, -1, -1):
             d_a = self._act_backward(d, inputs[i + 1])
             g[idx["torso", i, 0]], g[idx["torso", i, 1]] = torch.mm(d_a.T, inputs[i]), d_a.sum(0)
