@@ -69,7 +69,7 @@ class RecurrentPPO:
         self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=1e-5, **_fast_adam())
         fused = fused and supports_sequences(policy)
         self.fused = SequenceStep(policy, cfg, self.optimizer) if fused else None
-        self._step = self.fused if self.fused is not None else self._autograd_step
+        self._step = self.fused or self._autograd_step  # the step an update takes
         # Called around every gradient step; Hogwild! workers sync parameters there.
         self.before_step = self.after_step = _nothing
         # the fused step's NaN or inf gradients, as PPO's (the autograd step's: the optimizer)
@@ -143,7 +143,6 @@ class RecurrentPPO:
         """``epochs`` passes of shuffled minibatches of whole sequences; mean statistics."""
         return run_epochs(
             self,
-            self._step,
             batch,
             batch["states"].shape[0],
             max(1, self.cfg.minibatch_size // self.chunk),  # sequences per minibatch

@@ -46,7 +46,8 @@ class PPO:
         # as _minibatch_step up to rounding; other networks: autograd
         fused = fused and supports(policy)
         self.fused = MLPStep(policy, cfg, self.optimizer, compile) if fused else None
-        self._step = self._minibatch_step
+        # the step an update takes: the fused one, else autograd's (compiled with --compile)
+        self._step = self.fused or self._minibatch_step
         if compile and self.fused is None:
             self._step = torch.compile(self._minibatch_step)
         # Called around every gradient step; Hogwild! workers sync parameters there.
@@ -117,7 +118,6 @@ class PPO:
         keys = ("features", "actions", "logp", "weight", "adv", "returns", "values")
         return run_epochs(
             self,
-            self._step if self.fused is None else self.fused,
             batch,
             batch["adv"].shape[0],
             self.cfg.minibatch_size,
@@ -129,12 +129,10 @@ class PPO:
         )
 
 
-def run_epochs(
-    algo, step, batch, n, size, shuffle, take, lr, generator, clip_scale
-) -> dict[str, float]:
+def run_epochs(algo, batch, n, size, shuffle, take, lr, generator, clip_scale) -> dict[str, float]:
     """The update loop of PPO and RecurrentPPO: ``epochs`` passes over ``n`` items (samples or
     sequences), each shuffled once per epoch (``shuffle(perm)``: one gather per field), then
-    minibatches of ``size`` items, ``take(shuffled, start, stop)``, each one ``step`` between
+    minibatches of ``size`` items, ``take(shuffled, start, stop)``, each one ``algo._step`` between
     the Hogwild! hooks. Mean statistics, the explained variance, and the fused step's count of
     steps not applied handed to ``algo.on_nonfinite``."""
     cfg, fused = algo.cfg, algo.fused
@@ -152,7 +150,7 @@ def run_epochs(
             algo.before_step()
             if hooked and fused is not None:
                 fused.check()  # a hook may have moved the parameters
-            stats.append(step(clip, *take(shuffled, start, start + size)))
+            stats.append(algo._step(clip, *take(shuffled, start, start + size)))
             algo.after_step()
     mean = torch.stack(stats).mean(0).tolist()  # the one host sync of the update
     if fused is not None:  # its two more: the share of steps not applied, and their norm
