@@ -301,10 +301,11 @@ def test_hogwild_sac_reaches_minus_250_on_pendulum_within_30k_total_steps(
     tmp_path, sync_mode, every
 ):
     # Each worker warms up its own buffer: 500 random steps each is the single learner's 1,000.
-    # Both modes race, so seed 1 does not fix the outcome. At 20k steps the last 20 episodes came
-    # 5-9k steps after the return first passed -200, when a swing-up still failed now and then
-    # (~-1,300: one moves the mean by ~-56; seed 1's start states leave a margin of about one),
-    # and 3 suite runs failed; past 15k none failed in 20 runs to 30k (Benchmarks: Hogwild!).
+    # Both modes race, so seed 1 does not fix the outcome. At 20k steps the last 20 episodes
+    # began ~16k, within ~6k steps of the return first passing -200 (9.6-16.2k), when a swing-up
+    # still failed now and then (~-1,300: one moves the mean by ~-56, and seed 1's start states
+    # leave a margin of about one); 3 suite runs failed. In 20 runs to 30k none failed past 15k.
+    # Measurements: Benchmarks, Hogwild!, the Pendulum test's budget.
     cfg = _cfg(
         tmp_path,
         algo="sac",
