@@ -2,14 +2,16 @@
 
     python benchmarks/recurrent_update_cost.py
     python benchmarks/recurrent_update_cost.py --rounds 10 --width 128 --recurrence 32
+    python benchmarks/recurrent_update_cost.py --compile    # the compiled steps too
 
 One batch of T x B steps (CartPole's shapes, episode ends inside chunks), the same epochs and
 minibatch size: targets and update of a feed-forward policy with hidden layers [W, W] (its
 fused step, as runs take it, and the autograd step), and of LSTM and GRU policies with one
 hidden layer of W and a core of W units (each with its fused step, as runs take it, and the
-autograd step). Rounds alternate between the variants; the table
-gives median milliseconds per update and the ratio to the feed-forward update. The process
-uses one torch thread unless --threads says otherwise.
+autograd step; with --compile each compiled step as well, whose first round compiles).
+Rounds alternate between the variants; the table gives median milliseconds per update and the
+ratios to the feed-forward updates. The process uses one torch thread unless --threads says
+otherwise.
 """
 
 from __future__ import annotations
@@ -53,11 +55,17 @@ def variants(args: argparse.Namespace) -> dict:
     out["feed-forward (fused step)"] = PPO(ff, hp, 1e-3)
     autograd = build_policy(SPEC, [W, W], "tanh", False)
     out["feed-forward (autograd step)"] = PPO(autograd, hp, 1e-3, fused=False)
+    if args.compile:
+        compiled = build_policy(SPEC, [W, W], "tanh", False)
+        out["feed-forward (compiled step)"] = PPO(compiled, hp, 1e-3, compile=True)
     for kind in ("lstm", "gru"):
-        for fused in (True, False):
+        steps = ["fused", "autograd"] + (["compiled"] if args.compile else [])
+        for step in steps:
             policy = build_policy(SPEC, [W], "tanh", False, "auto", kind, W)
-            name = f"{kind} ({'fused' if fused else 'autograd'} step)"
-            out[name] = RecurrentPPO(policy, hp, 1e-3, args.recurrence, fused=fused)
+            out[f"{kind} ({step} step)"] = RecurrentPPO(
+                policy, hp, 1e-3, args.recurrence, fused=step != "autograd",
+                compile=step == "compiled",
+            )  # fmt: skip
     return out
 
 
@@ -71,6 +79,7 @@ def main() -> None:
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--compile", action="store_true", help="the compiled steps too")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     algos = variants(args)
@@ -94,11 +103,14 @@ def main() -> None:
         f"epochs ({steps} steps), width {args.width}, recurrence {args.recurrence}, "
         f"{args.threads} thread(s), {args.rounds} rounds"
     )
-    print("| update | ms (median) | x autograd feed-forward | x fused feed-forward |")
-    print("|---|---|---|---|")
+    head = "| update | ms (median) | x autograd feed-forward | x fused feed-forward |"
+    compiled = statistics.median(times.get("feed-forward (compiled step)", [0, 0])[1:])
+    print(head + (" x compiled feed-forward |" if compiled else ""))
+    print("|---" * (5 if compiled else 4) + "|")
     for name, ts in times.items():
         ms = statistics.median(ts[1:])
-        print(f"| {name} | {ms * 1e3:.1f} | {ms / base:.2f} | {ms / fused:.2f} |")
+        row = f"| {name} | {ms * 1e3:.1f} | {ms / base:.2f} | {ms / fused:.2f} |"
+        print(row + (f" {ms / compiled:.2f} |" if compiled else ""))
 
 
 if __name__ == "__main__":

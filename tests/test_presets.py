@@ -122,6 +122,26 @@ def test_compile_is_on_by_default_only_where_it_pays():
     assert resolve(TrainConfig(algo="sac", env="Pendulum-v1"), "classic").compile is None
 
 
+def test_compile_is_derived_for_recurrent_steps_whose_sequences_it_can_unroll():
+    """A recurrent step compiles with its sequences unrolled: derived on as for MLP policies
+    while --recurrence <= COMPILE_MAX_RECURRENCE, off above it; given above it, refused; given
+    with the cnn encoder, refused (only the step after the mlp encoder compiles)."""
+    from asyncrl.algos.ppo.config import COMPILE_MAX_RECURRENCE, gradient_steps, recurrence
+    from asyncrl.settings import for_env
+
+    long = dict(env="HalfCheetah-v5", recurrent="lstm", total_steps=4_000_000)
+    short_seq = resolve(TrainConfig(**long, recurrence=32), "mujoco")
+    assert recurrence(short_seq) <= COMPILE_MAX_RECURRENCE and short_seq.compile is True
+    long_seq = resolve(TrainConfig(**long, recurrence=128), "mujoco")
+    assert gradient_steps(long_seq) == gradient_steps(short_seq) and long_seq.compile is False
+    with pytest.raises(ConfigError, match="compile: a recurrent step is compiled for"):
+        validate(TrainConfig(**long, recurrence=128, compile=True), "mujoco")
+    pong = TrainConfig(env="ALE/Pong-v5", recurrent="lstm", compile=True)
+    image = SimpleNamespace(obs_shape=(1, 84, 84), obs_dtype="uint8")
+    with pytest.raises(ConfigError, match="compile: a recurrent step is compiled after the mlp"):
+        for_env(resolve(pong, "atari"), image, pong)
+
+
 def test_the_atari_learner_takes_one_thread_per_cpu_the_others_one(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})  # 3 CPUs allowed
     atari = resolve(TrainConfig(env="ALE/Breakout-v5"), "atari")

@@ -109,22 +109,29 @@ def test_the_masked_lunar_lander_observes_positions_angle_and_legs_only(monkeypa
 
 
 @pytest.mark.parametrize(
-    ("mode", "backend", "kind", "correction"),
+    ("mode", "backend", "kind", "correction", "compile"),
     [
-        ("sync", "inline", "lstm", "none"),
-        ("async", "inline", "gru", "vtrace"),
-        ("sync", "thread", "gru", "decoupled"),
-        ("async", "thread", "lstm", "decoupled"),
-        ("async", "process", "lstm", "vtrace"),
-        ("sync", "process", "gru", "none"),
-        ("async", "ray", "gru", "none"),
+        ("sync", "inline", "lstm", "none", False),
+        ("async", "inline", "gru", "vtrace", False),
+        ("sync", "thread", "gru", "decoupled", False),
+        ("async", "thread", "lstm", "decoupled", True),
+        ("async", "process", "lstm", "vtrace", False),
+        ("sync", "process", "gru", "none", False),
+        ("async", "ray", "gru", "none", False),
     ],
 )
 def test_recurrent_runs_on_every_backend_mode_and_correction(
-    tmp_path, capsys, mode, backend, kind, correction
+    tmp_path, capsys, monkeypatch, mode, backend, kind, correction, compile
 ):
     if backend == "ray":
         pytest.importorskip("ray")
+    from asyncrl.algos.ppo import fused
+
+    steps = []  # the learner's step (the learner runs in this process on every backend)
+    init = fused.SequenceStep.__init__
+    monkeypatch.setattr(
+        fused.SequenceStep, "__init__", lambda s, *a, **k: (init(s, *a, **k), steps.append(s))[0]
+    )
     cfg = _cfg(
         tmp_path,
         mode=mode,
@@ -132,8 +139,10 @@ def test_recurrent_runs_on_every_backend_mode_and_correction(
         recurrent=kind,
         correction=correction,
         total_steps=1024,
+        compile=compile,
     )
     summary = train(cfg)
+    assert [s.compiled for s in steps] == [compile]
     assert summary["ended"] == "budget" and summary["env_steps"] >= 1024
     assert summary["episodes"] > 0 and np.isfinite(summary["final_return"])
     rows = 2 if kind == "lstm" else 1
@@ -310,7 +319,11 @@ def test_evaluations_during_training_act_with_the_recurrent_policy(tmp_path):
             dict(recurrent="lstm", rollout=16, recurrence=16, minibatch_size=24),
             "minibatch_size: with --recurrent a minibatch is whole sequences",
         ),
-        (dict(recurrent="lstm", compile=True), "compile: a recurrent policy's update"),
+        (
+            dict(recurrent="lstm", rollout=128, recurrence=0, compile=True),
+            "compile: a recurrent step is compiled for --recurrence up to 64 (its graph "
+            "unrolls each sequence), got 128",
+        ),
         (
             dict(algo="sac", env="Pendulum-v1", recurrent="lstm"),
             "recurrent: sac has no such setting (only ppo); leave it at none",

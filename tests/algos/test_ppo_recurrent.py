@@ -12,7 +12,13 @@ import pytest
 import torch
 
 from asyncrl.algos.ppo.config import PPOConfig
-from asyncrl.algos.ppo.masked_rnn import masked_gru
+from asyncrl.algos.ppo.masked_rnn import (
+    gru_backward,
+    gru_forward,
+    lstm_backward,
+    lstm_forward,
+    masked_gru,
+)
 from asyncrl.algos.ppo.networks import build_policy, unroll_core, unroll_segments
 from asyncrl.algos.ppo.recurrent import RecurrentPPO, from_sequences, to_sequences
 from asyncrl.algos.ppo.returns import gae, vtrace
@@ -254,9 +260,10 @@ FUSED_CASES = {
 }
 
 
-def _fused_pair(kind, discrete=True, hidden=(16,), activation="tanh", hp=None):
-    """Recurrent PPOs on copies of one policy, the autograd reference and the fused step, and
-    a batch with episode ends inside chunks (continuous: Gaussian actions)."""
+def _fused_pair(kind, discrete=True, hidden=(16,), activation="tanh", hp=None, compile=False):
+    """Recurrent PPOs on copies of one policy, the autograd reference and the fused step
+    (compiled or not), and a batch with episode ends inside chunks (continuous: Gaussian
+    actions)."""
     spec = SPEC
     if not discrete:
         spec = EnvSpec("toy", (OBS,), False, (2,), 2, np.full(2, -1.0, np.float32), np.ones(2))
@@ -264,8 +271,8 @@ def _fused_pair(kind, discrete=True, hidden=(16,), activation="tanh", hp=None):
     policy = build_policy(spec, list(hidden), activation, False, recurrent=kind, rnn_size=8)
     cfg = PPOConfig(minibatch_size=2 * L, epochs=2, **(hp or {}))
     ref = RecurrentPPO(copy.deepcopy(policy), cfg, 1e-3, L, fused=False)
-    new = RecurrentPPO(copy.deepcopy(policy), cfg, 1e-3, L)
-    assert ref.fused is None and new.fused is not None
+    new = RecurrentPPO(copy.deepcopy(policy), cfg, 1e-3, L, compile=compile)
+    assert ref.fused is None and new.fused is not None and new.fused.compiled == compile
     r = _rollout(kind)
     if not discrete:
         r["actions"] = torch.randn(T, B, 2, generator=torch.Generator().manual_seed(4))
@@ -295,6 +302,50 @@ def _assert_same_training(ref, new, batch, updates=2):
 @pytest.mark.parametrize("case", list(FUSED_CASES))
 def test_fused_sequence_step_trains_as_the_autograd_step(kind, case):
     _assert_same_training(*_fused_pair(kind, **FUSED_CASES[case]))
+
+
+@pytest.mark.slow  # ~15-20 s to compile each
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize(
+    "case",
+    ["discrete, value clip, entropy, vtrace", "continuous, decoupled, no grad clip, no adv norm"],
+)
+def test_compiled_sequence_step_trains_as_the_autograd_step(kind, case):
+    """The step compiled (its core written out in masked_rnn, one inductor graph): as the
+    autograd step, episode starts inside chunks included."""
+    _assert_same_training(*_fused_pair(kind, **FUSED_CASES[case], compile=True))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_the_written_out_cores_of_the_compiled_step_equal_torchs(kind):
+    """masked_rnn's lstm/gru forward and backward (what the compiled step runs, eager here)
+    against torch's core cut into segments at the episode starts: outputs and every gradient;
+    row 0 of ``first`` is not read, as in unroll_core."""
+    core = _policy(kind).core
+    g = torch.Generator().manual_seed(2)
+    S = 2 if kind == "lstm" else 1
+    z = torch.randn(L, 5, 16, generator=g, requires_grad=True)
+    state = torch.randn(5, S, 8, generator=g)
+    first = torch.zeros(L, 5, dtype=torch.bool)
+    first[0, 0] = True
+    first[3, 1] = first[4, 1] = first[6, 1] = True
+    first[2, 3] = first[7, 4] = True
+    d_out = torch.randn(L, 5, 8, generator=g)
+    out, _ = unroll_segments(core, kind, z, state, first, final_state=False)
+    ref = torch.autograd.grad(out, [z, *core.parameters()], d_out)
+    w = [p.detach() for p in core.parameters()]
+    keep = torch.cat([torch.ones_like(first[:1]), ~first[1:]]).float()[:, :, None]
+    with torch.no_grad():
+        if kind == "lstm":
+            mine, saved = lstm_forward(z, state[:, 0], state[:, 1], keep, *w)
+            dz, d_ih, d_hh, d_b = lstm_backward(saved, d_out, *w[:2])
+            grads = [dz, d_ih, d_hh, d_b, d_b]
+        else:
+            mine, saved = gru_forward(z, state[:, 0], keep, *w)
+            grads = list(gru_backward(saved, d_out, *w[:2]))
+    torch.testing.assert_close(mine, out.detach(), rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_fused_sequence_step_trains_parameters_moved_before_each_step():

@@ -7,12 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from asyncrl.config import Hyperparameters, need, preset_setting, setting
+from asyncrl.envs.registry import is_image
 
 CORRECTIONS = ("none", "vtrace", "decoupled")
 # Gradient steps from which --compile is on by default: a first compilation on a machine (an
 # empty compile cache) costs ~20-25 s of a 2-core CPU and saves ~0.4 ms per MLP step, so it
 # pays back after ~60,000 steps (docs/benchmarks/learner-floor.md)
 COMPILE_MIN_STEPS = 100_000
+# Longest --recurrence a recurrent step is compiled for: its graph unrolls the sequence, and a
+# first compilation grows by ~1.4 s of a 2-core CPU per step (~50 s at 32, ~95 s at 64)
+COMPILE_MAX_RECURRENCE = 64
 SCHEDULES = ("constant", "linear")
 ACTIVATIONS = ("tanh", "relu")
 RECURRENT = ("none", "lstm", "gru")
@@ -63,9 +67,10 @@ class PPOConfig(Hyperparameters):
     vtrace_c_bar: float = setting(1.0, "V-trace clip of the trace-cutting coefficients")
     compile: bool | None = setting(
         None,
-        "torch.compile the learner's minibatch step (unset: on where it pays, MLP policies in "
-        f"runs of at least {COMPILE_MIN_STEPS:,} gradient steps on the CPU; off in shorter "
-        "runs, for the CNN and with --device cuda or auto)",
+        "torch.compile the learner's minibatch step (unset: on where it pays, MLP policies, "
+        "recurrent ones with --recurrence up to "
+        f"{COMPILE_MAX_RECURRENCE} included, in runs of at least {COMPILE_MIN_STEPS:,} gradient "
+        "steps on the CPU; off in shorter runs, for the CNN and with --device cuda or auto)",
     )
     recurrent: str = setting(
         "none",
@@ -186,8 +191,9 @@ def gradient_steps(cfg: Any) -> int:
 def derived(cfg: Any) -> dict[str, Any]:
     """``log_every`` (a row per update) and ``compile`` where left unset (see the setting)."""
     out: dict[str, Any] = {"log_every": 1} if cfg.log_every == 0 else {}
-    if cfg.compile is None:  # a recurrent policy's step is never compiled (its own update)
-        out["compile"] = cfg.recurrent == "none" and gradient_steps(cfg) >= COMPILE_MIN_STEPS
+    if cfg.compile is None:
+        short = cfg.recurrent == "none" or recurrence(cfg) <= COMPILE_MAX_RECURRENCE
+        out["compile"] = short and gradient_steps(cfg) >= COMPILE_MIN_STEPS
     return out
 
 
@@ -224,14 +230,15 @@ def _validate_recurrent(cfg: Any) -> None:
         f"recurrent: a population (--policies {cfg.policies}) of recurrent policies is not "
         "supported yet; use --recurrent none or --policies 1",
     )
-    need(
-        not cfg.compile,
-        "compile: a recurrent policy's update is not compiled; leave --compile off with "
-        "--recurrent",
-    )
     need(cfg.rnn_size >= 1, f"rnn_size: must be >= 1, got {cfg.rnn_size}")
     need(cfg.recurrence >= 0, f"recurrence: must be >= 0 (0: the rollout), got {cfg.recurrence}")
     chunk = recurrence(cfg)
+    need(
+        not cfg.compile or chunk <= COMPILE_MAX_RECURRENCE,
+        f"compile: a recurrent step is compiled for --recurrence up to "
+        f"{COMPILE_MAX_RECURRENCE} (its graph unrolls each sequence), got {chunk}; leave "
+        "--compile off or shorten --recurrence",
+    )
     need(
         cfg.rollout % chunk == 0,
         f"recurrence: must divide rollout ({cfg.rollout}), got {cfg.recurrence}",
@@ -251,6 +258,14 @@ def for_env(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]
     changes: dict[str, Any] = {}
     derived_on = cfg.compile and given is not None and given.compile is None
     if derived_on and (cfg.encoder == "cnn" or cfg.device != "cpu"):
+        changes["compile"] = False
+    cnn = cfg.encoder == "cnn" or cfg.encoder == "auto" and is_image(spec)
+    if cfg.compile and cfg.recurrent != "none" and cnn:
+        need(
+            derived_on,
+            "compile: a recurrent step is compiled after the mlp encoder only; leave --compile "
+            "off with the cnn encoder",
+        )
         changes["compile"] = False
     if not (cfg.norm_obs and spec.obs_dtype == "uint8"):
         return changes, []

@@ -1,7 +1,8 @@
 """PPO's minibatch step with its gradients written out: for the MLP actor-critic
 (:class:`MLPStep`) forward, losses, backward, gradient clip and Adam step as a few dozen tensor
 ops, no autograd (with ``compile``, one inductor graph); for a recurrent policy with an MLP
-torso (:class:`SequenceStep`) the same but for the core, which autograd differentiates.
+torso (:class:`SequenceStep`) the same but for the core, which autograd differentiates (with
+``compile``, the core written out too: ``masked_rnn``).
 
 The policy and value MLPs run as one batched network (their first layers as one matmul, their
 hidden layers as one batched matmul), derived from the module's own parameters at every step,
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from asyncrl.algos.ppo.config import PPOConfig
+from asyncrl.algos.ppo.masked_rnn import gru_backward, gru_forward, lstm_backward, lstm_forward
 from asyncrl.algos.ppo.networks import unroll_core
 from asyncrl.nets import LOG_2PI
 
@@ -347,10 +349,17 @@ class MLPStep(FusedStep):
 class SequenceStep(FusedStep):
     """``RecurrentPPO``'s minibatch step for an MLP torso, a recurrent core and linear heads:
     the torso, the heads and the loss with their gradients written out, the core through
-    autograd (``unroll_core``: torch's LSTM, the written-out GRU). Called with the recurrent
-    step's minibatch: sequences [L, M, ...] and their stored states [M, S, H]."""
+    autograd (``unroll_core``: torch's LSTM, the written-out GRU), or with ``compile`` written
+    out as well (``masked_rnn``'s functions), the whole step one inductor graph. Called with the
+    recurrent step's minibatch: sequences [L, M, ...] and their stored states [M, S, H]."""
 
-    def __init__(self, policy: nn.Module, cfg: PPOConfig, optimizer: torch.optim.Adam):
+    def __init__(
+        self,
+        policy: nn.Module,
+        cfg: PPOConfig,
+        optimizer: torch.optim.Adam,
+        compile: bool = False,
+    ):
         if not supports_sequences(policy):
             raise ValueError("SequenceStep: a recurrent policy with an mlp torso")
         self.discrete = policy.discrete
@@ -370,7 +379,9 @@ class SequenceStep(FusedStep):
             keys[id(m.weight)], keys[id(m.bias)] = (name, 0, 0), (name, 0, 1)
         if not self.discrete:
             keys[id(policy.log_std)] = ("log_std", 0, 0)
-        super().__init__(cfg, optimizer, keys)
+        if compile and (self.core.num_layers != 1 or not self.core.bias):
+            raise ValueError("SequenceStep: compiled for a one-layer core with biases")
+        super().__init__(cfg, optimizer, keys, compile)
 
     def _grads(self, w, clip, x, actions, old_logp, weight, adv, returns, old_values, first, h0):
         """As MLPStep's, for sequences: the torso and heads batch-major over the L x M steps,
@@ -382,9 +393,17 @@ class SequenceStep(FusedStep):
             wt, b = self._wb(w, "torso", i)
             inputs.append(self._act(torch.addmm(b, inputs[-1], wt.T)))
         core_w = [w[self.index[k]] for k in self.core_keys]
-        with torch.enable_grad():
-            z = inputs[-1].view(L, M, -1).detach().requires_grad_()
-            out, _ = unroll_core(self.core, self.kind, z, h0, first, final_state=False)
+        z = inputs[-1].view(L, M, -1)
+        if self.compiled:  # the core written out: no autograd in the graph
+            keep = torch.cat([torch.ones_like(first[:1]), ~first[1:]]).to(z.dtype)[:, :, None]
+            if self.kind == "lstm":
+                out, saved = lstm_forward(z, h0[:, 0], h0[:, 1], keep, *core_w)
+            else:
+                out, saved = gru_forward(z, h0[:, 0], keep, *core_w)
+        else:
+            with torch.enable_grad():
+                z = z.detach().requires_grad_()
+                out, _ = unroll_core(self.core, self.kind, z, h0, first, final_state=False)
         y = out.detach().reshape(N, -1)
         (wp, bp), (wv, bv) = self._wb(w, "pi", 0), self._wb(w, "v", 0)
         pi_out = torch.addmm(bp.unsqueeze(1), wp, y.T)  # [A, N]
@@ -402,7 +421,13 @@ class SequenceStep(FusedStep):
         if d_log_std is not None:
             g[idx["log_std", 0, 0]] = d_log_std
         d_y = torch.addmm(d_value[:, None] * wv, d_pi.T, wp)  # [N, H]
-        dz, *d_core = torch.autograd.grad(out, [z, *core_w], d_y.view_as(out))
+        if not self.compiled:
+            dz, *d_core = torch.autograd.grad(out, [z, *core_w], d_y.view_as(out))
+        elif self.kind == "lstm":
+            dz, d_ih, d_hh, d_b = lstm_backward(saved, d_y.view_as(out), *core_w[:2])
+            d_core = [d_ih, d_hh, d_b, d_b]
+        else:
+            dz, *d_core = gru_backward(saved, d_y.view_as(out), *core_w[:2])
         for k, d in zip(self.core_keys, d_core, strict=True):
             g[idx[k]] = d
         d = dz.reshape(N, -1)

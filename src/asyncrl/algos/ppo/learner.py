@@ -54,7 +54,9 @@ class PPOLearner(LearnerBase):
         if cfg.recurrent != "none":
             from asyncrl.algos.ppo.recurrent import RecurrentPPO
 
-            self.algo: Any = RecurrentPPO(self.policy, self.hp, cfg.lr, recurrence(cfg))
+            self.algo: Any = RecurrentPPO(
+                self.policy, self.hp, cfg.lr, recurrence(cfg), compile=bool(cfg.compile)
+            )
             self.fields += ("rnn_states",)
         else:
             self.algo = PPO(self.policy, self.hp, cfg.lr, compile=bool(cfg.compile))

@@ -6,6 +6,9 @@ gradients one matmul each over all steps).
 The same parameters and math as ``nn.GRU`` (gates r, z, n). Torch's CPU GRU runs its cell as
 ~20 autograd ops a step and needs the sequences cut into segments at episode starts; this
 needs neither. (An LSTM written the same way was slower than torch's oneDNN LSTM here.)
+
+Below, both cores as plain functions for the compiled step (fused.SequenceStep), where the
+loops unroll into one graph.
 """
 
 from __future__ import annotations
@@ -102,3 +105,120 @@ class _GRU(torch.autograd.Function):
 def _rows(x: torch.Tensor, size: int, order: tuple[int, ...]) -> torch.Tensor:
     """The blocks of ``size`` rows of x in ``order``."""
     return torch.cat([x[i * size : (i + 1) * size] for i in order])
+
+
+# ---------------------------------------------------------------------- for a compiled step
+# The same cores with the same resets as plain functions of tensors, forward and backward
+# apart, every step's reset applied as a multiplication (no host sync, no branch on data): what
+# fused.SequenceStep runs inside one inductor graph, where the loops are unrolled and each
+# step's elementwise work is one kernel.
+
+
+def lstm_forward(z, h0, c0, keep, w_ih, w_hh, b_ih, b_hh):
+    """``nn.LSTM``'s one layer (gates i, f, g, o) over z [L, B, E] from h0, c0 [B, H], both
+    multiplied by ``keep`` [L, B, 1] before each step. Returns the outputs [L, B, H] and what
+    :func:`lstm_backward` reads."""
+    L, B, E = z.shape
+    H = w_hh.shape[1]
+    xp = torch.addmm(b_ih + b_hh, z.reshape(L * B, E), w_ih.t()).view(L, B, 4 * H)
+    w_hh_t = w_hh.t()
+    h, c = h0, c0
+    h_in, c_in, gates, tanh_c, out = [], [], [], [], []
+    for t in range(L):
+        h, c = h * keep[t], c * keep[t]
+        h_in.append(h)
+        c_in.append(c)
+        pre = torch.addmm(xp[t], h, w_hh_t)
+        i, f, o = pre[:, :H].sigmoid(), pre[:, H : 2 * H].sigmoid(), pre[:, 3 * H :].sigmoid()
+        g = pre[:, 2 * H : 3 * H].tanh()
+        c = f * c + i * g
+        tc = c.tanh()
+        h = o * tc
+        gates.append(torch.cat([i, f, g, o], 1))
+        tanh_c.append(tc)
+        out.append(h)
+    out = torch.stack(out)
+    saved = (z, keep, torch.stack(h_in), torch.stack(c_in), torch.stack(gates), torch.stack(tanh_c))
+    return out, saved
+
+
+def lstm_backward(saved, d_out, w_ih, w_hh):
+    """The gradients of :func:`lstm_forward`'s outputs' loss, given ``d_out`` [L, B, H]: in z,
+    w_ih, w_hh and in either bias (the two are equal)."""
+    z, keep, h_in, c_in, gates, tanh_c = saved
+    L, B, E = z.shape
+    H = w_hh.shape[1]
+    dh = torch.zeros_like(d_out[0])
+    dc = torch.zeros_like(dh)
+    d_pre = []
+    for t in range(L - 1, -1, -1):
+        dh = dh + d_out[t]
+        gt = gates[t]
+        i, f, g, o = gt[:, :H], gt[:, H : 2 * H], gt[:, 2 * H : 3 * H], gt[:, 3 * H :]
+        tc = tanh_c[t]
+        dc = dc + dh * o * (1 - tc * tc)
+        d = torch.cat(
+            [dc * g * i * (1 - i), dc * c_in[t] * f * (1 - f), dc * i * (1 - g * g),
+             dh * tc * o * (1 - o)],
+            1,
+        )  # fmt: skip
+        d_pre.append(d)
+        dh = torch.mm(d, w_hh) * keep[t]
+        dc = dc * f * keep[t]
+    d_pre = torch.stack(d_pre[::-1]).view(L * B, 4 * H)
+    dz = torch.mm(d_pre, w_ih).view(L, B, E)
+    d_w_ih = torch.mm(d_pre.t(), z.reshape(L * B, E))
+    d_w_hh = torch.mm(d_pre.t(), h_in.view(L * B, H))
+    return dz, d_w_ih, d_w_hh, d_pre.sum(0)
+
+
+def gru_forward(z, h0, keep, w_ih, w_hh, b_ih, b_hh):
+    """``nn.GRU``'s one layer (gates r, z, n) as :func:`lstm_forward` (h0 [B, H])."""
+    L, B, E = z.shape
+    H = w_hh.shape[1]
+    xp = torch.addmm(b_ih, z.reshape(L * B, E), w_ih.t()).view(L, B, 3 * H)
+    w_hh_t = w_hh.t()
+    h = h0
+    h_in, rz, gn, n_out, out = [], [], [], [], []
+    for t in range(L):
+        h = h * keep[t]
+        h_in.append(h)
+        gh = torch.addmm(b_hh, h, w_hh_t)
+        s = (xp[t, :, : 2 * H] + gh[:, : 2 * H]).sigmoid()
+        r, u = s[:, :H], s[:, H:]
+        n = (xp[t, :, 2 * H :] + r * gh[:, 2 * H :]).tanh()
+        h = n + u * (h - n)
+        rz.append(s)
+        gn.append(gh[:, 2 * H :])
+        n_out.append(n)
+        out.append(h)
+    out = torch.stack(out)
+    saved = (z, keep, torch.stack(h_in), torch.stack(rz), torch.stack(gn), torch.stack(n_out))
+    return out, saved
+
+
+def gru_backward(saved, d_out, w_ih, w_hh):
+    """As :func:`lstm_backward` for :func:`gru_forward`: the gradients in z, w_ih, w_hh, b_ih,
+    b_hh."""
+    z, keep, h_in, rz, gn, n_out = saved
+    L, B, E = z.shape
+    H = w_hh.shape[1]
+    dh = torch.zeros_like(d_out[0])
+    d_x, d_h = [], []  # d pre-activations: the input side's (r, z, n), the recurrent side's
+    for t in range(L - 1, -1, -1):
+        dh = dh + d_out[t]
+        s, n, h = rz[t], n_out[t], h_in[t]
+        r, u = s[:, :H], s[:, H:]
+        dn = dh * (1 - u) * (1 - n * n)
+        d_rz = torch.cat([dn * gn[t] * r * (1 - r), dh * (h - n) * u * (1 - u)], 1)
+        dx = torch.cat([d_rz, dn], 1)
+        dg = torch.cat([d_rz, dn * r], 1)
+        d_x.append(dx)
+        d_h.append(dg)
+        dh = (dh * u + torch.mm(dg, w_hh)) * keep[t]
+    d_x = torch.stack(d_x[::-1]).view(L * B, 3 * H)
+    d_h = torch.stack(d_h[::-1]).view(L * B, 3 * H)
+    dz = torch.mm(d_x, w_ih).view(L, B, E)
+    d_w_ih = torch.mm(d_x.t(), z.reshape(L * B, E))
+    d_w_hh = torch.mm(d_h.t(), h_in.view(L * B, H))
+    return dz, d_w_ih, d_w_hh, d_x.sum(0), d_h.sum(0)

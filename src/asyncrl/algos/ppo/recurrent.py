@@ -60,15 +60,16 @@ class RecurrentPPO:
         lr: float,
         chunk: int,
         fused: bool = True,
+        compile: bool = False,
     ):
         """``fused``: a policy with an MLP torso takes fused.SequenceStep (False: the autograd
-        step, its reference)."""
+        step, its reference); ``compile``: that step compiled."""
         self.policy, self.cfg, self.chunk = policy, cfg, chunk
         self.params = [p for p in policy.parameters() if p.requires_grad]
         self.device = self.params[0].device
         self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=1e-5, **_fast_adam())
         fused = fused and supports_sequences(policy)
-        self.fused = SequenceStep(policy, cfg, self.optimizer) if fused else None
+        self.fused = SequenceStep(policy, cfg, self.optimizer, compile) if fused else None
         self._step = self.fused or self._autograd_step  # the step an update takes
         # Called around every gradient step; Hogwild! workers sync parameters there.
         self.before_step = self.after_step = _nothing
