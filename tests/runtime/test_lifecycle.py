@@ -60,6 +60,23 @@ def test_stop_signals_flag_the_first_abort_on_the_second_and_restore_handlers():
             ended.ending = True  # the final checkpoint is written: only cleanup is left
             os.kill(os.getpid(), signal.SIGINT)  # ignored: it would cut the cleanup short
         assert all(signal.getsignal(s) is mine for s in StopSignals.SIGNALS)
+        deferred = StopSignals()
+        with deferred.installed():
+            os.kill(os.getpid(), signal.SIGINT)
+            done = []
+            with pytest.raises(Aborted):
+                with deferred.abort_deferred():
+                    os.kill(os.getpid(), signal.SIGTERM)  # its abort waits for the block's end
+                    done.append(1)
+            assert done == [1] and deferred.aborted
+        third = StopSignals()
+        with third.installed():
+            os.kill(os.getpid(), signal.SIGINT)
+            with pytest.raises(Aborted), third.abort_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)  # a third: at once
+                done.append(2)
+            assert done == [1]
     finally:
         for s, h in saved.items():
             signal.signal(s, h)
@@ -147,6 +164,31 @@ def test_a_second_signal_aborts_at_once_without_claiming_a_checkpoint(inline_cfg
     assert len(lines) == 1, lines
     assert "aborted by a second signal" in lines[0] and "no final checkpoint written" in lines[0]
     assert "checkpoint saved" not in lines[0] and "no checkpoint was written before" in lines[0]
+
+
+def test_a_second_signal_during_an_update_aborts_when_the_update_ends(
+    inline_cfg, monkeypatch, capsys
+):
+    """Not inside it: an exception raised at an arbitrary point of torch's code can break torch
+    for the process (an abort inside a first, compiling update left torch's fake-tensor mode
+    on, and every tensor op after it in the process failed)."""
+    original = PPOLearner.train
+    finished = []
+
+    def signalled_on_the_third(self, slots):
+        if len(finished) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # the first: a flag
+            os.kill(os.getpid(), signal.SIGINT)  # the second: an abort when the update ends
+        out = original(self, slots)
+        finished.append(self.algo.optimizer.state_dict()["state"][0]["step"].item())
+        return out
+
+    monkeypatch.setattr(PPOLearner, "train", signalled_on_the_third)
+    with pytest.raises(Aborted):
+        train(dataclasses.replace(inline_cfg, checkpoint_every=0))
+    assert len(finished) == 3 and finished[2] > finished[1] > 0  # the third update ran whole
+    lines = _ended_lines(capsys.readouterr().err)
+    assert len(lines) == 1 and "aborted by a second signal" in lines[0], lines
 
 
 def test_an_actor_failure_keeps_the_learners_work_and_says_so(inline_cfg, capsys):

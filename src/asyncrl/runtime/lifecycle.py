@@ -69,7 +69,8 @@ class Aborted(KeyboardInterrupt):
 class StopSignals:
     """SIGINT and SIGTERM as a flag: the first sets :attr:`signal` (its name), the second
     raises :class:`Aborted` in the main thread, and any later one is ignored while the abort
-    cleans up (stopping the actors, freeing shared memory).
+    cleans up (stopping the actors, freeing shared memory). Inside :meth:`abort_deferred` (a
+    learner update) the second one's abort waits for the block's end and a third raises at once.
 
     Only the main thread can install signal handlers, and only it receives signals: on any
     other thread :meth:`installed` changes nothing, and a run there stops through its callback.
@@ -83,6 +84,8 @@ class StopSignals:
         self.signal: str | None = None
         self.aborted = False
         self.ending = False  # the run has ended: signals may no longer cut its cleanup short
+        self.deferring = False  # in abort_deferred
+        self.deferred: str | None = None  # the signal whose abort waits there
 
     def __bool__(self) -> bool:
         return self.signal is not None
@@ -92,9 +95,28 @@ class StopSignals:
         if self.signal is None:
             self.signal = name
             return
+        if self.deferring and self.deferred is None:
+            self.deferred = name
+            return
         if not (self.aborted or self.ending):
-            self.aborted = True
-            raise Aborted(f"second signal ({self.signal}, then {name})")
+            self._abort(name)
+
+    def _abort(self, name: str) -> None:
+        self.aborted = True
+        raise Aborted(f"second signal ({self.signal}, then {name})")
+
+    @contextlib.contextmanager
+    def abort_deferred(self) -> Iterator[None]:
+        """A second signal's abort waits for the end of this block (unless a third comes):
+        an exception raised at an arbitrary point of torch's code can leave torch broken for
+        the process (a torch.compile cut short left its fake-tensor mode on)."""
+        self.deferring = True
+        try:
+            yield
+        finally:
+            self.deferring = False
+        if self.deferred is not None and not (self.aborted or self.ending):
+            self._abort(self.deferred)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[StopSignals]:
@@ -170,10 +192,12 @@ class RunEnd:
 
     @contextlib.contextmanager
     def updating(self) -> Iterator[None]:
-        """The learner's state changes in here: an error inside leaves it inconsistent."""
+        """The learner's state changes in here: an error inside leaves it inconsistent. A
+        second signal aborts at its end (StopSignals.abort_deferred)."""
         self.in_update = True
-        yield
-        self.in_update = False
+        with self.stop.abort_deferred():
+            yield
+            self.in_update = False
 
     def periodic(self, save: Callable[[], Path], env_steps: int) -> None:
         """Write a checkpoint if ``checkpoint_every`` seconds have passed since the last. A
