@@ -348,10 +348,11 @@ def test_the_written_out_cores_of_the_compiled_step_equal_torchs(kind):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_fused_sequence_step_trains_parameters_moved_before_each_step():
+@pytest.mark.parametrize("compile", [False, True])
+def test_fused_sequence_step_trains_parameters_moved_before_each_step(compile):
     """A Hogwild! hook swaps the parameters' storage (FlatParams.view_into) before every
-    step: the fused step trains them where they are now."""
-    ref, new, batch = _fused_pair("lstm")
+    step: the fused step, compiled or not, trains them where they are now."""
+    ref, new, batch = _fused_pair("lstm", compile=compile)
     vectors = []
 
     def move() -> None:
