@@ -107,12 +107,22 @@ def _reference_loss(policy, r, kind, hp, old_logp, adv, returns, old_values):
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
-@pytest.mark.parametrize("correction", ["none", "vtrace", "decoupled"])
-def test_sequence_targets_equal_a_step_by_step_unroll(kind, correction):
+@pytest.mark.parametrize(
+    ("correction", "compile"),
+    [
+        ("none", False),
+        ("vtrace", False),
+        ("decoupled", False),
+        pytest.param("vtrace", True, marks=pytest.mark.slow),  # the compiled step's forward
+    ],
+)
+def test_sequence_targets_equal_a_step_by_step_unroll(kind, correction, compile):
     policy = _policy(kind)
     r = _rollout(kind)
     hp = PPOConfig(correction=correction, minibatch_size=2 * L, gamma=0.9, gae_lambda=0.8)
-    batch = RecurrentPPO(policy, hp, 1e-3, L).targets(r)
+    ppo = RecurrentPPO(policy, hp, 1e-3, L, compile=compile)
+    assert ppo.fused.compiled == compile
+    batch = ppo.targets(r)
     with torch.no_grad():
         logp, _, value, tail = _reference(policy, r, kind)
     values = torch.cat([value, tail[None]])

@@ -209,15 +209,19 @@ class FusedStep:
             }
 
     # ------------------------------------------------------------------ the step
+    def _views(self, flat_p: torch.Tensor) -> list[torch.Tensor]:
+        """The parameters as views of the packed vector, in the optimizer's order."""
+        views, at = [], 0
+        for n, shape in zip(self.sizes, self.shapes, strict=True):
+            views.append(flat_p[at : at + n].view(shape))
+            at += n
+        return views
+
     def _body(self, flat_p, flat_m, flat_v, steps, hp, *batch) -> torch.Tensor:
         """One step on the packed vectors: gradients, their clip, Adam; the statistics."""
-        if self.compiled:  # the graph reads the parameters as views of its input
-            params, at = [], 0
-            for n, shape in zip(self.sizes, self.shapes, strict=True):
-                params.append(flat_p[at : at + n].view(shape))
-                at += n
-        else:  # they are such views already (pack)
-            params = self.params
+        # compiled, the graph reads the parameters as views of its input; else they are such
+        # views already (pack)
+        params = self._views(flat_p) if self.compiled else self.params
         grads, stats = self._grads(params, hp[0], *batch)
         grad = torch.cat([g.reshape(-1) for g in grads])
         norm = torch.linalg.vector_norm(grad)
@@ -382,6 +386,37 @@ class SequenceStep(FusedStep):
         if compile and (self.core.num_layers != 1 or not self.core.bias):
             raise ValueError("SequenceStep: compiled for a one-layer core with biases")
         super().__init__(cfg, optimizer, keys, compile)
+        self.core_index = [self.index[k] for k in self.core_keys]  # in the optimizer's order
+        if compile:  # the targets' forward: a graph of its own
+            self._unroll = torch.compile(
+                _own_code(self, type(self)._unroll_body),
+                fullgraph=True,
+                dynamic=False,
+                options=_INDUCTOR_OPTIONS,
+            )
+
+    def _core_forward(self, z, h0, first, core_w):
+        """The written-out core over z [L, M, E] from h0 [M, S, H] with resets where ``first``
+        (row 0 not read): outputs, final states [M, S, H] and what the backward reads."""
+        keep = torch.cat([torch.ones_like(first[:1]), ~first[1:]]).to(z.dtype)[:, :, None]
+        if self.kind == "lstm":
+            out, saved = lstm_forward(z, h0[:, 0], h0[:, 1], keep, *core_w)
+            return out, torch.stack([out[-1], saved[-1]], 1), saved
+        out, saved = gru_forward(z, h0[:, 0], keep, *core_w)
+        return out, out[-1][:, None], saved
+
+    def _unroll_body(self, flat_p, z, h0, first):
+        w = self._views(flat_p)
+        out, final, _ = self._core_forward(z, h0, first, [w[i] for i in self.core_index])
+        return out, final
+
+    def unroll(self, z: torch.Tensor, h0: torch.Tensor, first: torch.Tensor):
+        """The core's outputs [L, M, H] and final states [M, S, H] over z [L, M, E] (the
+        torso's output) from h0 [M, S, H], reset where ``first``: compiled, for the targets
+        (no gradients)."""
+        self.pack()
+        with torch.no_grad():
+            return self._unroll(self._flat[0], z, h0, first)
 
     def _grads(self, w, clip, x, actions, old_logp, weight, adv, returns, old_values, first, h0):
         """As MLPStep's, for sequences: the torso and heads batch-major over the L x M steps,
@@ -395,11 +430,7 @@ class SequenceStep(FusedStep):
         core_w = [w[self.index[k]] for k in self.core_keys]
         z = inputs[-1].view(L, M, -1)
         if self.compiled:  # the core written out: no autograd in the graph
-            keep = torch.cat([torch.ones_like(first[:1]), ~first[1:]]).to(z.dtype)[:, :, None]
-            if self.kind == "lstm":
-                out, saved = lstm_forward(z, h0[:, 0], h0[:, 1], keep, *core_w)
-            else:
-                out, saved = gru_forward(z, h0[:, 0], keep, *core_w)
+            out, _, saved = self._core_forward(z, h0, first, core_w)
         else:
             with torch.enable_grad():
                 z = z.detach().requires_grad_()

@@ -117,7 +117,7 @@ def _rows(x: torch.Tensor, size: int, order: tuple[int, ...]) -> torch.Tensor:
 def lstm_forward(z, h0, c0, keep, w_ih, w_hh, b_ih, b_hh):
     """``nn.LSTM``'s one layer (gates i, f, g, o) over z [L, B, E] from h0, c0 [B, H], both
     multiplied by ``keep`` [L, B, 1] before each step. Returns the outputs [L, B, H] and what
-    :func:`lstm_backward` reads."""
+    :func:`lstm_backward` reads (its last item: the final cell state)."""
     L, B, E = z.shape
     H = w_hh.shape[1]
     xp = torch.addmm(b_ih + b_hh, z.reshape(L * B, E), w_ih.t()).view(L, B, 4 * H)
@@ -139,13 +139,13 @@ def lstm_forward(z, h0, c0, keep, w_ih, w_hh, b_ih, b_hh):
         out.append(h)
     out = torch.stack(out)
     saved = (z, keep, torch.stack(h_in), torch.stack(c_in), torch.stack(gates), torch.stack(tanh_c))
-    return out, saved
+    return out, (*saved, c)
 
 
 def lstm_backward(saved, d_out, w_ih, w_hh):
     """The gradients of :func:`lstm_forward`'s outputs' loss, given ``d_out`` [L, B, H]: in z,
     w_ih, w_hh and in either bias (the two are equal)."""
-    z, keep, h_in, c_in, gates, tanh_c = saved
+    z, keep, h_in, c_in, gates, tanh_c, _ = saved
     L, B, E = z.shape
     H = w_hh.shape[1]
     dh = torch.zeros_like(d_out[0])

@@ -90,7 +90,11 @@ class RecurrentPPO:
         x = to_sequences(feats[:T], L)
         actions = to_sequences(r["actions"], L)
         seq_first = to_sequences(first, L)
-        out, final = policy.unroll(x, states, seq_first)
+        if self.fused is not None and self.fused.compiled:
+            z = policy.encode(x.flatten(0, 1)).view(L, x.shape[1], -1)
+            out, final = self.fused.unroll(z, states, seq_first)
+        else:
+            out, final = policy.unroll(x, states, seq_first)
         logp, _, value = policy.evaluate_features(out.flatten(0, 1), actions.flatten(0, 1))
         # the bootstrap: the observation after the rollout, read on from the last chunk's end
         done = r["terminated"][-1] | r["truncated"][-1]
