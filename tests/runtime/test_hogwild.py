@@ -304,7 +304,7 @@ def test_hogwild_sac_reaches_minus_250_on_pendulum_within_30k_total_steps(
     # Both modes race, so seed 1 does not fix the outcome. At 20k steps the last 20 episodes
     # began ~16k, within ~6k steps of the return first passing -200 (9.6-16.2k), when a swing-up
     # still failed now and then (~-1,300: one moves the mean by ~-56, and seed 1's start states
-    # leave a margin of about one); 3 suite runs failed. In 20 runs to 30k none failed past 15k.
+    # leave a margin of about one); 3 suite runs failed. In 36 runs to 30k none failed past 20k.
     # Measurements: Benchmarks, Hogwild!, the Pendulum test's budget.
     cfg = _cfg(
         tmp_path,
