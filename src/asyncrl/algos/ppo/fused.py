@@ -427,7 +427,7 @@ class SequenceStep(FusedStep):
         for i in range(self.torso_layers):
             wt, b = self._wb(w, "torso", i)
             inputs.append(self._act(torch.addmm(b, inputs[-1], wt.T)))
-        core_w = [w[self.index[k]] for k in self.core_keys]
+        core_w = [w[i] for i in self.core_index]
         z = inputs[-1].view(L, M, -1)
         if self.compiled:  # the core written out: no autograd in the graph
             out, _, saved = self._core_forward(z, h0, first, core_w)
