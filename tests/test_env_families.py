@@ -16,8 +16,8 @@ from asyncrl.settings import TrainConfig, preset_line, resolve
 COUNTDOWN = "fake_envs:Countdown-v0"  # the suite's own env: no family claims it
 GENERIC_PPO_LINE = (
     f"asyncrl: preset generic (auto: {COUNTDOWN}) for ppo: gamma 0.99, gae_lambda 0.95, "
-    "lr 0.0003, epochs 10, minibatch_size 64, rollout 128, hidden 64,64, norm_obs off, "
-    "norm_reward off, total_steps 1000000"
+    "lr 0.0003, lr_schedule constant, epochs 10, minibatch_size 64, rollout 128, hidden 64,64, "
+    "norm_obs off, norm_reward off, total_steps 1000000"
 )
 
 
@@ -72,6 +72,7 @@ def test_an_env_no_family_claims_takes_the_fields_generic_ppo_defaults():
         64,
     )
     assert (cfg.clip_coef, cfg.norm_adv, cfg.value_clip, cfg.ent_coef) == (0.2, True, 0.0, 0.0)
+    assert cfg.lr_schedule == "constant"  # SB3's (CleanRL anneals; measured: docs, presets)
     assert cfg.actors * cfg.envs_per_actor * cfg.rollout == 2048  # SB3's and CleanRL's batch
     assert (cfg.norm_obs, cfg.norm_reward) == (False, False)
     assert preset_line(given, cfg) == GENERIC_PPO_LINE
@@ -82,7 +83,7 @@ def test_cartpoles_tuning_is_for_cartpole_alone(env):
     cfg = resolve(TrainConfig(env=env), env_family(env))
     assert cfg.preset == "classic"
     assert (cfg.gamma, cfg.gae_lambda, cfg.lr, cfg.rollout) == (0.99, 0.95, 3e-4, 128)
-    assert (cfg.norm_obs, cfg.norm_reward) == (True, True)
+    assert (cfg.norm_obs, cfg.norm_reward, cfg.lr_schedule) == (True, True, "constant")
     line = preset_line(TrainConfig(env=env), cfg)
     assert line.startswith(f"asyncrl: preset classic (auto: {env}) for ppo: gamma 0.99, ")
     assert "tuned" not in line
@@ -94,7 +95,7 @@ def test_the_preset_line_names_what_was_tuned_on_which_env():
     assert line == (
         "asyncrl: preset classic (auto: CartPole-v1) for ppo: epochs 10, minibatch_size 64, "
         "hidden 64,64, total_steps 150000; tuned on CartPole-v1: gamma 0.98, gae_lambda 0.8, "
-        "lr 0.0005, rollout 32, norm_obs off, norm_reward off"
+        "lr 0.0005, lr_schedule linear, rollout 32, norm_obs off, norm_reward off"
     )
     # a preset named, not chosen: all of it, the tuned values too, and the line says so
     named = TrainConfig(env="Acrobot-v1", preset="classic")
@@ -111,8 +112,8 @@ def test_flags_still_win_over_family_and_tuned_values():
     assert (cfg.gae_lambda, cfg.rollout) == (0.8, 32)  # the rest still CartPole's
     line = preset_line(given, cfg)
     assert "gamma" not in line and "norm_obs" not in line and "epochs" not in line
-    assert line.endswith("; tuned on CartPole-v1: gae_lambda 0.8, lr 0.0005, rollout 32, "
-                         "norm_reward off")  # fmt: skip
+    assert line.endswith("; tuned on CartPole-v1: gae_lambda 0.8, lr 0.0005, lr_schedule "
+                         "linear, rollout 32, norm_reward off")  # fmt: skip
     given = TrainConfig(env=COUNTDOWN, rollout=16, norm_reward=True)
     cfg = resolve(given, "generic")
     assert (cfg.rollout, cfg.norm_reward) == (16, True)
@@ -129,6 +130,8 @@ def test_box2d_and_classic_normalise_observations_and_returns(env, family, box2d
     cfg = resolve(TrainConfig(env=env), family)
     assert (cfg.preset, cfg.norm_obs, cfg.norm_reward, cfg.value_clip) == (family, True, True, 0)
     assert cfg.total_steps == (1_000_000 if box2d else 150_000)
+    # the schedule each family's rows of the defaults table favoured (docs, presets)
+    assert cfg.lr_schedule == ("linear" if box2d else "constant")
 
 
 @pytest.mark.parametrize(
@@ -183,6 +186,7 @@ def test_a_pixel_env_trains_with_the_pixels_preset(tmp_path, capsys):
     assert len(lines) == 1
     assert lines[0].startswith(
         "asyncrl: preset pixels (auto: fake_envs:DotSide-v0) for ppo: gamma 0.99, "
-        "gae_lambda 0.95, lr 0.00025, epochs 4, minibatch_size 256, rollout 128, hidden 512, "
-        "norm_obs off, norm_reward off, clip_coef 0.1, ent_coef 0.01, threads_learner 0 "
+        "gae_lambda 0.95, lr 0.00025, lr_schedule linear, epochs 4, minibatch_size 256, "
+        "rollout 128, hidden 512, norm_obs off, norm_reward off, clip_coef 0.1, ent_coef 0.01, "
+        "threads_learner 0 "
     )

@@ -25,8 +25,8 @@ from asyncrl.settings import (
 
 MUJOCO_PPO_LINE = (
     "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: gamma 0.99, gae_lambda 0.95, "
-    "lr 0.0003, epochs 10, minibatch_size 64, rollout 128, hidden 64,64, norm_obs on, "
-    "norm_reward on, value_clip 0.2"
+    "lr 0.0003, lr_schedule linear, epochs 10, minibatch_size 64, rollout 128, hidden 64,64, "
+    "norm_obs on, norm_reward on, value_clip 0.2"
 )
 
 
@@ -286,8 +286,8 @@ def test_flags_and_yaml_keys_given_win_and_are_not_reported(tmp_path, capsys):
     assert code == 0
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("asyncrl: preset")]
     assert line == [
-        "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: lr 0.0003, epochs 10, "
-        "minibatch_size 64, hidden 64,64, norm_obs on, value_clip 0.2"
+        "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: lr 0.0003, lr_schedule linear, "
+        "epochs 10, minibatch_size 64, hidden 64,64, norm_obs on, value_clip 0.2"
     ]
     saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
     assert (saved["gamma"], saved["gae_lambda"], saved["rollout"]) == (0.98, 0.8, 64)

@@ -25,8 +25,10 @@ RECURRENT = ("none", "lstm", "gru")
 @dataclass
 class PPOConfig(Hyperparameters):
     lr: float = preset_setting(3e-4, "Adam learning rate")
-    lr_schedule: str = setting(
-        "linear", "learning-rate schedule over total_steps", choices=SCHEDULES
+    lr_schedule: str = preset_setting(
+        "constant",
+        "learning-rate schedule over total_steps: constant (SB3's) or linear to 0 (CleanRL's)",
+        choices=SCHEDULES,
     )
     epochs: int = preset_setting(10, "passes over each training batch")
     minibatch_size: int = preset_setting(64, "samples per gradient step")
@@ -89,14 +91,16 @@ class PPOConfig(Hyperparameters):
 
 
 # The values of settings left unset, per env family (docs, Guides: presets). generic: SB3's and
-# CleanRL's PPO defaults (a 2,048-sample batch: 2 actors x 8 envs x 128), the base of every
-# family; classic and box2d add observation and return normalisation; mujoco CleanRL's clipped
-# value loss too; atari (and other pixels) CleanRL's ppo_atari with the Nature-CNN torso, whose
-# learner takes every CPU.
+# CleanRL's PPO defaults (a 2,048-sample batch: 2 actors x 8 envs x 128) with SB3's constant
+# learning rate, the base of every family; classic and box2d add observation and return
+# normalisation, box2d CleanRL's annealed learning rate (the defaults table's choice per
+# family); mujoco CleanRL's clipped value loss and annealed rate; atari (and other pixels)
+# CleanRL's ppo_atari with the Nature-CNN torso, whose learner takes every CPU.
 GENERIC: dict[str, Any] = {
     "gamma": 0.99,
     "gae_lambda": 0.95,
     "lr": 3e-4,
+    "lr_schedule": "constant",
     "epochs": 10,
     "minibatch_size": 64,
     "rollout": 128,
@@ -115,6 +119,7 @@ def _family(**values: Any) -> dict[str, Any]:
 
 _ATARI = _family(
     lr=2.5e-4,
+    lr_schedule="linear",
     epochs=4,
     minibatch_size=256,
     hidden=[512],
@@ -126,8 +131,8 @@ _ATARI = _family(
 PRESETS: dict[str, dict[str, Any]] = {
     "generic": _family(),
     "classic": _family(norm_obs=True, norm_reward=True, total_steps=150_000),
-    "box2d": _family(norm_obs=True, norm_reward=True),
-    "mujoco": _family(norm_obs=True, norm_reward=True, value_clip=0.2),
+    "box2d": _family(norm_obs=True, norm_reward=True, lr_schedule="linear"),
+    "mujoco": _family(norm_obs=True, norm_reward=True, value_clip=0.2, lr_schedule="linear"),
     "atari": _ATARI,
     "pixels": dict(_ATARI),
 }
@@ -141,6 +146,7 @@ TUNED: dict[str, tuple[str, dict[str, Any]]] = {
             "gamma": 0.98,
             "gae_lambda": 0.8,
             "lr": 5e-4,
+            "lr_schedule": "linear",
             "rollout": 32,
             "norm_obs": False,
             "norm_reward": False,
