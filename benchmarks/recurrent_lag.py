@@ -33,7 +33,8 @@ TASKS = {
         "full": "CartPole-v1",
         "settings": (
             "--actors 2 --envs-per-actor 8 --rollout 64 --minibatch-size 256 --epochs 4 "
-            "--lr 1e-3 --gamma 0.99 --gae-lambda 0.95 --hidden 64 --norm-obs --norm-reward"
+            "--lr 1e-3 --lr-schedule linear --gamma 0.99 --gae-lambda 0.95 --hidden 64 "
+            "--norm-obs --norm-reward"
         ).split(),
         "core": ["--rnn-size", "64", "--recurrence", "16"],
         "steps": 120_000,
@@ -49,7 +50,8 @@ TASKS = {
         "full": "LunarLander-v3",
         "settings": (
             "--actors 2 --envs-per-actor 8 --rollout 128 --minibatch-size 256 --epochs 8 "
-            "--lr 3e-4 --gamma 0.99 --gae-lambda 0.95 --ent-coef 0.01 --hidden 64 "
+            "--lr 3e-4 --lr-schedule linear --gamma 0.99 --gae-lambda 0.95 --ent-coef 0.01 "
+            "--hidden 64 "
             "--norm-obs --norm-reward"
         ).split(),
         "core": ["--rnn-size", "128", "--recurrence", "32"],
