@@ -51,8 +51,7 @@ TASKS = {
         "settings": (
             "--actors 2 --envs-per-actor 8 --rollout 128 --minibatch-size 256 --epochs 8 "
             "--lr 3e-4 --lr-schedule linear --gamma 0.99 --gae-lambda 0.95 --ent-coef 0.01 "
-            "--hidden 64 "
-            "--norm-obs --norm-reward"
+            "--hidden 64 --norm-obs --norm-reward"
         ).split(),
         "core": ["--rnn-size", "128", "--recurrence", "32"],
         "steps": 1_000_000,
