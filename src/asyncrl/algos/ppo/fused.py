@@ -21,6 +21,7 @@ from torch import nn
 from asyncrl.algos.ppo.config import PPOConfig
 from asyncrl.algos.ppo.masked_rnn import gru_backward, gru_forward, lstm_backward, lstm_forward
 from asyncrl.algos.ppo.networks import unroll_core
+from asyncrl.compiling import compiled
 from asyncrl.nets import LOG_2PI
 
 # inductor's per-call checks of every input's size and alignment cost more than this graph's
@@ -112,7 +113,7 @@ class FusedStep:
         self._flat: tuple[torch.Tensor, ...] | None = None
         self._fn = self._body
         if compile:
-            self._fn = torch.compile(
+            self._fn = compiled(
                 _own_code(self, type(self)._body),
                 fullgraph=True,
                 dynamic=False,
@@ -388,7 +389,7 @@ class SequenceStep(FusedStep):
         super().__init__(cfg, optimizer, keys, compile)
         self.core_index = [self.index[k] for k in self.core_keys]  # in the optimizer's order
         if compile:  # the targets' forward: a graph of its own
-            self._unroll = torch.compile(
+            self._unroll = compiled(
                 _own_code(self, type(self)._unroll_body),
                 fullgraph=True,
                 dynamic=False,

@@ -15,6 +15,7 @@ from asyncrl.algos.ppo.config import PPOConfig
 from asyncrl.algos.ppo.fused import MLPStep, supports
 from asyncrl.algos.ppo.networks import ActorCritic
 from asyncrl.algos.ppo.returns import gae, vtrace
+from asyncrl.compiling import compiled
 
 STATS = (
     "loss/policy",
@@ -49,7 +50,7 @@ class PPO:
         # the step an update takes: the fused one, else autograd's (compiled with --compile)
         self._step = self.fused or self._minibatch_step
         if compile and self.fused is None:
-            self._step = torch.compile(self._minibatch_step)
+            self._step = compiled(self._minibatch_step)
         # Called around every gradient step; Hogwild! workers sync parameters there.
         self.before_step = self.after_step = _nothing
         # The fused step does not apply a step whose gradient has a NaN or inf; the update then
