@@ -143,7 +143,7 @@ class RunConfig(ConfigMethods):
         "on loopback for this run)",
     )
     ray_cpus_per_actor: float = setting(1.0, "--backend ray: CPUs Ray reserves for each actor")
-    actors: int = setting(2, "N, the number of actors")
+    actors: int = preset_setting(2, "N, the number of actors")
     envs_per_actor: int = preset_setting(8, "K, the envs each actor steps as one batched env")
     rollout: int = preset_setting(32, "T, env steps per env in one rollout")
     max_batches_waiting: int = setting(

@@ -86,10 +86,11 @@ def test_squashed_log_prob_matches_change_of_variables_numerically():
     log_density = log_n - torch.log(actor.scale * (1 - y.square()))
     total = torch.trapezoid(log_density.exp().squeeze(), a.squeeze())
     assert abs(total.item() - 1) < 1e-3
-    # and the module's own log-prob of a sampled action equals that formula
+    # and the module's own log-prob of a sampled action is that of tanh(u) in [-1, 1]: the
+    # formula's, plus log|scale|
     torch.manual_seed(3)
     act, logp = actor(obs)
-    y = (act - actor.bias) / actor.scale
+    y = actor.unit(act)
     u = torch.atanh(y)
     z = (u - mu) / log_std.exp()
     want = (
@@ -98,8 +99,48 @@ def test_squashed_log_prob_matches_change_of_variables_numerically():
         - 0.5 * math.log(2 * math.pi)
         - torch.log(actor.scale * (1 - y.square()))
     ).sum(-1)
-    torch.testing.assert_close(logp, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logp, want + actor.log_scale(), rtol=1e-4, atol=1e-4)
     assert ((act >= low) & (act <= high)).all()
+
+
+def test_updates_do_not_depend_on_the_envs_action_units():
+    """The same task with actions in [-1, 1] and in [-3, 5] x [0, 0.1]: the same updates (the
+    critics read, and the temperature weighs, actions in tanh's coordinates), so the default
+    target entropy -|A| asks the same of both."""
+    lows, highs = [-3.0, 0.0], [5.0, 0.1]
+    unit_sac = SAC(3, 2, [-1, -1], [1, 1], SACConfig(), generator=torch.Generator())
+    env_sac = SAC(3, 2, lows, highs, SACConfig(), generator=torch.Generator())
+    env_sac.load_state_dict(unit_sac.state_dict())
+    env_sac.actor.scale.copy_((torch.tensor(highs) - torch.tensor(lows)) / 2)
+    env_sac.actor.bias.copy_((torch.tensor(highs) + torch.tensor(lows)) / 2)
+    for step in range(5):
+        b = _batch(seed=step)
+        env_b = dict(b, action=env_sac.actor.bias + b["action"] * env_sac.actor.scale)
+        unit_sac.generator.manual_seed(step)
+        env_sac.generator.manual_seed(step)
+        torch.testing.assert_close(env_sac.update(env_b), unit_sac.update(b))
+    def learnt(sac):  # what updates change (not the bounds)
+        return [*sac.actor.parameters(), *sac.q.parameters(), *sac.q_target.parameters()]
+
+    for a, b in zip(learnt(env_sac), learnt(unit_sac), strict=True):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(env_sac.log_alpha, unit_sac.log_alpha)
+
+
+def test_a_checkpoint_from_before_the_unit_coordinates_goes_on_in_the_envs_units():
+    sac = SAC(3, 2, [-3, 0], [5, 0.1], SACConfig())
+    old = {k: v for k, v in sac.state_dict().items() if k != "action_units"}
+    resumed = SAC(3, 2, [-3, 0], [5, 0.1], SACConfig())
+    resumed.load_state_dict(old)
+    assert resumed.env_units and resumed.state_dict()["action_units"] == "env"
+    b = _batch()
+    torch.manual_seed(0)
+    a, logp = resumed._sample(b["obs"])
+    torch.manual_seed(0)
+    env_a, unit_logp = resumed.actor(b["obs"])
+    torch.testing.assert_close(a, env_a)  # the critics read the env's actions, as they learnt
+    torch.testing.assert_close(logp, unit_logp - resumed.actor.log_scale())
+    assert not SAC(3, 2, [-3, 0], [5, 0.1], SACConfig()).env_units
 
 
 def test_polyak_update_and_learning_on_a_fixed_batch():

@@ -27,13 +27,15 @@ class SACConfig(ReplaySettings):
 
 
 # SAC as SB3 and CleanRL run it (gamma 0.99, 256x256, one update per env step) in every family,
-# with one env per actor, so that the acting policy is a few gradient steps old, not tens (with
-# 8, each actor's 8 transitions wait for 8 updates); CleanRL's 5,000 random warm-up steps (1,000
-# on classic control), cut to 1% of a shorter run's budget (SB3 warms up for 100). SAC's
-# observations and rewards are not normalised in any family (its replay keeps raw ones; CleanRL
-# and SB3 do not normalise for SAC either).
+# with one actor of one env: the learner's update bounds SAC's speed at replay ratio 1, so more
+# envs only make the acting policy older (with 8, each actor's 8 transitions wait for 8 updates)
+# and leave more episodes unfinished; CleanRL's 5,000 random warm-up steps (1,000 on classic
+# control), cut to 1% of a shorter run's budget (SB3 warms up for 100). SAC's observations and
+# rewards are not normalised in any family (its replay keeps raw ones; CleanRL and SB3 do not
+# normalise for SAC either).
 GENERIC: dict[str, Any] = {
     "gamma": 0.99,
+    "actors": 1,
     "rollout": 1,
     "envs_per_actor": 1,
     "hidden": [256, 256],

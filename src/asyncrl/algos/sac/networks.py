@@ -13,8 +13,10 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 class SquashedGaussianActor(nn.Module):
-    """a = low + (tanh(u) + 1) / 2 * (high - low), u ~ N(mu(s), sigma(s)); log-probs carry the
-    change-of-variables correction of both the tanh and the affine rescaling.
+    """a = low + (tanh(u) + 1) / 2 * (high - low), u ~ N(mu(s), sigma(s)). Log-probs are those
+    of the squashed action tanh(u) in [-1, 1] (the tanh's change of variables, not the
+    rescaling's): the SAC paper's and SB3's, so that a target entropy of -|A| means the same
+    whatever the env's action units (:meth:`unit` gives actions in those coordinates).
 
     ``encoder`` turns observations into the ``obs_dim`` features the hidden layers read: by
     default they are flattened (as floats); an image encoder (nets.ImageEncoder) for pixels."""
@@ -72,10 +74,16 @@ class SquashedGaussianActor(nn.Module):
         # log N(u; mu, std) - log|d a / d u|, with d a / d u = scale * (1 - tanh(u)^2), and
         # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), numerically stable
         log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
-        # minus the parts that do not depend on s: the normaliser and the affine rescaling's
-        # log|scale| (read from the buffer, which a loaded state dict may change)
-        logp = (log_n - log_det).sum(-1) - (self._log_norm + torch.log(self.scale).sum())
+        logp = (log_n - log_det).sum(-1) - self._log_norm
         return torch.tanh(u) * self.scale + self.bias, logp
+
+    def unit(self, a: torch.Tensor) -> torch.Tensor:
+        """Actions of the env's space in the [-1, 1] coordinates of tanh(u)."""
+        return (a - self.bias) / self.scale
+
+    def log_scale(self) -> torch.Tensor:
+        """log|d a / d tanh(u)|: what a log-prob in the env's units has less."""
+        return torch.log(self.scale).sum()
 
     @torch.no_grad()
     def act(self, obs, deterministic: bool = False, generator=None):

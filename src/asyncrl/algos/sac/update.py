@@ -70,11 +70,24 @@ class SAC:
         self.alpha_opt = _fused_adam([self.log_alpha], cfg.policy_lr)
         self._q_params = list(self.q.parameters())
         self._target_params = list(self.q_target.parameters())
+        # critics read actions, and the temperature log-probs, in tanh's [-1, 1] coordinates;
+        # a checkpoint saved before (no "action_units") trained in the env's: it goes on so
+        self.env_units = False
+
+    def _critic_action(self, a: torch.Tensor) -> torch.Tensor:
+        return a if self.env_units else self.actor.unit(a)
+
+    def _sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A policy action as the critics read it, and its log-prob."""
+        a, logp = self.actor(obs, generator=self.generator)
+        if self.env_units:
+            return a, logp - self.actor.log_scale()
+        return self.actor.unit(a), logp
 
     @torch.no_grad()
     def critic_target(self, b: dict[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
         """r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s')."""
-        next_a, next_logp = self.actor(b["next_obs"], generator=self.generator)
+        next_a, next_logp = self._sample(b["next_obs"])
         next_q = self.q_target(b["next_obs"], next_a).min(0).values - alpha * next_logp
         return b["reward"] + self.cfg.gamma * (1.0 - b["terminated"]) * next_q
 
@@ -89,13 +102,13 @@ class SAC:
         alpha = self.log_alpha.detach().exp()
         # --- critic
         target = self.critic_target(b, alpha)
-        q = self.q(b["obs"], b["action"])
+        q = self.q(b["obs"], self._critic_action(b["action"]))
         q_loss = 0.5 * (q - target).square().mean(1).sum()
         self.q_opt.zero_grad(set_to_none=True)
         q_loss.backward()
         self.q_opt.step()
         # --- actor: alpha log pi(a|s) - min_i Q_i(s, a), critic weights detached
-        a, logp = self.actor(b["obs"], generator=self.generator)
+        a, logp = self._sample(b["obs"])
         q_pi = self.q(b["obs"], a, frozen=True).min(0).values
         actor_loss = (alpha * logp - q_pi).mean()
         self.actor_opt.zero_grad(set_to_none=True)
@@ -132,6 +145,7 @@ class SAC:
         extra = {} if self.generator is None else {"generator": self.generator.get_state()}
         return {
             **extra,
+            "action_units": "env" if self.env_units else "unit",
             "actor": self.actor.state_dict(),
             "q": self.q.state_dict(),
             "q_target": self.q_target.state_dict(),
@@ -144,6 +158,7 @@ class SAC:
     def load_state_dict(self, state: dict) -> None:
         if self.generator is not None and "generator" in state:  # older checkpoints: none
             self.generator.set_state(state["generator"])
+        self.env_units = state.get("action_units", "env") == "env"
         self.actor.load_state_dict(state["actor"])
         self.q.load_state_dict(state["q"])
         self.q_target.load_state_dict(state["q_target"])
