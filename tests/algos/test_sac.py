@@ -119,6 +119,7 @@ def test_updates_do_not_depend_on_the_envs_action_units():
         unit_sac.generator.manual_seed(step)
         env_sac.generator.manual_seed(step)
         torch.testing.assert_close(env_sac.update(env_b), unit_sac.update(b))
+
     def learnt(sac):  # what updates change (not the bounds)
         return [*sac.actor.parameters(), *sac.q.parameters(), *sac.q_target.parameters()]
 
