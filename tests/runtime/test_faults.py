@@ -118,7 +118,10 @@ HOGWILD = ("--hogwild", "2")
 )
 def test_interrupt_checkpoints_and_leaves_nothing_behind(tmp_path, sig, mode, algo, topology):
     env_id = "CartPole-v1" if algo == "ppo" else "Pendulum-v1"
-    extra = [] if algo == "ppo" else ["--learning-starts", "64", "--hidden", "32,32"]
+    # SAC's presets take one actor: two here, as for PPO
+    extra = (
+        [] if algo == "ppo" else ["--learning-starts", "64", "--hidden", "32,32", "--actors", "2"]
+    )
     proc = _start_cli(tmp_path, "--mode", mode, "--algo", algo, *extra, *topology, env_id=env_id)
     run = tmp_path / "run"
     # SAC logs a row per ~1,000 env steps, each step with its update: one row is training well
