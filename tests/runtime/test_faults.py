@@ -36,6 +36,25 @@ def test_env_exception_in_actor_ends_the_run_naming_the_actor(small_cfg, mode, b
     assert "Traceback" in msg and "boom: simulated env failure" in msg
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_run_outlives_its_test():
+    """A test that fails before its run ends (an assertion before the signal) kills the run and
+    its children: one left would train for its 10^8 steps beside the rest of the suite."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            for pid in [*descendants(proc.pid), proc.pid]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+
+
 def _start_cli(
     tmp_path: Path, *extra: str, env_id: str = "CartPole-v1", new_session: bool = False
 ) -> subprocess.Popen:
@@ -43,7 +62,7 @@ def _start_cli(
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(filter(None, (os.getenv("PYTHONPATH"), tests)))
     )
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -65,6 +84,8 @@ def _start_cli(
         text=True,
         start_new_session=new_session,  # a process group of its own, to be killed whole
     )
+    _STARTED.append(proc)
+    return proc
 
 
 def _wait_for_training(
