@@ -406,18 +406,34 @@ class SequenceStep(FusedStep):
         out, saved = gru_forward(z, h0[:, 0], keep, *core_w)
         return out, out[-1][:, None], saved
 
-    def _unroll_body(self, flat_p, z, h0, first):
-        w = self._views(flat_p)
-        out, final, _ = self._core_forward(z, h0, first, [w[i] for i in self.core_index])
-        return out, final
+    def _torso(self, w, x: torch.Tensor) -> torch.Tensor:
+        for i in range(self.torso_layers):
+            wt, b = self._wb(w, "torso", i)
+            x = self._act(torch.addmm(b, x, wt.T))
+        return x
 
-    def unroll(self, z: torch.Tensor, h0: torch.Tensor, first: torch.Tensor):
-        """The core's outputs [L, M, H] and final states [M, S, H] over z [L, M, E] (the
-        torso's output) from h0 [M, S, H], reset where ``first``: compiled, for the targets
-        (no gradients)."""
+    def _unroll_body(self, flat_p, x, h0, first, x_tail, keep_tail):
+        w = self._views(flat_p)
+        core_w = [w[i] for i in self.core_index]
+        L, M = first.shape
+        z = self._torso(w, x.reshape(L * M, -1)).view(L, M, -1)
+        out, final, _ = self._core_forward(z, h0, first, core_w)
+        # the step after the last chunk, from its final states (reset where an episode ended)
+        B = x_tail.shape[0]
+        h_tail = final[M - B :] * keep_tail[:, None, None]
+        z_tail = self._torso(w, x_tail)[None]
+        no_reset = torch.zeros((1, B), dtype=torch.bool, device=x.device)
+        tail, _, _ = self._core_forward(z_tail, h_tail, no_reset, core_w)
+        return out, tail[0]
+
+    def unroll(self, x, h0, first, x_tail, keep_tail) -> tuple[torch.Tensor, torch.Tensor]:
+        """For the targets, compiled, no gradients: the torso and the core over features
+        x [L, M, F] from h0 [M, S, H], reset where ``first``, then one more step for the B
+        envs of the last M - B.. M sequences on x_tail [B, F] from their final states times
+        ``keep_tail`` [B]. Returns the core's outputs [L, M, H] and the tail's [B, H]."""
         self.pack()
         with torch.no_grad():
-            return self._unroll(self._flat[0], z, h0, first)
+            return self._unroll(self._flat[0], x, h0, first, x_tail, keep_tail)
 
     def _grads(self, w, clip, x, actions, old_logp, weight, adv, returns, old_values, first, h0):
         """As MLPStep's, for sequences: the torso and heads batch-major over the L x M steps,

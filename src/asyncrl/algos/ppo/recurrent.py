@@ -90,16 +90,14 @@ class RecurrentPPO:
         x = to_sequences(feats[:T], L)
         actions = to_sequences(r["actions"], L)
         seq_first = to_sequences(first, L)
+        # the bootstrap: the observation after the rollout, read on from the last chunk's end
+        keep = (~(r["terminated"][-1] | r["truncated"][-1])).to(feats.dtype)
         if self.fused is not None and self.fused.compiled:
-            z = policy.encode(x.flatten(0, 1)).view(L, x.shape[1], -1)
-            out, final = self.fused.unroll(z, states, seq_first)
+            out, tail = self.fused.unroll(x, states, seq_first, feats[T], keep)
         else:
             out, final = policy.unroll(x, states, seq_first)
+            tail, _ = policy.step(feats[T], final[-B:] * keep[:, None, None])
         logp, _, value = policy.evaluate_features(out.flatten(0, 1), actions.flatten(0, 1))
-        # the bootstrap: the observation after the rollout, read on from the last chunk's end
-        done = r["terminated"][-1] | r["truncated"][-1]
-        last = final[-B:] * (~done).to(final.dtype)[:, None, None]
-        tail, _ = policy.step(feats[T], last)
         values = torch.cat([from_sequences(value.view(L, -1), B), policy.v(tail).view(1, B)])
         target_logp = None
         if self.cfg.correction != "none":
