@@ -91,7 +91,7 @@ class RecurrentPPO:
         actions = to_sequences(r["actions"], L)
         seq_first = to_sequences(first, L)
         # the bootstrap: the observation after the rollout, read on from the last chunk's end
-        keep = (~(r["terminated"][-1] | r["truncated"][-1])).to(feats.dtype)
+        keep = (~(r["terminated"][-1] | r["truncated"][-1])).to(states.dtype)
         if self.fused is not None and self.fused.compiled:
             out, tail = self.fused.unroll(x, states, seq_first, feats[T], keep)
         else:
