@@ -406,22 +406,24 @@ class SequenceStep(FusedStep):
         out, saved = gru_forward(z, h0[:, 0], keep, *core_w)
         return out, out[-1][:, None], saved
 
-    def _torso(self, w, x: torch.Tensor) -> torch.Tensor:
+    def _torso(self, w, x: torch.Tensor) -> list[torch.Tensor]:
+        """The torso over x [N, F]: each layer's input, then its output (the last item)."""
+        inputs = [x]
         for i in range(self.torso_layers):
             wt, b = self._wb(w, "torso", i)
-            x = self._act(torch.addmm(b, x, wt.T))
-        return x
+            inputs.append(self._act(torch.addmm(b, inputs[-1], wt.T)))
+        return inputs
 
     def _unroll_body(self, flat_p, x, h0, first, x_tail, keep_tail):
         w = self._views(flat_p)
         core_w = [w[i] for i in self.core_index]
         L, M = first.shape
-        z = self._torso(w, x.reshape(L * M, -1)).view(L, M, -1)
+        z = self._torso(w, x.reshape(L * M, -1))[-1].view(L, M, -1)
         out, final, _ = self._core_forward(z, h0, first, core_w)
         # the step after the last chunk, from its final states (reset where an episode ended)
         B = x_tail.shape[0]
         h_tail = final[M - B :] * keep_tail[:, None, None]
-        z_tail = self._torso(w, x_tail)[None]
+        z_tail = self._torso(w, x_tail)[-1][None]
         no_reset = torch.zeros((1, B), dtype=torch.bool, device=x.device)
         tail, _, _ = self._core_forward(z_tail, h_tail, no_reset, core_w)
         return out, tail[0]
@@ -440,10 +442,7 @@ class SequenceStep(FusedStep):
         the core's gradients from autograd given the heads' gradient in its output."""
         L, M = first.shape
         N = L * M
-        inputs = [x.reshape(N, -1)]  # each torso layer's input, batch-major [N, units]
-        for i in range(self.torso_layers):
-            wt, b = self._wb(w, "torso", i)
-            inputs.append(self._act(torch.addmm(b, inputs[-1], wt.T)))
+        inputs = self._torso(w, x.reshape(N, -1))  # batch-major [N, units]
         core_w = [w[i] for i in self.core_index]
         z = inputs[-1].view(L, M, -1)
         if self.compiled:  # the core written out: no autograd in the graph
