@@ -75,8 +75,13 @@ BAD = [
         "n_step: 3-step returns sum steps within one rollout of 2",
     ),
     (
-        ["--env", "HalfCheetah-v5", "--rollout", "auto", "--minibatch-size", "4096"],
+        ["--env", "HalfCheetah-v5", "--mode", "async", "--minibatch-size", "4096"],
         "minibatch_size: 4096 is larger than the training batch of 1024 samples",
+    ),
+    (
+        ["--env", "HalfCheetah-v5", "--rollout", "auto", "--minibatch-size", "4096"],
+        "minibatch_size: 4096 is larger than the training batch of 2048 samples (envs_per_actor "
+        "x rollout x actors)",
     ),
 ]
 
@@ -98,7 +103,7 @@ def test_unknown_choice_is_rejected_by_the_parser(capsys):
     with pytest.raises(SystemExit) as e:
         main(["train", "--mode", "fast"])
     assert e.value.code == 2
-    assert "invalid choice: 'fast' (choose from 'sync', 'async')" in capsys.readouterr().err
+    assert "invalid choice: 'fast' (choose from 'sync', 'async', 'auto')" in capsys.readouterr().err
 
 
 def test_continuous_action_env_is_accepted_and_bad_yaml_key_rejected(tmp_path, capsys):

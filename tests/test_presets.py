@@ -26,7 +26,7 @@ from asyncrl.settings import (
 MUJOCO_PPO_LINE = (
     "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: gamma 0.99, gae_lambda 0.95, "
     "lr 0.0003, lr_schedule linear, epochs 10, minibatch_size 64, rollout 128, hidden 64,64, "
-    "norm_obs on, norm_reward on, value_clip 0.2"
+    "norm_obs on, norm_reward on, value_clip 0.2, mode sync"
 )
 
 
@@ -92,6 +92,26 @@ def test_mujoco_ppo_is_cleanrls_recipe_with_a_2048_sample_sync_batch():
     assert (cfg.clip_coef, cfg.value_clip, cfg.ent_coef) == (0.2, 0.2, 0.0)  # clip_vloss
     assert resolve(TrainConfig(env="CartPole-v1"), "classic").value_clip == 0.0
     assert cfg.actors * cfg.envs_per_actor * cfg.rollout == 2048
+    assert cfg.mode == "sync"  # a batch is every actor's rollout
+
+
+def test_only_mujoco_ppo_runs_sync_unless_the_mode_is_given():
+    """The mujoco family's PPO preset is sync (async's lag cost HalfCheetah and Ant return in the
+    defaults table); every other family and algorithm leaves the run's async; --mode wins."""
+    families = {"CartPole-v1": "classic", "Acrobot-v1": "classic", "Hopper-v5": "mujoco"}
+    for env, family in families.items():
+        expected = "sync" if family == "mujoco" else "async"
+        assert resolve(TrainConfig(env=env), family).mode == expected, env
+    assert resolve(TrainConfig(env="Hopper-v5", algo="sac"), "mujoco").mode == "async"
+    for preset in ("generic", "box2d", "atari", "pixels"):
+        assert resolve(TrainConfig(env="Hopper-v5", preset=preset)).mode == "async", preset
+    given = TrainConfig(env="Hopper-v5", mode="async")
+    cfg = resolve(given, "mujoco")
+    assert cfg.mode == "async" and "mode" not in preset_line(given, cfg)
+    unset = TrainConfig(env="Hopper-v5")
+    assert "mode sync" in preset_line(unset, resolve(unset, "mujoco"))
+    args = build_parser().parse_args(["train", "--mode", "auto"])  # auto: the preset's
+    assert args.mode is None and from_dict({"mode": None}).mode is None
 
 
 def test_compile_is_on_by_default_only_where_it_pays():
@@ -287,7 +307,7 @@ def test_flags_and_yaml_keys_given_win_and_are_not_reported(tmp_path, capsys):
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("asyncrl: preset")]
     assert line == [
         "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: lr 0.0003, lr_schedule linear, "
-        "epochs 10, minibatch_size 64, hidden 64,64, norm_obs on, value_clip 0.2"
+        "epochs 10, minibatch_size 64, hidden 64,64, norm_obs on, value_clip 0.2, mode sync"
     ]
     saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
     assert (saved["gamma"], saved["gae_lambda"], saved["rollout"]) == (0.98, 0.8, 64)

@@ -62,6 +62,7 @@ def test_ppo_improves_humanoid_bullet_return_over_a_fixed_budget(tmp_path):
     cfg = TrainConfig(
         env="HumanoidBulletEnv-v0",
         total_steps=100_000,
+        mode="async",  # the mujoco preset's is sync: the run below checks sync
         actors=2,
         envs_per_actor=8,
         rollout=64,

@@ -377,7 +377,7 @@ def test_a_default_run_dir_never_names_an_existing_one(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("asyncrl.rundir.time.strftime", lambda fmt: "20261123-120000")
-    cfg = TrainConfig()
+    cfg = resolve(TrainConfig(), "classic")  # a run names its directory once resolved
     first = default_run_dir(cfg)
     assert first == Path("runs/CartPole-v1-ppo-async-20261123-120000")
     first.mkdir(parents=True)

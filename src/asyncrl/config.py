@@ -128,7 +128,7 @@ class RunConfig(ConfigMethods):
         0.0, "also stop after this many seconds of wall-clock time (0: no limit)"
     )
     # --- topology
-    mode: str = setting(
+    mode: str = preset_setting(
         "async", "sync: actors wait while the learner trains; async: they go on", choices=MODES
     )
     backend: str = setting(
