@@ -23,6 +23,7 @@ import asyncrl
 def one_run(env: str, backend: str, steps: int, every: int, episodes: int, run_dir: Path) -> dict:
     result = asyncrl.train(
         env,
+        mode="async",  # as recorded (the mujoco preset's is sync)
         backend=backend,
         total_steps=steps,
         actors=2,

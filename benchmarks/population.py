@@ -53,6 +53,7 @@ def part_a(steps: int, seed: int) -> dict:
     print(f"\n[a] HalfCheetah-v5: PBT x 4 against 4 independent runs, {steps:,} steps per policy")
     pbt = TrainConfig(
         env="HalfCheetah-v5",
+        mode="async",  # as recorded (the mujoco preset's is sync; PBT is async's case)
         policies=4,
         pbt=True,
         pbt_period=max(steps // 10, 1),
