@@ -124,7 +124,7 @@ def main() -> None:
     fused = statistics.median(times.get("feed-forward (fused step)", [0, 0])[1:])
     steps = args.epochs * (args.rollout * args.envs // args.minibatch_size)
     print(
-        ("Nature CNN, " + f"{args.frames} frame(s), " if args.pixels else "")
+        (f"Nature CNN, {args.frames} frame(s), " if args.pixels else "")
         + f"batch {args.rollout} x {args.envs}, minibatch {args.minibatch_size}, {args.epochs} "
         f"epochs ({steps} steps), width {args.width}, recurrence {args.recurrence}, "
         f"{args.threads} thread(s), {args.rounds} rounds"
