@@ -31,6 +31,7 @@ BAD = [
     (["--max-batches-waiting", "-1"], "max_batches_waiting: must be >= 0"),
     (["--keep-checkpoints", "0"], "keep_checkpoints: must be >= 1"),
     (["--gamma", "1.5"], "gamma: must be in [0, 1]"),
+    (["--norm-obs-min-std", "-1"], "norm_obs_min_std: must be >= 0, got -1"),
     (["--log-every", "-1"], "log_every: must be >= 0"),
     (["--hidden", "64,0"], "hidden: must be a non-empty list of positive layer sizes"),
     (["--algo", "sac"], "algo: sac needs a continuous (Box) action space; CartPole-v1 has 2"),

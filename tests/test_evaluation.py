@@ -165,7 +165,12 @@ class _Recorder(gym.Wrapper):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("env_id", "extra"), [("CartPole-v1", {"norm_obs": True}), ("Pendulum-v1", {})]
+    ("env_id", "extra"),
+    [
+        ("CartPole-v1", {"norm_obs": True}),
+        ("CartPole-v1", {"norm_obs": True, "norm_obs_min_std": 0.5}),  # the mujoco preset's kind
+        ("Pendulum-v1", {}),
+    ],
 )
 def test_load_act_gives_the_actions_asyncrl_eval_takes(tmp_path, monkeypatch, env_id, extra):
     run = tmp_path / "run"
@@ -194,7 +199,12 @@ def test_load_act_gives_the_actions_asyncrl_eval_takes(tmp_path, monkeypatch, en
         state = torch.load(run / "checkpoint.pt", weights_only=True)["learner"]["policy"]
         mean, var = state["obs_norm.mean"].numpy(), state["obs_norm.var"].numpy()
         assert np.abs(mean).max() > 0  # the statistics moved: they matter for the actions
-        x = np.clip((obs - mean) / (np.sqrt(var) + 1e-8), -10, 10).astype(np.float32)
+        std = np.sqrt(var)
+        floor = extra.get("norm_obs_min_std", 0.0)
+        if floor:  # narrower dimensions only centred, wider ones scaled: both kinds present
+            assert (std < floor).any() and (std > floor).any()
+            std = np.maximum(std, floor)
+        x = np.clip((obs - mean) / (std + 1e-8), -10, 10).astype(np.float32)
         for i in (0, 2):
             w, b = state[f"pi.{i}.weight"].numpy(), state[f"pi.{i}.bias"].numpy()
             x = np.tanh(x @ w.T + b)

@@ -330,12 +330,13 @@ def test_a_resumed_run_keeps_its_resolved_settings(tmp_path, capsys):
 
 
 def test_a_run_saved_before_presets_resumes_as_it_ran(tmp_path):
-    """A config.yaml from before norm_reward existed: resumed, it must not gain it from the
-    mujoco preset."""
+    """A config.yaml from before norm_reward and norm_obs_min_std existed: resumed, it must
+    not gain them from the mujoco preset."""
     run = tmp_path / "old"
     run.mkdir()
     old = resolve(TrainConfig(env="HalfCheetah-v5", norm_obs=True), "mujoco").to_dict()
-    del old["norm_reward"], old["preset"], old["reward_clip"]
+    del old["norm_reward"], old["preset"], old["reward_clip"], old["norm_obs_min_std"]
     (run / "config.yaml").write_text(yaml.safe_dump(old))
     cfg = resolve(load_run_config(run), env_family("HalfCheetah-v5"))
     assert cfg.norm_reward is False and cfg.gamma == old["gamma"]
+    assert cfg.norm_obs_min_std == 0.0  # its normaliser scaled every dimension

@@ -132,14 +132,19 @@ def make_encoder(kind: str, spec: EnvSpec, hidden: list[int] | tuple[int, ...]) 
 
 
 class RunningNorm(nn.Module):
-    """Running mean/variance of observations (parallel-merge formula of Chan et al.)."""
+    """Running mean/variance of observations (parallel-merge formula of Chan et al.).
+    ``min_std``: the smallest std it divides by; a dimension narrower than that is only
+    centred (0: every dimension to unit variance)."""
 
-    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
+    def __init__(
+        self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8, min_std: float = 0.0
+    ):
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
         self.clip = clip
+        self.min_std = min_std  # a setting of the run, not state: not a buffer
         self.enabled = True
 
     @torch.no_grad()
@@ -156,8 +161,13 @@ class RunningNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
             return x
-        mean, std = self.mean.to(x.dtype), self.var.sqrt().to(x.dtype) + 1e-8
+        mean, std = self.mean.to(x.dtype), self.scale().to(x.dtype) + 1e-8
         return torch.clamp((x - mean) / std, -self.clip, self.clip)
+
+    def scale(self) -> torch.Tensor:
+        """The std ``forward`` divides by (before its 1e-8): at least ``min_std``."""
+        std = self.var.sqrt()
+        return std.clamp(min=self.min_std) if self.min_std > 0 else std
 
 
 def encoder_of(cfg) -> str:

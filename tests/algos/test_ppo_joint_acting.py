@@ -13,6 +13,7 @@ import torch
 from asyncrl.algos.ppo.acting import JointPPOActing, PPOActing
 from asyncrl.algos.ppo.networks import build_policy
 from asyncrl.envs import EnvSpec
+from asyncrl.nets import RunningNorm
 
 OBS, K = 5, 7
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -24,11 +25,13 @@ def _spec(discrete: bool) -> EnvSpec:
     return EnvSpec("toy", (OBS,), False, (2,), 2, np.full(2, -1.0, np.float32), np.ones(2))
 
 
-def _actings(discrete: bool, P: int, activation: str) -> list[PPOActing]:
+def _actings(discrete: bool, P: int, activation: str, min_std: float) -> list[PPOActing]:
     out = []
     for p in range(P):
         torch.manual_seed(p)  # every policy its own weights, normaliser and log-std
-        policy = build_policy(_spec(discrete), [16, 16], activation, norm_obs=True)
+        policy = build_policy(
+            _spec(discrete), [16, 16], activation, norm_obs=True, norm_obs_min_std=min_std
+        )
         policy.requires_grad_(False)
         policy.obs_norm.update(torch.randn(50, OBS) * (p + 1) + p)
         if not discrete:
@@ -39,15 +42,17 @@ def _actings(discrete: bool, P: int, activation: str) -> list[PPOActing]:
 
 @pytest.mark.parametrize("discrete", [True, False])
 @pytest.mark.parametrize(
-    "groups,activation",
+    "groups,activation,min_std",
     [
-        ([[0, 3, 6], [1, 4], [2, 5]], "tanh"),  # the fixed mapping's k mod P: uneven
-        ([[0, 1, 2, 3, 4, 5, 6], [], [2]], "relu"),  # a random mapping's draw: one empty
+        ([[0, 3, 6], [1, 4], [2, 5]], "tanh", 0.0),  # the fixed mapping's k mod P: uneven
+        ([[0, 1, 2, 3, 4, 5, 6], [], [2]], "relu", 0.0),  # a random mapping's draw: one empty
+        ([[0, 3, 6], [1, 4], [2, 5]], "tanh", 1.5),  # the normaliser's std floor: policy 0's
     ],
 )
-def test_one_forward_acts_as_each_policy_in_turn(discrete, groups, activation):
+def test_one_forward_acts_as_each_policy_in_turn(discrete, groups, activation, min_std):
     P = len(groups)
-    joint_side, own_side = _actings(discrete, P, activation), _actings(discrete, P, activation)
+    joint_side = _actings(discrete, P, activation, min_std)
+    own_side = _actings(discrete, P, activation, min_std)
     joint = JointPPOActing.of(joint_side)
     assert joint is not None
     obs = torch.randn(K, OBS) * 3
@@ -78,3 +83,15 @@ def test_recurrent_and_image_policies_act_in_turn():
     cnn = build_policy(pixels, [512], "relu", False, "cnn")
     acting = PPOActing(cnn, torch.Generator(), np.dtype("uint8"))
     assert JointPPOActing.of([acting, acting]) is None
+
+
+def test_the_std_floor_only_centres_narrower_dimensions():
+    norm = RunningNorm((3,), min_std=1.0)
+    norm.update(torch.tensor([[0.0, 0.0, 0.0], [0.2, 4.0, 0.0], [0.0, 8.0, 0.0], [0.2, 0.0, 0.0]]))
+    x = torch.tensor([[0.3, 6.0, 0.5]])
+    # dimension 0 (std 0.1) and 2 (std 0) centred only; dimension 1 (std ~3.3) to unit variance
+    std1 = float(norm.var[1].sqrt())
+    expected = torch.tensor([[0.3 - 0.1, (6.0 - 3.0) / (std1 + 1e-8), 0.5]])
+    torch.testing.assert_close(norm(x), expected)
+    norm.min_std = 0.0  # the plain normaliser: the sparse dimension is blown up to the clip
+    assert float(norm(x)[0, 2]) == 10.0

@@ -58,6 +58,7 @@ class PPOAlgorithm:
             encoder_of(cfg),
             cfg.recurrent,
             cfg.rnn_size,
+            cfg.norm_obs_min_std,
         )
 
     def acting(self, cfg: Any, spec: Any, module: Any, generator: Any) -> Any:

@@ -104,7 +104,7 @@ class JointPPOActing:
         ms = self.modules
         if self.norm:  # as RunningNorm.forward computes them
             self.mean = torch.stack([m.obs_norm.mean.float() for m in ms]).unsqueeze(1)
-            self.std_obs = torch.stack([m.obs_norm.var.sqrt().float() for m in ms]).unsqueeze(1)
+            self.std_obs = torch.stack([m.obs_norm.scale().float() for m in ms]).unsqueeze(1)
             self.std_obs += 1e-8
         self.layers = []
         for i, step in enumerate(self.steps):

@@ -48,6 +48,12 @@ class PPOConfig(Hyperparameters):
     norm_obs: bool = preset_setting(
         False, "running normalisation of observations (saved in checkpoints; MuJoCo wants it)"
     )
+    norm_obs_min_std: float = preset_setting(
+        0.0,
+        "with --norm-obs: the smallest std it divides by; narrower dimensions are only centred "
+        "(0: every dimension to unit variance; 1: wide ones shrink, narrow and sparse ones, "
+        "such as Ant-v5's contact forces, keep their scale)",
+    )
     norm_reward: bool = preset_setting(
         False,
         "divide rewards by the running std of the discounted return (kept by the learner, "
@@ -158,7 +164,14 @@ TUNED: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-FIXED_ON_RESUME = ("activation", "norm_obs", "norm_reward", "recurrent", "rnn_size")
+FIXED_ON_RESUME = (
+    "activation",
+    "norm_obs",
+    "norm_obs_min_std",
+    "norm_reward",
+    "recurrent",
+    "rnn_size",
+)
 
 
 def recurrence(cfg: Any) -> int:
@@ -221,7 +234,14 @@ def validate(cfg: Any) -> None:
     need(0 <= cfg.gamma <= 1, f"gamma: must be in [0, 1], got {cfg.gamma}")
     need(0 <= cfg.gae_lambda <= 1, f"gae_lambda: must be in [0, 1], got {cfg.gae_lambda}")
     need(cfg.clip_coef > 0, f"clip_coef: must be > 0, got {cfg.clip_coef}")
-    for name in ("value_clip", "ent_coef", "vf_coef", "max_grad_norm", "reward_clip"):
+    for name in (
+        "value_clip",
+        "ent_coef",
+        "vf_coef",
+        "max_grad_norm",
+        "reward_clip",
+        "norm_obs_min_std",
+    ):
         need(getattr(cfg, name) >= 0, f"{name}: must be >= 0, got {getattr(cfg, name)}")
     need(cfg.vtrace_rho_bar > 0, f"vtrace_rho_bar: must be > 0, got {cfg.vtrace_rho_bar}")
     need(cfg.vtrace_c_bar > 0, f"vtrace_c_bar: must be > 0, got {cfg.vtrace_c_bar}")

@@ -47,6 +47,7 @@ class PPOLearner(LearnerBase):
                 encoder_of(cfg),
                 cfg.recurrent,
                 cfg.rnn_size,
+                cfg.norm_obs_min_std,
             )
         self.generator = torch.Generator().manual_seed(cfg.seed + 7)
         self.policy = policy.to(self.device)

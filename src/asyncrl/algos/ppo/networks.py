@@ -149,12 +149,17 @@ def build_policy(
     encoder: str = "auto",
     recurrent: str = "none",
     rnn_size: int = 128,
+    norm_obs_min_std: float = 0.0,
 ) -> ActorCritic:
     if recurrent != "none":
-        return RecurrentActorCritic(
+        policy: ActorCritic = RecurrentActorCritic(
             spec, list(hidden), activation, norm_obs, encoder, recurrent, rnn_size
         )
-    return ActorCritic(spec, list(hidden), activation, norm_obs, encoder)
+    else:
+        policy = ActorCritic(spec, list(hidden), activation, norm_obs, encoder)
+    if policy.obs_norm is not None:
+        policy.obs_norm.min_std = norm_obs_min_std
+    return policy
 
 
 # ---------------------------------------------------------------- recurrent
