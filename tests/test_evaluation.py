@@ -168,7 +168,7 @@ class _Recorder(gym.Wrapper):
     ("env_id", "extra"),
     [
         ("CartPole-v1", {"norm_obs": True}),
-        ("CartPole-v1", {"norm_obs": True, "norm_obs_min_std": 0.5}),  # the mujoco preset's kind
+        ("CartPole-v1", {"norm_obs": True, "norm_obs_min_std": 0.5}),  # a floor, as for Ant-v5
         ("Pendulum-v1", {}),
     ],
 )

@@ -331,7 +331,7 @@ def test_a_resumed_run_keeps_its_resolved_settings(tmp_path, capsys):
 
 def test_a_run_saved_before_presets_resumes_as_it_ran(tmp_path):
     """A config.yaml from before norm_reward and norm_obs_min_std existed: resumed, it must
-    not gain them from the mujoco preset."""
+    not gain the first from the mujoco preset, and runs the plain normaliser it ran."""
     run = tmp_path / "old"
     run.mkdir()
     old = resolve(TrainConfig(env="HalfCheetah-v5", norm_obs=True), "mujoco").to_dict()

@@ -48,7 +48,7 @@ class PPOConfig(Hyperparameters):
     norm_obs: bool = preset_setting(
         False, "running normalisation of observations (saved in checkpoints; MuJoCo wants it)"
     )
-    norm_obs_min_std: float = preset_setting(
+    norm_obs_min_std: float = setting(
         0.0,
         "with --norm-obs: the smallest std it divides by; narrower dimensions are only centred "
         "(0: every dimension to unit variance; 1: wide ones shrink, narrow and sparse ones, "
