@@ -29,6 +29,15 @@ BAD = [
     (["--env", "fake_envs:NotThere-v0"], "env: 'NotThere-v0' is not a registered"),
     (["--env", "no_such_module:X-v0"], "cannot import module 'no_such_module'"),
     (["--max-batches-waiting", "-1"], "max_batches_waiting: must be >= 0"),
+    (["--mode", "async", "--rollouts-per-batch", "0"], "rollouts_per_batch: must be >= 1"),
+    (
+        ["--mode", "sync", "--rollouts-per-batch", "2"],
+        "rollouts_per_batch: sync mode's batch is one rollout of every actor, so it takes only 1",
+    ),
+    (
+        ["--hogwild", "2", "--rollouts-per-batch", "2"],
+        "rollouts_per_batch: Hogwild! workers each train on their own rollouts",
+    ),
     (["--keep-checkpoints", "0"], "keep_checkpoints: must be >= 1"),
     (["--gamma", "1.5"], "gamma: must be in [0, 1]"),
     (["--norm-obs-min-std", "-1"], "norm_obs_min_std: must be >= 0, got -1"),
@@ -78,6 +87,20 @@ BAD = [
     (
         ["--env", "HalfCheetah-v5", "--mode", "async", "--minibatch-size", "4096"],
         "minibatch_size: 4096 is larger than the training batch of 1024 samples",
+    ),
+    (
+        [
+            "--env",
+            "HalfCheetah-v5",
+            "--mode",
+            "async",
+            "--rollouts-per-batch",
+            "2",
+            "--minibatch-size",
+            "4096",
+        ],
+        "minibatch_size: 4096 is larger than the training batch of 2048 samples (envs_per_actor "
+        "x rollout x rollouts_per_batch)",
     ),
     (
         ["--env", "HalfCheetah-v5", "--rollout", "auto", "--minibatch-size", "4096"],

@@ -90,10 +90,13 @@ class ConfigMethods:
 
     @property
     def slots_per_actor(self) -> int:
-        """Rollout buffers each actor owns: one in sync mode; in async mode one to write, up to
-        ``max_batches_waiting`` waiting and one being trained on, so that only the waiting-batch
-        bound, never a missing buffer, makes an actor wait."""
-        return 1 if self.mode == "sync" else self.max_batches_waiting + 2  # type: ignore
+        """Rollout buffers each actor owns: one in sync mode; in async mode, counted in batches
+        of ``rollouts_per_batch``, one to write, up to ``max_batches_waiting`` waiting and one
+        being trained on, so that only the waiting-batch bound, never a missing buffer, makes
+        one actor wait."""
+        if self.mode == "sync":  # type: ignore[attr-defined]
+            return 1
+        return (self.max_batches_waiting + 2) * self.rollouts_per_batch  # type: ignore
 
 
 @dataclass
@@ -151,6 +154,13 @@ class RunConfig(ConfigMethods):
         "async: filled batches that may wait for the learner ahead of an actor's last one "
         "before that actor blocks (>= 0; 0: an actor starts its next rollout only once the "
         "learner has taken its last one, the least lag async allows)",
+    )
+    rollouts_per_batch: int = setting(
+        1,
+        "async: filled rollouts one learner batch takes, oldest first (each one actor's K envs "
+        "x T steps, a population's policy its envs of them); a population's learners then "
+        "train on batches as large as one policy's, at fewer iterations. Sync: 1 (its batch "
+        "is one rollout of every actor)",
     )
     # --- populations and Population-Based Training (docs: Guides, populations)
     policies: int = setting(
@@ -376,6 +386,15 @@ def validate_run(cfg: Any) -> None:
         cfg.max_batches_waiting >= 0,
         f"max_batches_waiting: must be >= 0, got {cfg.max_batches_waiting}",
     )
+    need(
+        cfg.rollouts_per_batch >= 1,
+        f"rollouts_per_batch: must be >= 1, got {cfg.rollouts_per_batch}",
+    )
+    need(
+        cfg.rollouts_per_batch == 1 or cfg.mode == "async",
+        f"rollouts_per_batch: sync mode's batch is one rollout of every actor, so it takes only "
+        f"1, got {cfg.rollouts_per_batch}; use --mode async",
+    )
     need(cfg.hogwild >= 0, f"hogwild: must be >= 1 workers (or 0: off), got {cfg.hogwild}")
     # env seeds derive from it and Gymnasium takes no negative seed (an actor would fail)
     need(cfg.seed >= 0, f"seed: must be >= 0, got {cfg.seed}")
@@ -466,6 +485,11 @@ def _validate_population(cfg: Any) -> None:
 
 
 def _validate_hogwild(cfg: Any) -> None:
+    need(
+        cfg.rollouts_per_batch == 1,
+        f"rollouts_per_batch: Hogwild! workers each train on their own rollouts, no learner "
+        f"takes batches; got {cfg.rollouts_per_batch} (use --hogwild 0)",
+    )
     if cfg.sync_mode == "synced":
         need(
             cfg.sync_every >= 1,

@@ -43,18 +43,20 @@ def _fresh_fake_envs():
 # ------------------------------------------------------------------------------ the slot ledger
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     actors=st.integers(1, 4),
     max_waiting=st.integers(0, 3),
     sync=st.booleans(),
+    per_batch=st.integers(1, 3),
     ops=st.lists(st.tuples(st.sampled_from("dtrlx"), st.integers(0, 3)), max_size=120),
 )
 def test_slot_book_keeps_every_slot_in_one_state_and_never_lets_more_batches_wait(
-    actors, max_waiting, sync, ops
+    actors, max_waiting, sync, per_batch, ops
 ):
-    per_actor = 1 if sync else max_waiting + 2
-    book = SlotBook(actors, per_actor, sync, max_waiting)
+    per_batch = 1 if sync else per_batch
+    per_actor = 1 if sync else (max_waiting + 2) * per_batch  # as cfg.slots_per_actor
+    book = SlotBook(actors, per_actor, sync, max_waiting, per_batch)
     book.grants()
     training: list[list[int]] = []
     for op, k in ops:
@@ -64,11 +66,13 @@ def test_slot_book_keeps_every_slot_in_one_state_and_never_lets_more_batches_wai
             ahead = len(book.pending)
             book.delivered(slot)
             book.grants()
-            if not sync and ahead >= max_waiting:  # held back, as the semaphore would
-                assert book.filling[a] is None
+            batch = ahead // per_batch  # complete batches ahead of the one it delivered into
+            if not sync and batch >= max_waiting and len(book.pending) % per_batch == 0:
+                assert book.filling[a] is None  # held back, as the semaphore would
         elif op == "t":
             ids = book.take()
             if ids is not None:
+                assert len(ids) == (actors if sync else per_batch)
                 training.append(ids)
                 book.grants()
         elif op == "r" and training:
@@ -92,12 +96,24 @@ def test_slot_book_keeps_every_slot_in_one_state_and_never_lets_more_batches_wai
             i for i, x in enumerate(book.state) if x == TRAINING
         )
         if not sync:
-            # no actor is working on a new rollout while its last one waits at a place >= B
-            # (B = 0: not while its last one waits at all)
+            # no actor is working on a new rollout while its last one waits in a complete batch
+            # with B or more batches ahead (B = 0: not while it waits in a complete one), but
+            # one that another actor's rollout completed since it was granted
             for b in range(actors):
                 last = book.last_delivered[b]
                 if book.filling[b] is not None and last is not None and last in book.pending:
-                    assert list(book.pending).index(last) < max_waiting
+                    place = list(book.pending).index(last)
+                    complete = len(book.pending) >= (place // per_batch + 1) * per_batch
+                    if per_batch == 1:
+                        assert place < max_waiting
+                    elif complete and place // per_batch >= max_waiting:
+                        assert book.pending[-1] != last
+            # the waiting bound: B complete batches, the one being completed, one in flight each
+            assert len(book.pending) <= (max_waiting + 1) * per_batch + actors - 1
+            # only that bound makes an actor wait, never a missing buffer
+            for b in range(actors):
+                if book.filling[b] is None and b not in book.paused:
+                    assert not book.may_grant(b)
 
 
 @pytest.mark.parametrize("actors", [1, 2, 3])
@@ -124,6 +140,21 @@ def test_a_learner_bound_async_run_trains_every_batch_n_plus_b_versions_late(act
         book.release([slot])
         collect()
     assert lags[10:] == [actors + max_waiting] * 20
+
+
+@pytest.mark.parametrize("max_waiting", [0, 1])
+def test_a_batch_of_more_rollouts_than_actors_is_filled_not_held_back(max_waiting):
+    """Async with 3 rollouts per batch and one actor: the actor goes on while the batch it
+    delivers into is incomplete, and is held back only once a complete batch waits."""
+    book = SlotBook(1, (max_waiting + 2) * 3, False, max_waiting, per_batch=3)
+    delivered = []
+    while grants := book.grants():
+        ((_, slot),) = grants
+        book.delivered(slot)
+        delivered.append(slot)
+    assert len(delivered) == 3 * (max_waiting + 1)  # B complete batches, and the one after
+    assert book.take() == delivered[:3]
+    assert book.grants() == [(0, delivered[-1] + 1)]  # a batch left: it may go on
 
 
 def test_slot_book_sync_batch_needs_every_actor_and_a_lost_actor_drops_only_its_rollout():

@@ -107,6 +107,34 @@ def test_async_uneven_mapping_gives_uneven_sample_counts(tmp_path):
     assert summary["env_steps"] == sum(steps)
 
 
+@pytest.mark.parametrize(
+    ("backend", "policies"), [("inline", 2), ("thread", 1), ("process", 1), ("process", 2)]
+)
+def test_a_batch_of_several_rollouts_gives_each_learner_that_many(
+    tmp_path, monkeypatch, backend, policies
+):
+    """Async with --rollouts-per-batch 3, more than the 2 actors: every batch a learner trains
+    on holds 3 rollouts of its policy's envs (oldest first), and each policy's steps are whole
+    batches of them."""
+    sizes: list[int] = []
+    for cls in (learners.LocalLearner, learners.RemoteLearner):
+        original = cls.train
+
+        def train_(self, batch, original=original):
+            sizes.append(len(batch))
+            return original(self, batch)
+
+        monkeypatch.setattr(cls, "train", train_)
+    cfg = _cfg(tmp_path, backend=backend, mode="async", rollouts_per_batch=3, policies=policies)
+    summary = train(cfg)
+    per_batch = 3 * cfg.envs_per_actor // policies * cfg.rollout
+    steps = [row["env_steps"] for row in summary.get("population", [summary])]
+    assert sizes and set(sizes) == {3}
+    assert len(sizes) == sum(steps) // per_batch
+    assert all(s > 0 and s % per_batch == 0 for s in steps), steps
+    assert summary["env_steps"] >= cfg.total_steps
+
+
 def test_async_policy_loops_stop_at_the_runs_budget_while_the_driver_lags(tmp_path):
     """The driver logs rows one at a time; slowed (a callback that sleeps, as a loaded machine
     slows it), it used to stop the policies' loops late: a CI run of the two-policy CartPole

@@ -130,7 +130,8 @@ def test_a_version_goes_into_the_object_store_once_a_call_needs_it_and_as_number
 
 def test_a_population_trains_its_learner_processes_on_ray_actors(cluster, tmp_path):
     """Two policies: the actors on the cluster's nodes act with both, the learners are
-    processes beside the driver, each training on its own policy's slots (shared memory)."""
+    processes beside the driver, each training on its own policy's slots (shared memory),
+    here 3 rollouts of its 2 envs x 16 steps per batch."""
     seen: dict = {}
     s = train(
         _cfg(
@@ -141,10 +142,13 @@ def test_a_population_trains_its_learner_processes_on_ray_actors(cluster, tmp_pa
             rollout=16,
             minibatch_size=32,
             total_steps=4096,
+            mode="async",
+            rollouts_per_batch=3,
         ),
         on_start=_watch_nodes(seen),
     )
-    assert all(row["env_steps"] >= 1024 for row in s["population"]), s["population"]
+    steps = [row["env_steps"] for row in s["population"]]
+    assert all(n >= 1024 and n % (3 * 2 * 16) == 0 for n in steps), s["population"]
     assert s["env_steps"] >= 4096 and s["actor_restarts"] == 0
     assert len(seen["backend"].learner_pids()) == 2
 

@@ -106,7 +106,8 @@ def test_sync_trains_identically_on_every_backend_while_working_ahead(tmp_path, 
         assert s["final_return"] == ref_summary["final_return"]
 
 
-def test_async_holds_the_ratio_within_tolerance(tmp_path):
+@pytest.mark.parametrize("rollouts_per_batch", [1, 3])
+def test_async_holds_the_ratio_within_tolerance(tmp_path, rollouts_per_batch):
     cfg = _cfg(
         tmp_path,
         mode="async",
@@ -116,11 +117,13 @@ def test_async_holds_the_ratio_within_tolerance(tmp_path):
         batch_size=32,
         envs_per_actor=4,
         rollout=2,
+        rollouts_per_batch=rollouts_per_batch,
     )
     s = train(cfg)
     post = s["env_steps"] - 200
-    tolerance = resolve(cfg, "classic").ratio_tolerance  # auto: 2 x max(1, 0.5 x 4 x 2) = 8 steps
-    assert tolerance == 8.0
+    # auto: 2 x max(1, 0.5 x 4 x 2 x R) = 8 R steps: one batch of R rollouts is one insert
+    tolerance = resolve(cfg, "classic").ratio_tolerance
+    assert tolerance == 8.0 * rollouts_per_batch
     assert abs(s["gradient_steps"] - 0.5 * post) <= tolerance
     assert s["replay_ratio_achieved"] == pytest.approx(0.5, abs=tolerance / post + 1e-9)
     assert s["policy_lag_max"] >= 1

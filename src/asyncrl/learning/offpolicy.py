@@ -47,8 +47,10 @@ MEMORY_SHARE = 0.8  # of the memory available, what a preset's replay buffer may
 
 
 def insert_batch(cfg: Any) -> int:
-    """Transitions one actor's rollout holds: one insert into the replay buffer."""
-    return cfg.envs_per_actor * cfg.rollout
+    """Transitions one batch of the learner's inserts into the replay buffer at once, in async
+    mode: ``rollouts_per_batch`` rollouts (sync inserts only at a rate the limiter does not
+    hold back: one actor's rollout)."""
+    return cfg.envs_per_actor * cfg.rollout * cfg.rollouts_per_batch
 
 
 def validate_replay(cfg: Any, algo: str) -> None:

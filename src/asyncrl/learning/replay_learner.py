@@ -59,7 +59,7 @@ class ReplayLearner(LearnerBase):
             samples_per_insert=cfg.replay_ratio,
             min_size_to_sample=cfg.learning_starts,
             error_buffer=cfg.ratio_tolerance,
-            max_insert_batch=insert_batch(cfg),  # async inserts one slot at a time
+            max_insert_batch=insert_batch(cfg),  # async inserts one batch at a time
         )
         self.async_ = cfg.mode == "async" and cfg.backend != "inline"
         self._step_inserts = cfg.actors * cfg.envs_per_actor * cfg.rollout  # per sync batch

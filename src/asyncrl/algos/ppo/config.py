@@ -198,8 +198,10 @@ def memory_note(cfg: Any) -> str | None:
 
 
 def train_batch(cfg: Any) -> int:
-    """Samples PPO trains on per iteration: one actor's rollout, or all of them in sync."""
-    return cfg.envs_per_actor * cfg.rollout * (cfg.actors if cfg.mode == "sync" else 1)
+    """Samples PPO trains on per iteration: every actor's rollout in sync, ``rollouts_per_batch``
+    rollouts in async."""
+    rollouts = cfg.actors if cfg.mode == "sync" else cfg.rollouts_per_batch
+    return cfg.envs_per_actor * cfg.rollout * rollouts
 
 
 def gradient_steps(cfg: Any) -> int:
@@ -227,7 +229,7 @@ def validate(cfg: Any) -> None:
         cfg.minibatch_size <= train_batch(cfg) or cfg.hogwild > 0,
         f"minibatch_size: {cfg.minibatch_size} is larger than the training batch of "
         f"{train_batch(cfg)} samples (envs_per_actor x rollout"
-        + (" x actors" if cfg.mode == "sync" else "")
+        + (" x actors" if cfg.mode == "sync" else " x rollouts_per_batch")
         + "); lower it or raise the batch",
     )
     need(cfg.lr > 0, f"lr: must be > 0, got {cfg.lr}")

@@ -140,22 +140,27 @@ class SlotBook:
     learner's to hand out), FILLING (granted to its actor), FULL (filled, waiting for the learner,
     in delivery order) or TRAINING (in a batch). An actor holds at most one grant and starts a
     rollout only with one. Sync (one slot each): an actor's slot is granted again when the
-    learner releases it. Async: an actor that delivers a slot is granted its next one at once if
-    fewer than ``max_waiting`` filled batches are ahead of the one it delivered, else as soon as
-    enough batches left the queue -- the semaphore rule of ``--max-batches-waiting``, decided
-    here, so no permit can die with an actor. A lost actor's FILLING slot is dropped (its partial
-    rollout discarded, the slot FREE again); its FULL slots are complete and stay queued.
+    learner releases it. Async: a batch is the ``per_batch`` oldest filled slots; an actor that
+    delivers a slot is granted its next one at once if fewer than ``max_waiting`` complete
+    batches are ahead of the batch it delivered into, or if that batch is not complete yet, else
+    as soon as enough batches left the queue -- the semaphore rule of ``--max-batches-waiting``,
+    decided here, so no permit can die with an actor. A lost actor's FILLING slot is dropped
+    (its partial rollout discarded, the slot FREE again); its FULL slots are complete and stay
+    queued.
 
     Not thread-safe by itself: callers hold :attr:`cond`.
     """
 
-    def __init__(self, actors: int, per_actor: int, sync: bool, max_waiting: int):
+    def __init__(
+        self, actors: int, per_actor: int, sync: bool, max_waiting: int, per_batch: int = 1
+    ):
         self.actors, self.per_actor, self.sync, self.max_waiting = (
             actors,
             per_actor,
             sync,
             max_waiting,
         )
+        self.per_batch = per_batch  # async: slots a batch takes
         self.state = [FREE] * (actors * per_actor)
         self.pending: deque[int] = deque()
         self.filling: list[int | None] = [None] * actors
@@ -188,7 +193,9 @@ class SlotBook:
         if not self.sync:
             last = self.last_delivered[a]
             if last is not None and self.state[last] == FULL:
-                if self.pending.index(last) >= self.max_waiting:
+                batch = self.pending.index(last) // self.per_batch  # complete ones ahead
+                complete = len(self.pending) >= (batch + 1) * self.per_batch
+                if batch >= self.max_waiting and complete:
                     return False  # backpressure: too many batches ahead of its last one
         return True
 
@@ -207,14 +214,14 @@ class SlotBook:
 
     def take(self) -> list[int] | None:
         """The next batch, if it is complete: every actor's slot (sync, in actor order), or the
-        oldest filled slot (async). Those slots are TRAINING until released."""
+        ``per_batch`` oldest filled slots (async). Those slots are TRAINING until released."""
         if self.sync:
             if len(self.pending) < self.actors:
                 return None
             ids = sorted(self.pending)
             self.pending.clear()
-        elif self.pending:
-            ids = [self.pending.popleft()]
+        elif len(self.pending) >= self.per_batch:
+            ids = [self.pending.popleft() for _ in range(self.per_batch)]
         else:
             return None
         for s in ids:
@@ -273,9 +280,19 @@ class SlotBooks:
     ``s`` FREE -- every learner has released it -- and delivers it to all; each policy's
     learner takes and releases its own. One policy: one SlotBook, the same grants."""
 
-    def __init__(self, policies: int, actors: int, per_actor: int, sync: bool, max_waiting: int):
+    def __init__(
+        self,
+        policies: int,
+        actors: int,
+        per_actor: int,
+        sync: bool,
+        max_waiting: int,
+        per_batch: int = 1,
+    ):
         self.actors, self.per_actor = actors, per_actor
-        self.books = [SlotBook(actors, per_actor, sync, max_waiting) for _ in range(policies)]
+        self.books = [
+            SlotBook(actors, per_actor, sync, max_waiting, per_batch) for _ in range(policies)
+        ]
         self.cond = threading.Condition()
         for book in self.books:
             book.cond = self.cond

@@ -2,9 +2,10 @@
 
 Sync mode runs the protocol as it is: every actor collects with the newest version, then the
 learner trains on all of them. Async mode is *emulated* as N equally fast actors running beside
-the learner: all actors start with version 0; the learner trains on the oldest waiting batch, and
-the actor it came from immediately collects its next batch with the version just published. In
-steady state every batch therefore lags N - 1 versions, as it would with real parallel actors.
+the learner: all actors start with version 0; the learner trains on the oldest waiting rollout
+(``--rollouts-per-batch`` of them, collected in rounds of every actor), and the actor each came
+from immediately collects its next one with the version just published. In steady state every
+batch of one rollout therefore lags N - 1 versions, as it would with real parallel actors.
 
 An actor whose rollout raises is replaced at once (LocalFleet) and collects again into the same
 slot, so a fault costs a dropped rollout, never a batch.
@@ -25,35 +26,48 @@ from asyncrl.settings import TrainConfig
 class InlineBackend(OwnedTransport):
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
         self.cfg, self.spec = cfg, spec
-        # one slot per actor and policy; actors act with the published vectors in place
-        self._own_transport(cfg, spec, numel, cfg.actors, shared=False, buffers=1)
+        # per actor and policy one slot, or in async mode one per rollout of a batch; actors
+        # act with the published vectors in place
+        self.per_actor = cfg.rollouts_per_batch
+        self._own_transport(cfg, spec, numel, cfg.actors * self.per_actor, False, buffers=1)
         self.fleet = LocalFleet(cfg, spec, self.stores)
         self.restarts = self.fleet.restarts
         P = cfg.policies
         self.waiting: list[deque[int]] = [deque() for _ in range(P)]  # per policy
-        self.released: list[set[int]] = [set() for _ in range(P)]  # async: per actor
+        self.released: list[set[int]] = [set() for _ in range(P)]  # async: per slot
+        self.busy: set[int] = set()  # slots filled and not yet released by every policy
 
     def start(self) -> None:
         pass  # actors are made at their first rollout
 
-    def _collect(self, i: int) -> None:
-        rollout = [store.slots[i] for store in self.slot_stores]
-        while not self.fleet.collect(i, rollout):
+    def _collect(self, slot: int) -> None:
+        rollout = [store.slots[slot] for store in self.slot_stores]
+        while not self.fleet.collect(slot // self.per_actor, rollout):
             pass  # replaced: the new actor collects the rollout again
+        self.busy.add(slot)
         for waiting in self.waiting:
-            waiting.append(i)
+            waiting.append(slot)
 
     def next_batch(self, stop: Any = None, policy: int = 0) -> list[Slot]:
-        # collects in this thread: no wait
-        waiting = self.waiting[policy]
-        if not waiting:
-            for i in range(self.cfg.actors):
-                self._collect(i)
+        # collects in this thread: no wait. Until a batch is complete, every actor with a free
+        # slot collects a rollout, in actor order (all of them at the start).
+        waiting, per_batch = self.waiting[policy], self.cfg.rollouts_per_batch
+        while len(waiting) < per_batch or not waiting:
+            m = self.per_actor
+            free = [
+                next((s for s in range(a * m, (a + 1) * m) if s not in self.busy), None)
+                for a in range(self.cfg.actors)
+            ]
+            if all(s is None for s in free):
+                raise RuntimeError("inline backend: every slot is in use, none for a batch")
+            for s in free:
+                if s is not None:
+                    self._collect(s)
         if self.cfg.mode == "sync":
             ids = list(waiting)
             waiting.clear()
         else:
-            ids = [waiting.popleft()]
+            ids = [waiting.popleft() for _ in range(per_batch)]
         return self._batch(ids, policy)
 
     def release(self, slots: list[Slot], policy: int = 0) -> None:
@@ -63,7 +77,10 @@ class InlineBackend(OwnedTransport):
                 if all(slot.index in done for done in self.released):
                     for done in self.released:
                         done.discard(slot.index)
+                    self.busy.discard(slot.index)
                     self._collect(slot.index)
+        else:
+            self.busy.difference_update(s.index for s in slots)
 
     def actor_state(self) -> dict:
         # sync: between iterations every actor is idle, its rollout trained on -- its state is
