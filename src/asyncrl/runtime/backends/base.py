@@ -297,6 +297,18 @@ class SlotBooks:
         for book in self.books:
             book.cond = self.cond
 
+    @classmethod
+    def of_run(cls, cfg: Any) -> SlotBooks:
+        """The ledgers a run's settings call for (slots per actor: ``cfg.slots_per_actor``)."""
+        return cls(
+            cfg.policies,
+            cfg.actors,
+            cfg.slots_per_actor,
+            cfg.mode == "sync",
+            cfg.max_batches_waiting,
+            cfg.rollouts_per_batch,
+        )
+
     def grants(self) -> list[tuple[int, int]]:
         books = self.books
         if len(books) == 1:

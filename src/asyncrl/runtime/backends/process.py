@@ -101,14 +101,7 @@ class ProcessBackend(OwnedTransport):
         per_actor = cfg.slots_per_actor
         self._own_transport(cfg, spec, numel, cfg.actors * per_actor, True, 1 if sync else 2)
         self.status = SharedArray((cfg.actors, 2), "float64")
-        self.book = SlotBooks(
-            cfg.policies,
-            cfg.actors,
-            per_actor,
-            sync,
-            cfg.max_batches_waiting,
-            cfg.rollouts_per_batch,
-        )
+        self.book = SlotBooks.of_run(cfg)
         self.children = ChildProcesses(self.ctx, "actor", cfg)
         self.restarts = Restarts(cfg.actor_restarts)
         self.todo = [IdChannel(self.ctx) for _ in range(cfg.actors)]

@@ -195,14 +195,7 @@ class RayBackend(OwnedTransport):
         self._own_transport(cfg, spec, numel, cfg.actors * per_actor, shared, 1 if sync else 2)
         # the versions being put, one per policy
         self._outgoing = [np.empty(numel, dtype=np.float32) for _ in range(cfg.policies)]
-        self.book = SlotBooks(
-            cfg.policies,
-            cfg.actors,
-            per_actor,
-            sync,
-            cfg.max_batches_waiting,
-            cfg.rollouts_per_batch,
-        )
+        self.book = SlotBooks.of_run(cfg)
         self.restarts = Restarts(cfg.actor_restarts)
         self.owns_ray = connect(cfg.ray_address, cfg.actors * cfg.ray_cpus_per_actor)
         # per policy: the object holding version policy_versions[p]

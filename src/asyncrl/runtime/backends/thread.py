@@ -28,14 +28,7 @@ class ThreadBackend(OwnedTransport):
         self._own_transport(cfg, spec, numel, cfg.actors * per_actor, False, 1 if sync else 2)
         self.fleet = LocalFleet(cfg, spec, self.stores)
         self.restarts = self.fleet.restarts
-        self.book = SlotBooks(
-            cfg.policies,
-            cfg.actors,
-            per_actor,
-            sync,
-            cfg.max_batches_waiting,
-            cfg.rollouts_per_batch,
-        )
+        self.book = SlotBooks.of_run(cfg)
         self.granted: deque[tuple[int, int, float]] = deque()  # (actor, slot, granted at)
         self.stop = False
         self.failure: BaseException | None = None
