@@ -157,7 +157,7 @@ def check_shared_memory(cfg: Any, spec: EnvSpec) -> None:
             f"shared memory: the rollout slots of {cfg.actors} actors need {_mb(need)} in "
             f"{SHM_DIR}, which has {_mb(free)} free; give it more (docker run --shm-size=1g; "
             "Kubernetes: an emptyDir of medium Memory at /dev/shm) or lower --actors, "
-            "--envs-per-actor or --rollout"
+            "--envs-per-actor or --rollout (async: --max-batches-waiting, --rollouts-per-batch)"
         )
 
 
