@@ -5,7 +5,8 @@ learner trains on all of them. Async mode is *emulated* as N equally fast actors
 the learner: all actors start with version 0; the learner trains on the oldest waiting rollout
 (``--rollouts-per-batch`` of them, collected in rounds of every actor), and the actor each came
 from immediately collects its next one with the version just published. In steady state every
-batch of one rollout therefore lags N - 1 versions, as it would with real parallel actors.
+batch of one rollout therefore lags N - 1 versions (real actors that outpace the learner: N + B,
+see SlotBook), and batches of N rollouts none.
 
 An actor whose rollout raises is replaced at once (LocalFleet) and collects again into the same
 slot, so a fault costs a dropped rollout, never a batch.
