@@ -47,9 +47,8 @@ MEMORY_SHARE = 0.8  # of the memory available, what a preset's replay buffer may
 
 
 def insert_batch(cfg: Any) -> int:
-    """Transitions one batch of the learner's inserts into the replay buffer at once, in async
-    mode: ``rollouts_per_batch`` rollouts (sync inserts only at a rate the limiter does not
-    hold back: one actor's rollout)."""
+    """Transitions an async learner inserts into the replay buffer at once: its batch of
+    ``rollouts_per_batch`` rollouts (the rate limiter's largest insert; sync has 1)."""
     return cfg.envs_per_actor * cfg.rollout * cfg.rollouts_per_batch
 
 

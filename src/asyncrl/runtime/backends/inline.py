@@ -52,9 +52,8 @@ class InlineBackend(OwnedTransport):
     def next_batch(self, stop: Any = None, policy: int = 0) -> list[Slot]:
         # collects in this thread: no wait. Until a batch is complete, every actor with a free
         # slot collects a rollout, in actor order (all of them at the start).
-        waiting, per_batch = self.waiting[policy], self.cfg.rollouts_per_batch
-        while len(waiting) < per_batch or not waiting:
-            m = self.per_actor
+        waiting, per_batch, m = self.waiting[policy], self.cfg.rollouts_per_batch, self.per_actor
+        while len(waiting) < per_batch:  # sync: 1, so every actor collects when none waits
             free = [
                 next((s for s in range(a * m, (a + 1) * m) if s not in self.busy), None)
                 for a in range(self.cfg.actors)
