@@ -26,7 +26,7 @@ from asyncrl.settings import (
 MUJOCO_PPO_LINE = (
     "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: gamma 0.99, gae_lambda 0.95, "
     "lr 0.0003, lr_schedule linear, epochs 10, minibatch_size 64, rollout 128, hidden 64,64, "
-    "norm_obs on, norm_reward on, value_clip 0.2, mode sync"
+    "norm_obs on, norm_reward on, norm_obs_keep_sparse on, value_clip 0.2, mode sync"
 )
 
 
@@ -93,6 +93,8 @@ def test_mujoco_ppo_is_cleanrls_recipe_with_a_2048_sample_sync_batch():
     assert resolve(TrainConfig(env="CartPole-v1"), "classic").value_clip == 0.0
     assert cfg.actors * cfg.envs_per_actor * cfg.rollout == 2048
     assert cfg.mode == "sync"  # a batch is every actor's rollout
+    assert cfg.norm_obs_keep_sparse  # Ant-v5's contact forces keep their scale
+    assert not resolve(TrainConfig(env="LunarLander-v3"), "box2d").norm_obs_keep_sparse
 
 
 def test_only_mujoco_ppo_runs_sync_unless_the_mode_is_given():
@@ -207,6 +209,22 @@ def test_train_with_no_flag_but_a_mujoco_env_is_the_1m_step_run(tmp_path, monkey
     assert saved.total_steps == 1_000_000
 
 
+def test_the_mujoco_preset_marks_ants_contact_forces_sparse_and_no_hopper_dimension(tmp_path):
+    """Ant-v5's 78 contact forces (observation dimensions 27-104, exactly 0 on most steps) are
+    the dimensions its first update marks sparse, and divided by at least 1; none of Hopper's."""
+    import torch
+
+    from asyncrl.policy import load
+
+    for env, marked in (("Ant-v5", list(range(27, 105))), ("Hopper-v5", [])):
+        run = tmp_path / env
+        argv = ["train", "--env", env, "--total-steps", "2048", "--run-dir", str(run)]
+        assert main([*argv, "--no-progress"]) == 0
+        norm = load(run).module.obs_norm
+        assert norm.keep_sparse and torch.nonzero(norm.sparse).flatten().tolist() == marked
+        assert bool((norm.scale()[marked] >= 1).all())
+
+
 @pytest.mark.parametrize(("env", "warmup"), [("Pendulum-v1", 1000), ("HalfCheetah-v5", 5000)])
 def test_sac_has_its_own_defaults(env, warmup):
     cfg = resolve(TrainConfig(algo="sac", env=env), env_family(env))
@@ -307,7 +325,8 @@ def test_flags_and_yaml_keys_given_win_and_are_not_reported(tmp_path, capsys):
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("asyncrl: preset")]
     assert line == [
         "asyncrl: preset mujoco (auto: HalfCheetah-v5) for ppo: lr 0.0003, lr_schedule linear, "
-        "epochs 10, minibatch_size 64, hidden 64,64, norm_obs on, value_clip 0.2, mode sync"
+        "epochs 10, minibatch_size 64, hidden 64,64, norm_obs on, norm_obs_keep_sparse on, "
+        "value_clip 0.2, mode sync"
     ]
     saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
     assert (saved["gamma"], saved["gae_lambda"], saved["rollout"]) == (0.98, 0.8, 64)
@@ -336,7 +355,9 @@ def test_a_run_saved_before_presets_resumes_as_it_ran(tmp_path):
     run.mkdir()
     old = resolve(TrainConfig(env="HalfCheetah-v5", norm_obs=True), "mujoco").to_dict()
     del old["norm_reward"], old["preset"], old["reward_clip"], old["norm_obs_min_std"]
+    del old["norm_obs_keep_sparse"]
     (run / "config.yaml").write_text(yaml.safe_dump(old))
     cfg = resolve(load_run_config(run), env_family("HalfCheetah-v5"))
     assert cfg.norm_reward is False and cfg.gamma == old["gamma"]
     assert cfg.norm_obs_min_std == 0.0  # its normaliser scaled every dimension
+    assert cfg.norm_obs_keep_sparse is False

@@ -134,22 +134,40 @@ def make_encoder(kind: str, spec: EnvSpec, hidden: list[int] | tuple[int, ...]) 
 class RunningNorm(nn.Module):
     """Running mean/variance of observations (parallel-merge formula of Chan et al.).
     ``min_std``: the smallest std it divides by; a dimension narrower than that is only
-    centred (0: every dimension to unit variance)."""
+    centred (0: every dimension to unit variance). ``keep_sparse``: a *sparse* dimension, one
+    that was exactly 0 in at least half the rows of the first update (an event such as a
+    contact force), is never scaled up (divided by at least 1)."""
 
     def __init__(
-        self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8, min_std: float = 0.0
+        self,
+        shape: tuple[int, ...],
+        clip: float = 10.0,
+        eps: float = 1e-8,
+        min_std: float = 0.0,
+        keep_sparse: bool = False,
     ):
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
+        # 1 on sparse dimensions, decided once by the first update: state, as actors and
+        # checkpoints need it (Hogwild! may add two workers' 1s: read as > 0.5)
+        self.register_buffer("sparse", torch.zeros(shape, dtype=torch.float64))
         self.clip = clip
-        self.min_std = min_std  # a setting of the run, not state: not a buffer
+        self.min_std = min_std  # settings of the run, not state: not buffers
+        self.keep_sparse = keep_sparse
         self.enabled = True
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a checkpoint from before ``sparse`` existed: no dimension marked, as it ran
+        state_dict.setdefault(prefix + "sparse", torch.zeros_like(self.sparse))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         x = x.reshape(-1, *self.mean.shape).to(torch.float64)
+        if self.count < 1 and x.shape[0] > 0:
+            self.sparse.copy_((x == 0).to(torch.float64).mean(0) >= 0.5)
         (b_var, b_mean), b_count = torch.var_mean(x, 0, correction=0), x.shape[0]
         delta = b_mean - self.mean
         total = self.count + b_count
@@ -165,9 +183,14 @@ class RunningNorm(nn.Module):
         return torch.clamp((x - mean) / std, -self.clip, self.clip)
 
     def scale(self) -> torch.Tensor:
-        """The std ``forward`` divides by (before its 1e-8): at least ``min_std``."""
+        """The std ``forward`` divides by (before its 1e-8): at least ``min_std``, and at
+        least 1 on sparse dimensions with ``keep_sparse``."""
         std = self.var.sqrt()
-        return std.clamp(min=self.min_std) if self.min_std > 0 else std
+        if self.min_std > 0:
+            std = std.clamp(min=self.min_std)
+        if self.keep_sparse:
+            std = torch.where(self.sparse > 0.5, std.clamp(min=1.0), std)
+        return std
 
 
 def encoder_of(cfg) -> str:

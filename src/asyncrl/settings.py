@@ -508,7 +508,7 @@ def _per_policy(values: dict[str, Any], base: Any) -> tuple[dict[str, Any], dict
 
 # Preset-governed settings that runs saved before they existed did not have, with the value
 # those runs ran with: left unset, a preset would fill them and change the run on resume.
-ADDED_SINCE = {"norm_reward": False}
+ADDED_SINCE = {"norm_reward": False, "norm_obs_keep_sparse": False}
 CONFIG_FILE = "config.yaml"
 
 

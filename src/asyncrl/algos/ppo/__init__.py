@@ -59,6 +59,7 @@ class PPOAlgorithm:
             cfg.recurrent,
             cfg.rnn_size,
             cfg.norm_obs_min_std,
+            cfg.norm_obs_keep_sparse,
         )
 
     def acting(self, cfg: Any, spec: Any, module: Any, generator: Any) -> Any:

@@ -54,6 +54,12 @@ class PPOConfig(Hyperparameters):
         "(0: every dimension to unit variance; 1: wide ones shrink, narrow and sparse ones, "
         "such as Ant-v5's contact forces, keep their scale)",
     )
+    norm_obs_keep_sparse: bool = preset_setting(
+        False,
+        "with --norm-obs: never scale up a sparse dimension, one that was exactly 0 in at "
+        "least half the observations of the first update (contact forces: Ant-v5's, "
+        "Humanoid-v5's), where unit variance turns each contact into a spike of many stds",
+    )
     norm_reward: bool = preset_setting(
         False,
         "divide rewards by the running std of the discounted return (kept by the learner, "
@@ -141,7 +147,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "classic": _family(norm_obs=True, norm_reward=True, total_steps=150_000),
     "box2d": _family(norm_obs=True, norm_reward=True, lr_schedule="linear"),
     "mujoco": _family(
-        norm_obs=True, norm_reward=True, value_clip=0.2, lr_schedule="linear", mode="sync"
+        norm_obs=True,
+        norm_obs_keep_sparse=True,
+        norm_reward=True,
+        value_clip=0.2,
+        lr_schedule="linear",
+        mode="sync",
     ),
     "atari": _ATARI,
     "pixels": dict(_ATARI),
@@ -168,6 +179,7 @@ FIXED_ON_RESUME = (
     "activation",
     "norm_obs",
     "norm_obs_min_std",
+    "norm_obs_keep_sparse",
     "norm_reward",
     "recurrent",
     "rnn_size",

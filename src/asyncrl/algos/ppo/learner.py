@@ -48,6 +48,7 @@ class PPOLearner(LearnerBase):
                 cfg.recurrent,
                 cfg.rnn_size,
                 cfg.norm_obs_min_std,
+                cfg.norm_obs_keep_sparse,
             )
         self.generator = torch.Generator().manual_seed(cfg.seed + 7)
         self.policy = policy.to(self.device)

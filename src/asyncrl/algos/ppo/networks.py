@@ -150,6 +150,7 @@ def build_policy(
     recurrent: str = "none",
     rnn_size: int = 128,
     norm_obs_min_std: float = 0.0,
+    norm_obs_keep_sparse: bool = False,
 ) -> ActorCritic:
     if recurrent != "none":
         policy: ActorCritic = RecurrentActorCritic(
@@ -159,6 +160,7 @@ def build_policy(
         policy = ActorCritic(spec, list(hidden), activation, norm_obs, encoder)
     if policy.obs_norm is not None:
         policy.obs_norm.min_std = norm_obs_min_std
+        policy.obs_norm.keep_sparse = norm_obs_keep_sparse
     return policy
 
 
