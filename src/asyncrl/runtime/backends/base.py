@@ -142,11 +142,11 @@ class SlotBook:
     rollout only with one. Sync (one slot each): an actor's slot is granted again when the
     learner releases it. Async: a batch is the ``per_batch`` oldest filled slots; an actor that
     delivers a slot is granted its next one at once if fewer than ``max_waiting`` complete
-    batches are ahead of the batch it delivered into, or if that batch is not complete yet, else
-    as soon as enough batches left the queue -- the semaphore rule of ``--max-batches-waiting``,
-    decided here, so no permit can die with an actor. A lost actor's FILLING slot is dropped
-    (its partial rollout discarded, the slot FREE again); its FULL slots are complete and stay
-    queued.
+    batches are ahead of the batch it delivered into, or if exactly ``max_waiting`` are and that
+    batch is not complete yet, else as soon as enough batches left the queue -- the semaphore
+    rule of ``--max-batches-waiting``, decided here, so no permit can die with an actor. A lost
+    actor's FILLING slot is dropped (its partial rollout discarded, the slot FREE again); its
+    FULL slots are complete and stay queued.
 
     Not thread-safe by itself: callers hold :attr:`cond`.
     """
@@ -195,8 +195,10 @@ class SlotBook:
             if last is not None and self.state[last] == FULL:
                 batch = self.pending.index(last) // self.per_batch  # complete ones ahead
                 complete = len(self.pending) >= (batch + 1) * self.per_batch
-                if batch >= self.max_waiting and complete:
-                    return False  # backpressure: too many batches ahead of its last one
+                # backpressure: too many batches ahead of its last one; the one batch past the
+                # B waiting may still be completed (by the actors delivering into it), no more
+                if batch > self.max_waiting or (batch == self.max_waiting and complete):
+                    return False
         return True
 
     def grant(self, a: int, s: int) -> None:
