@@ -4,7 +4,10 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from asyncrl.runtime.processes import ChildProcesses, report_failure
 from asyncrl.settings import TrainConfig
@@ -151,3 +154,32 @@ def test_a_ctrl_c_while_a_child_is_still_starting_does_not_kill_it():
         assert children.procs[0].exitcode == 0
     finally:
         children.close()
+
+
+_FIRST_CHILD = """
+import multiprocessing as mp, os, signal
+from asyncrl.runtime.processes import ChildProcesses
+from asyncrl.settings import TrainConfig
+from tests.runtime.test_child_processes import _ignore_sigint_then_exit
+
+children = ChildProcesses(mp.get_context("spawn"), "evaluator", TrainConfig())
+try:
+    children.start(_ignore_sigint_then_exit, (), 0)
+    os.kill(children.pid(0), signal.SIGINT)
+    print(children.receive(timeout=60)[1][0])
+    children.procs[0].join(60)
+    print(children.procs[0].exitcode)
+finally:
+    children.close()
+"""
+
+
+def test_the_first_child_a_process_starts_is_covered_too():
+    """Starting multiprocessing's resource tracker unblocks SIGINT, and a process starts it with
+    its first spawned child: in a fresh interpreter (no tracker yet) that child must still start
+    with SIGINT blocked, and survive a Ctrl+C sent at once."""
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_CHILD], cwd=root, capture_output=True, text=True, timeout=180
+    )
+    assert out.stdout.split() == ["ran", "0"], out.stderr[-2000:]

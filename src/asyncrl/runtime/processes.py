@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import multiprocessing.connection
+import multiprocessing.resource_tracker
 import os
 import queue
 import signal
@@ -105,7 +106,11 @@ class ChildProcesses:
             )
             # A child inherits this thread's signal mask: a Ctrl+C that reaches the process
             # group while the child is still importing stays pending there (the child ignores
-            # it once it runs) instead of printing a KeyboardInterrupt traceback.
+            # it once it runs) instead of printing a KeyboardInterrupt traceback. The resource
+            # tracker is started first: starting it unblocks SIGINT (multiprocessing's own
+            # code), which inside the window would leave the first child of a process exposed.
+            if self.ctx.get_start_method() != "fork":
+                multiprocessing.resource_tracker.ensure_running()
             mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
             try:
                 p.start()
