@@ -225,7 +225,7 @@ def test_the_mujoco_preset_marks_ants_contact_forces_sparse_and_no_hopper_dimens
         assert bool((norm.scale()[marked] >= 1).all())
 
 
-@pytest.mark.parametrize(("env", "warmup"), [("Pendulum-v1", 1000), ("HalfCheetah-v5", 5000)])
+@pytest.mark.parametrize(("env", "warmup"), [("Pendulum-v1", 100), ("HalfCheetah-v5", 5000)])
 def test_sac_has_its_own_defaults(env, warmup):
     cfg = resolve(TrainConfig(algo="sac", env=env), env_family(env))
     assert cfg.gamma == 0.99  # not PPO's classic 0.98
