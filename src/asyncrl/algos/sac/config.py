@@ -31,7 +31,7 @@ class SACConfig(ReplaySettings):
 # envs only make the acting policy older (with 8, each actor's 8 transitions wait for 8 updates)
 # and leave more episodes unfinished; CleanRL's 5,000 random warm-up steps, cut to 1% of a
 # shorter run's budget, and on classic control SB3's 100 (RL Zoo's tuned Pendulum keeps it, its
-# MountainCarContinuous has 0; CleanRL's 5,000 would be a tenth of those runs). SAC's
+# MountainCarContinuous has 0; CleanRL's 5,000 would be a tenth or more of those runs). SAC's
 # observations and rewards are not normalised in any family (its replay keeps raw ones; CleanRL
 # and SB3 do not normalise for SAC either).
 GENERIC: dict[str, Any] = {
