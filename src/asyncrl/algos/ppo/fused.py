@@ -230,16 +230,19 @@ class FusedStep:
         # they were), and counted in the statistics: no host sync here.
         ok = torch.isfinite(norm)
         grad_norm = torch.zeros((), device=hp.device)  # no clip: no norm, as before
+        clip = None
         if self.cfg.max_grad_norm > 0:
             # as torch.nn.utils.clip_grad_norm_: the norm of all gradients, clipped by scaling
             grad_norm = norm
-            grad = grad * self._clip(grad_norm)
+            clip = self._clip(grad_norm)
         steps.add_(ok.to(steps.dtype))
         (beta1, beta2), eps = self.betas, self.eps
         if self.fused_adam and not self.compiled:
             # lr as a float, as torch.optim.Adam passes it (the tensor is for the compiled
             # step, which must not recompile when it moves); found_inf makes the kernel skip
             # the step, as for AMP's GradScaler
+            if clip is not None:
+                grad = grad * clip
             torch._fused_adam_(
                 [flat_p], [grad], [flat_m], [flat_v], [], [steps[0]],
                 lr=self.optimizer.param_groups[0]["lr"], beta1=beta1, beta2=beta2,
@@ -247,7 +250,7 @@ class FusedStep:
                 found_inf=(~ok).to(torch.float32),
             )  # fmt: skip
         else:
-            _adam(flat_p, grad, flat_m, flat_v, steps[0], hp[1], beta1, beta2, eps, ok)
+            _adam(flat_p, grad, flat_m, flat_v, steps[0], hp[1], beta1, beta2, eps, ok, clip)
         bad = (~ok).to(grad_norm.dtype)
         return torch.stack([*stats, grad_norm, bad, torch.where(ok, 0.0, norm)])
 
@@ -563,14 +566,21 @@ def _own_code(obj: object, fn: types.FunctionType) -> types.MethodType:
     return types.MethodType(own, obj)
 
 
-def _adam(p, g, m, s, step, lr, beta1: float, beta2: float, eps: float, ok) -> None:
-    """One Adam step (Kingma and Ba 2015) as torch.optim.Adam computes it; ``step`` already
-    counts this one. Where ``ok`` (a bool tensor) is false nothing changes."""
+def _adam(p, g, m, s, step, lr, beta1: float, beta2: float, eps: float, ok, clip=None) -> None:
+    """One Adam step (Kingma and Ba 2015) as torch.optim.Adam computes it, on ``g`` times
+    ``clip`` if given; ``step`` already counts this one. Where ``ok`` (a bool tensor) is false
+    nothing changes."""
+    step = step.clamp(min=1)  # a first step not applied leaves the count at 0
+    # The step's scalars as one small tensor: compiled, they are computed once, where inlined
+    # they were computed again (two pow among them) for every vector of the parameters.
+    parts = [lr / (1 - beta1**step), (1 - beta2**step).sqrt(), ok.to(step.dtype)]
+    scalars = torch.stack(parts if clip is None else [*parts, clip])
+    step_size, bias2, ok = scalars[0], scalars[1], scalars[2] > 0
+    if clip is not None:
+        g = g * scalars[3]
     m.copy_(torch.where(ok, m.lerp(g, 1 - beta1), m))
     s.copy_(torch.where(ok, (s * beta2).addcmul_(g, g, value=1 - beta2), s))
-    step = step.clamp(min=1)  # a first step not applied leaves the count at 0
-    step_size = lr / (1 - beta1**step)
-    denom = (s.sqrt() / (1 - beta2**step).sqrt()).add_(eps)
+    denom = (s.sqrt() / bias2).add_(eps)
     p.sub_(torch.where(ok, step_size * m / denom, 0.0))
 
 
