@@ -18,6 +18,7 @@ from asyncrl.algos.ppo.masked_rnn import (
     lstm_backward,
     lstm_forward,
     masked_gru,
+    tanh,
 )
 from asyncrl.algos.ppo.networks import build_policy, unroll_core, unroll_segments
 from asyncrl.algos.ppo.recurrent import RecurrentPPO, from_sequences, to_sequences
@@ -356,6 +357,23 @@ def test_the_written_out_cores_of_the_compiled_step_equal_torchs(kind):
     torch.testing.assert_close(mine, out.detach(), rtol=1e-5, atol=1e-6)
     for a, b in zip(grads, ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_the_compiled_steps_tanh_is_torchs_within_a_few_ulp(compile):
+    """masked_rnn.tanh (the compiled steps' activation) against float64 tanh: within 2 ulp of
+    the result near zero, around the switch from series to exp at 0.25 and in the tails (where
+    it is +-1); inf, -inf and NaN as torch's tanh gives them."""
+    g = torch.Generator().manual_seed(0)
+    x = [torch.randn(100_000, generator=g) * s for s in (1e-6, 1e-3, 0.1, 0.3, 1, 4, 30)]
+    edges = torch.tensor([0.25, 9.0, 10.0, 11.0, 1e30, 0.0])
+    x = torch.cat([*x, torch.linspace(0.24, 0.26, 10_001), edges, -edges])
+    fn = torch.compile(tanh, fullgraph=True, dynamic=False) if compile else tanh
+    y, ref = fn(x), torch.tanh(x.double())
+    ulp = torch.finfo(torch.float32).eps * ref.abs().clamp(min=torch.finfo(torch.float32).tiny)
+    assert ((y.double() - ref).abs() <= 2 * ulp).all()
+    special = torch.tensor([float("inf"), float("-inf"), float("nan")])
+    torch.testing.assert_close(fn(special), torch.tanh(special), equal_nan=True)
 
 
 @pytest.mark.parametrize("compile", [False, True])

@@ -19,7 +19,13 @@ import torch
 from torch import nn
 
 from asyncrl.algos.ppo.config import PPOConfig
-from asyncrl.algos.ppo.masked_rnn import gru_backward, gru_forward, lstm_backward, lstm_forward
+from asyncrl.algos.ppo.masked_rnn import (
+    gru_backward,
+    gru_forward,
+    lstm_backward,
+    lstm_forward,
+    tanh,
+)
 from asyncrl.algos.ppo.networks import unroll_core
 from asyncrl.compiling import compiled
 from asyncrl.nets import LOG_2PI
@@ -129,7 +135,9 @@ class FusedStep:
         return (self.cfg.max_grad_norm / (grad_norm + 1e-6)).clamp(max=1.0)
 
     def _act(self, a: torch.Tensor) -> torch.Tensor:
-        return a.tanh() if self.tanh else a.relu()
+        if not self.tanh:
+            return a.relu()
+        return tanh(a) if self.compiled else a.tanh()  # compiled: masked_rnn's, ~1.7x faster
 
     def _act_backward(self, d: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         if self.tanh:
