@@ -8,7 +8,7 @@ The same parameters and math as ``nn.GRU`` (gates r, z, n). Torch's CPU GRU runs
 needs neither. (An LSTM written the same way was slower than torch's oneDNN LSTM here.)
 
 Below, both cores as plain functions for the compiled step (fused.SequenceStep), where the
-loops unroll into one graph.
+loops unroll into one graph, and the tanh that the compiled steps use (the MLP step's too).
 """
 
 from __future__ import annotations
