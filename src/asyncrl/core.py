@@ -135,9 +135,10 @@ class Learner(Saveable, Protocol):
         """Train on with these values of its settings from now on (PBT: its ``mutable``)."""
 
     def adopt(self, state: dict[str, Any], values: dict[str, Any]) -> None:
-        """PBT's exploit: take another learner's networks, optimizer state and normalisers
-        (its ``state_dict``) and ``values`` of its settings; keep its own counters, and move
-        its version on so that actors take the new weights."""
+        """PBT's exploit: take a copy of another learner's networks, optimizer state and
+        normalisers (its ``state_dict``) and ``values`` of its settings; keep its own counters,
+        finished episodes and random streams, and move its version on so that actors take the
+        new weights."""
 
     def close(self) -> None: ...
 

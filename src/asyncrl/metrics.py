@@ -264,6 +264,8 @@ class EpisodeStats:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.episodes = state["episodes"]
+        self.returns.clear()  # what it held before is replaced, not added to
+        self.lengths.clear()
         self.returns.extend(state["recent_returns"])
         self.lengths.extend(state["recent_lengths"])
 

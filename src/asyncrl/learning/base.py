@@ -4,6 +4,7 @@ schedules' leg, and publishing its acting module's parameters as a policy versio
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import math
@@ -184,11 +185,17 @@ class LearnerBase:
         """Stop what the learner runs beside the loop (an optimizer thread); else nothing."""
 
     # ---------------------------------------------------------------- populations (PBT)
-    # what a learner keeps of its own when it adopts another's state
+    # what a learner keeps of its own when it adopts another's state: its counters (the
+    # episodes its own batches finished among them) and the random streams its updates draw
     OWN_COUNTERS = (
-        "version", "env_steps", "iterations", "learn_seconds", "episode_stats", "schedule_from",
+        "version", "env_steps", "iterations", "learn_seconds", "schedule_from",
         "updates", "_updates_at_load", "_samples_at_load", "skipped_rollouts", "skipped_steps",
     )  # fmt: skip
+
+    def random_streams(self) -> list[torch.Generator]:
+        """The generators its updates draw from (minibatch order, SAC's noise): a policy that
+        copies another keeps drawing its own, or the pair would draw alike from then on."""
+        return []
 
     def set_hyperparameters(self, values: dict[str, Any]) -> None:
         """Train on with ``values`` of its settings (PBT's mutable ones)."""
@@ -201,12 +208,21 @@ class LearnerBase:
     def adopt(self, state: dict[str, Any], values: dict[str, Any]) -> None:
         """PBT's exploit (see asyncrl.core.Learner.adopt); ``state`` without a replay buffer
         keeps this learner's own replay."""
+        # The one copy as a state passes from one learner to another: an inline population's
+        # source hands over live tensors, and torch's load_state_dict keeps tensors that
+        # already match (the two would share Adam's moments and step).
+        state = copy.deepcopy(state)
         lock = getattr(self, "_update_lock", None)  # an async optimizer thread updates meanwhile
         with lock if lock is not None else contextlib.nullcontext():
             own = {k: getattr(self, k) for k in self.OWN_COUNTERS if hasattr(self, k)}
+            episodes = self.episode_stats.state_dict()
+            streams = [(g, g.get_state()) for g in self.random_streams()]
             self.load_state_dict(state)
             for k, v in own.items():
                 setattr(self, k, v)
+            self.episode_stats.load_state_dict(episodes)  # in place: handles hold this object
+            for generator, stream in streams:
+                generator.set_state(stream)
             self.version += 1  # a new version: actors read it although the step count stays
             self.set_hyperparameters(values)
 

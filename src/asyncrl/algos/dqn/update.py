@@ -78,9 +78,7 @@ class DQN:
     def load_state_dict(self, state: dict) -> None:
         self.q.load_state_dict(state["q"])
         self.q_target.load_state_dict(state["q_target"])
-        # a copy: Optimizer.load_state_dict keeps tensors that already match, and a live state
-        # dict would share its Adam moments
-        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:
             group["lr"] = self.cfg.lr  # the rate given now (it may change on resume)
         self.updates = int(state["updates"])

@@ -86,6 +86,9 @@ class PPOLearner(LearnerBase):
         if self.reward_norm is not None:
             self.reward_norm.gamma = self.cfg.gamma
 
+    def random_streams(self) -> list[torch.Generator]:
+        return [self.generator]
+
     def lr_now(self) -> float:
         return self.cfg.lr * self.remaining(self.cfg.lr_schedule)
 

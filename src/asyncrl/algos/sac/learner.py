@@ -57,6 +57,9 @@ class SACLearner(ReplayLearner):
         if self.cfg.target_entropy:
             self.sac.target_entropy = float(self.cfg.target_entropy)
 
+    def random_streams(self) -> list[torch.Generator]:
+        return [] if self.sac.generator is None else [self.sac.generator]
+
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self._set_rates()

@@ -15,7 +15,6 @@ Cost is what matters here (the update is the bottleneck of SAC on a CPU), so:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import torch
@@ -164,8 +163,6 @@ class SAC:
         self.q_target.load_state_dict(state["q_target"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        # Optimizer.load_state_dict keeps tensors that already match in dtype and device: copy,
-        # or loading a live state dict would make two SACs share their Adam moments.
-        self.q_opt.load_state_dict(copy.deepcopy(state["q_opt"]))
-        self.actor_opt.load_state_dict(copy.deepcopy(state["actor_opt"]))
-        self.alpha_opt.load_state_dict(copy.deepcopy(state["alpha_opt"]))
+        self.q_opt.load_state_dict(state["q_opt"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
