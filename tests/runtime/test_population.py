@@ -254,6 +254,7 @@ def test_a_resumed_population_continues_every_policys_counters_and_pbt(tmp_path)
         assert row["env_steps"] >= was["env_steps"] + 512
         assert row["iterations"] > was["iterations"]
         assert row["exploits"] >= was["exploits"]
+        assert row["episodes"] > was["episodes"]  # its learner process's episodes go on
     pbt = state["population"]["pbt"]
     after = _run_checkpoint(tmp_path / "run")["population"]["pbt"]
     assert all(n >= b for n, b in zip(after["next_check"], pbt["next_check"], strict=True))

@@ -152,7 +152,9 @@ def learner_main(
         if hyperparameters:
             learner.set_hyperparameters(hyperparameters)
         learner.publish(store)
-        replies.send(("ready", counters(learner), resumed_from))
+        # its finished episodes too: the driver's mirror of a resumed learner goes on from them
+        episodes = learner.episode_stats.state_dict()
+        replies.send(("ready", counters(learner), resumed_from, episodes))
         learner.work_ahead()
         while True:
             while not commands.poll(POLL):
@@ -268,8 +270,9 @@ class RemoteLearner:
     def ready(self) -> None:
         """Wait until it has built its learner and published its first version."""
         with self.lock:
-            _, c, self.resumed_from = self._reply()
+            _, c, self.resumed_from, episodes = self._reply()
         self._mirror(c)
+        self.episode_stats.load_state_dict(episodes)
 
     def _mirror(self, c: dict[str, Any]) -> None:
         self.version, self.env_steps = c["version"], c["env_steps"]
