@@ -117,6 +117,36 @@ def test_s_steps_resumed_for_s_more_equal_2s_steps_bit_for_bit(tmp_path, setting
     _assert_same(tmp_path / "whole", tmp_path / "halves", skip=("schedule",))
 
 
+def test_a_norm_reward_run_resumed_equals_the_unbroken_run_bit_for_bit(tmp_path):
+    """--norm-reward keeps each env's discounted return across its episode; an inline sync
+    run's envs continue their episodes on resume, so their returns go on too (they were reset
+    to 0, and every reward scaled after the resume differed)."""
+    S = 256
+    same = dict(PPO, norm_reward=True, lr_schedule="constant", clip_schedule="constant")
+    asyncrl.train(total_steps=2 * S, run_dir=str(tmp_path / "whole"), **same)
+    asyncrl.train(total_steps=S, run_dir=str(tmp_path / "halves"), **same)
+    asyncrl.train(resume=tmp_path / "halves", total_steps=2 * S)
+    _assert_same(tmp_path / "whole", tmp_path / "halves", skip=("schedule",))
+    # the envs were mid-episode at the stop: there were returns to carry on
+    returns = load_checkpoint(tmp_path / "halves")["learner"]["reward_norm"]["returns"]
+    assert returns.shape == (PPO["actors"] * PPO["envs_per_actor"],) and bool(returns.any())
+
+
+def test_a_checkpoint_without_the_per_env_returns_still_loads(tmp_path):
+    """Checkpoints written before the returns were kept: the statistic loads, the returns
+    start from 0 as they did then."""
+    spec, cfg = _spec_and_cfg(norm_reward=True)
+    before = PPOLearner(cfg, spec)
+    before.reward_norm.update(np.ones((3, 8)), np.zeros((3, 8), bool), np.arange(8))
+    state = before.state_dict()
+    del state["reward_norm"]["returns"]
+    after = PPOLearner(cfg, spec)
+    after.load_state_dict(state)
+    after.episodes_continue([0, 1])
+    assert after.reward_norm.return_std == before.reward_norm.return_std
+    assert after.reward_norm.returns.size == 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("settings", [PPO, SAC], ids=["ppo", "sac"])
 def test_a_run_interrupted_by_sigint_at_a_random_moment_resumes_bit_for_bit(tmp_path, settings):

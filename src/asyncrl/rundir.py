@@ -22,6 +22,12 @@ cannot disagree. On a filesystem without hard links it is a copy, written like e
 return in the evaluations during training so far, with its evaluation: written like every
 file here, replaced only by a better one, never numbered or pruned.
 
+Every checkpoint holds the format it was written in (``format``: :data:`CHECKPOINT_FORMAT`),
+and so does the run directory's marker (the newest format written there); a file or directory
+without one is format 0, what asyncrl wrote before formats were numbered. Every format up to
+:data:`CHECKPOINT_FORMAT` loads; a newer one is refused in one line naming both
+(:func:`check_format`), before anything of the run starts.
+
 Loading never runs code from the file: checkpoints are read with ``weights_only=True``, which
 accepts tensors, numbers, strings and containers of them and refuses everything else -- on a
 torch new enough for that to hold (:data:`SAFE_TORCH`); an older one is refused.
@@ -62,6 +68,11 @@ EXPLOITS = "pbt.jsonl"  # PBT's exploits, one row each
 MARKER = ".asyncrl-run"  # written with the config: --overwrite deletes only a marked run
 LOCK = ".asyncrl.lock"  # flock'ed by the run using the directory, for its whole life
 KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state without a config
+# The format checkpoints and run directories are written in: one more whenever this code could
+# no longer write what an earlier version reads the same way. Every format up to it loads.
+CHECKPOINT_FORMAT = 1
+FORMAT_KEY = "format"
+_MARKER_FORMAT = re.compile(r"^format (\d+)$", re.MULTILINE)
 
 # weights_only=True is bypassable before torch 2.6 (CVE-2025-32434) and can corrupt memory
 # before 2.10 (CVE-2026-24747)
@@ -332,6 +343,38 @@ def _weights_only_safe(value: Any) -> Any:
     return value
 
 
+def _stamped(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as a checkpoint file holds it: loadable weights-only, with its format."""
+    return {**_weights_only_safe(state), FORMAT_KEY: CHECKPOINT_FORMAT}
+
+
+def check_format(found: Any, what: str) -> None:
+    """Refuse, in one line, ``what`` (a file or run directory, as the line names it) written
+    in format ``found`` (None: before formats, 0) if this code does not know that format."""
+    if not isinstance(found, int) or isinstance(found, bool) or found < 0:
+        raise ConfigError(f"checkpoint: {what} holds format {found!r}, not a format number")
+    if found > CHECKPOINT_FORMAT:
+        raise ConfigError(
+            f"checkpoint: {what} is checkpoint format {found}; this asyncrl reads formats up to "
+            f"{CHECKPOINT_FORMAT} (upgrade asyncrl)"
+        )
+
+
+def run_dir_format(run_dir: str | Path) -> int:
+    """The format its marker names (the newest written in ``run_dir``); 0 without one."""
+    try:
+        text = (Path(run_dir) / MARKER).read_text(errors="replace")
+    except OSError:  # no marker (a run from before it, or files copied without it)
+        return 0
+    m = _MARKER_FORMAT.search(text)
+    return int(m.group(1)) if m else 0
+
+
+def check_run_dir_format(run_dir: str | Path) -> None:
+    """Refuse, in one line, a run directory a newer asyncrl has written in."""
+    check_format(run_dir_format(run_dir), f"{run_dir} (run directory)")
+
+
 def nonfinite_weights(state: dict[str, Any]) -> list[str]:
     """Names of the float tensors under ``state``'s ``learner`` (its replay left out) and
     ``policy`` -- the networks, their optimizers and statistics -- that hold a NaN or inf."""
@@ -379,7 +422,7 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int | None
         keep = int((state.get("config") or {}).get("keep_checkpoints", KEEP_CHECKPOINTS))
     if keep < 1:
         raise ConfigError(f"keep_checkpoints: must be >= 1, got {keep}")
-    safe = _weights_only_safe(state)
+    safe = _stamped(state)
     existing = _numbered_checkpoints(run_dir)
     number = existing[0][0] + 1 if existing else 1
     path = run_dir / f"checkpoint-{number:06d}.pt"
@@ -405,7 +448,7 @@ def save_best_checkpoint(run_dir: str | Path, state: dict[str, Any]) -> Path:
     the earlier best as it was."""
     path = Path(run_dir) / BEST_CHECKPOINT
     _refuse_nonfinite(state, path)
-    safe = _weights_only_safe(state)
+    safe = _stamped(state)
     try:
         _atomic_write(path, lambda p: _torch_save(safe, p))
     except OSError as e:
@@ -496,7 +539,6 @@ def load_checkpoint_file(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
             state = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(state, dict):
                 raise ValueError(f"holds a {type(state).__name__}, not a checkpoint's mapping")
-            return state, path
         except Exception as e:
             if not _damaged(path, e):
                 raise CheckpointReadError(
@@ -509,6 +551,10 @@ def load_checkpoint_file(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
                 f"asyncrl: warning: checkpoint {path} does not load ({_why(e)}); {then}",
                 file=sys.stderr,
             )
+            continue
+        # a newer format is refused, not passed over: an older checkpoint would drop its work
+        check_format(state.get(FORMAT_KEY, 0), str(path))
+        return state, path
     tried = ", ".join(f.name for f in files)
     raise ConfigError(f"run_dir: {run_dir} holds no checkpoint that loads (tried {tried})")
 
@@ -529,6 +575,7 @@ def load_best_checkpoint(run_dir: str | Path) -> dict[str, Any]:
             raise ValueError(f"holds a {type(state).__name__}, not a checkpoint's mapping")
     except Exception as e:
         raise ConfigError(f"checkpoint: {path} does not load ({_why(e)})") from e
+    check_format(state.get(FORMAT_KEY, 0), str(path))
     return state
 
 
@@ -578,7 +625,9 @@ def save_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def save_config(run_dir: Path, cfg: Any) -> None:
-    """Write the run's config, and the marker that makes the directory an asyncrl run's."""
+    """Write the run's config, and the marker that makes the directory an asyncrl run's and
+    names the format it is written in (a run resumed from an older format is this one now)."""
     _atomic_write(run_dir / CONFIG, cfg.save)
-    if not (run_dir / MARKER).is_file():
-        _atomic_write(run_dir / MARKER, lambda p: p.write_text("an asyncrl run directory\n"))
+    if not (run_dir / MARKER).is_file() or run_dir_format(run_dir) != CHECKPOINT_FORMAT:
+        text = f"an asyncrl run directory\nformat {CHECKPOINT_FORMAT}\n"
+        _atomic_write(run_dir / MARKER, lambda p: p.write_text(text))

@@ -517,4 +517,7 @@ def load_run_config(run_dir: str | Path) -> Any:
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
         raise ConfigError(f"run_dir: {run_dir} is not a run directory (no {CONFIG_FILE})")
+    from asyncrl.rundir import check_run_dir_format  # (torch: not imported with settings)
+
+    check_run_dir_format(run_dir)  # before its config, which a newer format may change
     return from_dict({**ADDED_SINCE, **load_yaml(path)})

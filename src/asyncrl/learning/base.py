@@ -72,6 +72,11 @@ class LearnerBase:
         steps = self.env_steps if env_steps is None else env_steps
         return linear(self.schedule_from, self.cfg.total_steps, steps)
 
+    def episodes_continue(self, actors: list[int]) -> None:
+        """After loading a checkpoint: the envs of ``actors`` continue the episodes they were in
+        when it was written (their states were restored); the others begin new ones. A learner
+        keeping per-env state across an episode's steps keeps that of the continuing envs."""
+
     def publish(self, store: PolicySink) -> None:
         """Publish the current parameters as version ``self.version``."""
         store.publish(self.version, self.flat.write_to)

@@ -195,6 +195,8 @@ def train_pipeline(
         for handle in handles:
             if handle.remote:
                 handle.ready()  # built, resumed and version 0 published
+        for learner in local:  # learners in processes come with backends that save no actors
+            learner.episodes_continue(backend.continuing_actors())
         if resume:
             save_config(run_dir, cfg)  # the checkpoints loaded: the run goes on with these
 

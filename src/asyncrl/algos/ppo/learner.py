@@ -178,6 +178,13 @@ class PPOLearner(LearnerBase):
         if self.reward_norm is not None and "reward_norm" in state:
             self.reward_norm.load_state_dict(state["reward_norm"])
 
+    def episodes_continue(self, actors: list[int]) -> None:
+        if self.reward_norm is not None:  # their streams, as _streams numbers them
+            K = self.cfg.envs_per_actor
+            self.reward_norm.continue_episodes(
+                np.concatenate([a * K + np.arange(K) for a in actors] or [np.zeros(0, int)])
+            )
+
 
 def _streams(slots: list[Any]) -> np.ndarray:
     """Which env each column of the joined slots comes from: actor id x K + env index, so that

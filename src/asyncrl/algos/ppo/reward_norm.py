@@ -19,6 +19,7 @@ class RewardNormalizer:
         self.gamma, self.clip, self.eps = gamma, clip, eps
         self.stat = RunningNorm(())  # mean and variance of the discounted returns
         self.returns = np.zeros(0)  # G of each env stream, by stream id
+        self.saved_returns: np.ndarray | None = None  # a checkpoint's, until envs continue
 
     def __call__(self, rewards: np.ndarray, ends: np.ndarray, streams: np.ndarray) -> np.ndarray:
         """Scale a batch of time-major rewards [T, B] of the envs ``streams`` [B] (ids, distinct
@@ -61,10 +62,27 @@ class RewardNormalizer:
 
     # -------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The statistic only. The per-env accumulators are not saved: a resumed run starts
-        new actors, whose envs begin new episodes, so their returns start from 0 again."""
-        return {k: v.clone() for k, v in self.stat.state_dict().items()}
+        """The statistic, and each env stream's discounted return so far (``returns``)."""
+        state = {k: v.clone() for k, v in self.stat.state_dict().items()}
+        state["returns"] = torch.from_numpy(self.returns.copy())
+        return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """The statistic; the accumulators start from 0 -- a resumed run's envs begin new
+        episodes -- unless :meth:`continue_episodes` says which envs go on with theirs."""
+        state = dict(state)
+        saved = state.pop("returns", None)  # absent in checkpoints written before it was kept
         self.stat.load_state_dict(state)
+        self.saved_returns = None if saved is None else np.asarray(saved, dtype=np.float64)
         self.returns = np.zeros(0)
+
+    def continue_episodes(self, streams: np.ndarray) -> None:
+        """The env streams ``streams`` continue the episodes of the checkpoint loaded (their
+        actors' states were restored): they carry on with the discounted returns saved."""
+        saved = self.saved_returns
+        if saved is None:
+            return
+        self.returns = np.zeros(saved.size)
+        streams = np.asarray(streams, dtype=np.int64)
+        streams = streams[streams < saved.size]
+        self.returns[streams] = saved[streams]

@@ -61,6 +61,10 @@ class Backend(Protocol):
     def load_actor_state(self, state: dict) -> None:
         """Before ``start``: continue from what :meth:`actor_state` returned."""
 
+    def continuing_actors(self) -> list[int]:
+        """After :meth:`load_actor_state`: the actors whose envs continue the episodes they were
+        in (their states restored); the others' envs begin new ones."""
+
 
 class OwnedTransport:
     """What the backends here share: they own their slots and policy store, publish through
@@ -123,6 +127,9 @@ class OwnedTransport:
 
     def load_actor_state(self, state: dict) -> None:
         self.first_generation = max(state.get("generations") or [-1]) + 1
+
+    def continuing_actors(self) -> list[int]:
+        return []  # actors' states are not saved: their envs begin new episodes
 
     def _close_transport(self) -> None:
         for store in (*getattr(self, "slot_stores", ()), *getattr(self, "stores", ())):

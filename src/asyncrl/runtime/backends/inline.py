@@ -90,6 +90,9 @@ class InlineBackend(OwnedTransport):
     def load_actor_state(self, state: dict) -> None:
         self.fleet.load_state_dict(state)
 
+    def continuing_actors(self) -> list[int]:
+        return [i for i, saved in enumerate(self.fleet.restored) if saved is not None]
+
     def close(self) -> None:
         self.fleet.close()
         self._close_transport()
