@@ -103,8 +103,13 @@ def _equal(a: Any, b: Any) -> bool:
 def _learned(state: dict[str, Any]) -> dict[str, Any]:
     """What an exploit copies: the state but the policy's own books and streams."""
     flat = _flatten({k: v for k, v in state.items() if k not in OWN_KEYS})
-    # an optimizer's rate is a hyperparameter: the copier's follows the values it is given
-    return {k: v for k, v in flat.items() if not (k.endswith("generator") or ".param_groups." in k)}
+    return {k: v for k, v in flat.items() if not _own(k)}
+
+
+def _own(key: str) -> bool:
+    """A random stream, an optimizer's rate (a hyperparameter: the copier's follows the values
+    it is given) and each env's running discounted return (its envs go on with their episodes)."""
+    return key.endswith(("generator", "reward_norm.returns")) or ".param_groups." in key
 
 
 def _differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -195,7 +200,7 @@ def test_an_exploit_copies_the_learned_state_and_the_two_then_evolve_independent
         assert after["counters"][key] == before["counters"][key]
     assert after["episodes"] == before["episodes"]
     assert not _differing(_flatten(after.get("generator")), _flatten(before.get("generator")))
-    streams = {k: v for k, v in _flatten(before).items() if k.endswith("generator")}
+    streams = {k: v for k, v in _flatten(before).items() if _own(k) and "param_groups" not in k}
     assert not _differing(streams, {k: _flatten(after)[k] for k in streams})
     # ... and the values it was given, which it trains with
     if where == "inline":

@@ -178,6 +178,13 @@ class PPOLearner(LearnerBase):
         if self.reward_norm is not None and "reward_norm" in state:
             self.reward_norm.load_state_dict(state["reward_norm"])
 
+    def adopt(self, state: dict, values: dict[str, Any]) -> None:
+        """PBT's exploit; its envs go on with their episodes, so with their discounted returns."""
+        returns = None if self.reward_norm is None else self.reward_norm.returns.copy()
+        super().adopt(state, values)
+        if returns is not None:
+            self.reward_norm.returns = returns
+
     def episodes_continue(self, actors: list[int]) -> None:
         if self.reward_norm is not None:  # their streams, as _streams numbers them
             K = self.cfg.envs_per_actor
