@@ -267,9 +267,8 @@ def train_pipeline(
             if decision is None:
                 return
             source, new = decision
-            learner_state = handles[source].state()["learner"]
-            for key in ("replay", "limiter"):  # it keeps its own replay (and its ratio)
-                learner_state.pop(key, None)
+            # without the source's replay (and ratio): it keeps its own, and none is sent
+            learner_state = handles[source].state(replay=False)["learner"]
             h.adopt(learner_state, new, backend.sink(p))
             pbt.exploited(p, source, new, h.env_steps, total_steps())
 

@@ -1,0 +1,106 @@
+"""PBT's values as the learners run on them (#52): a resume with --no-pbt keeps the values PBT
+gave each policy, a checkpoint pairs a policy's weights with the values they were trained with
+(an exploit of that policy in another thread meanwhile), and an exploit moves no replay."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from asyncrl.runtime import learners
+from asyncrl.runtime.pbt import PBT, perturb
+from asyncrl.runtime.trainer import train
+from asyncrl.settings import TrainConfig
+
+WAIT = 300  # seconds: a failure's bound only, never the sync (events are)
+
+
+def _cfg(tmp_path, **kw) -> TrainConfig:
+    base = dict(
+        env="CartPole-v1",
+        total_steps=2048,
+        actors=2,
+        envs_per_actor=4,
+        rollout=16,
+        minibatch_size=32,
+        epochs=1,
+        progress=False,
+        tensorboard=False,
+        run_dir=str(tmp_path / "run"),
+        checkpoint_every=0,
+        policies=2,
+        pbt=True,
+        pbt_period=256,
+        seed=5,
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _policy_1_copies_policy_0(monkeypatch) -> None:
+    """PBT's decision forced: policy 1 copies policy 0 at every check (whose returns are
+    higher would decide otherwise)."""
+
+    def decide(self, policy, env_steps):
+        self.next_check[policy] = (env_steps // self.period + 1) * self.period
+        if policy != 1:
+            return None
+        return 0, perturb(self.values[0], self.mutable, self.rng, self.resample)
+
+    monkeypatch.setattr(PBT, "decide", decide)
+
+
+def _load(path):
+    return torch.load(path, weights_only=False)
+
+
+@pytest.mark.parametrize("backend", ["inline", pytest.param("process", marks=pytest.mark.slow)])
+def test_an_exploit_with_save_replay_moves_no_replay(tmp_path, monkeypatch, backend):
+    """--save-replay: a checkpoint's state holds the replay; the state an exploit takes of
+    its source holds none (learners in processes: what came through the pipe, unpickled)."""
+    _policy_1_copies_policy_0(monkeypatch)
+    exploiting = threading.local()
+    seen: list[tuple[bool, bool]] = []  # (an exploit's, holds a replay) per state taken
+
+    def decide(self, policy, env_steps):
+        decision = forced(self, policy, env_steps)
+        exploiting.on = decision is not None
+        return decision
+
+    def after_exploit(self, *args):
+        exploiting.on = False
+        return original_exploited(self, *args)
+
+    def spy(original):
+        def state(self, *args, **kwargs):
+            out = original(self, *args, **kwargs)
+            seen.append((getattr(exploiting, "on", False), "replay" in out["learner"]))
+            return out
+
+        return state
+
+    forced, original_exploited = PBT.decide, PBT.exploited
+    monkeypatch.setattr(PBT, "decide", decide)
+    monkeypatch.setattr(PBT, "exploited", after_exploit)
+    for cls in (learners.LocalLearner, learners.RemoteLearner):
+        monkeypatch.setattr(cls, "state", spy(cls.state))
+    summary = train(
+        _cfg(
+            tmp_path,
+            algo="dqn",
+            backend=backend,
+            mode="async",
+            learning_starts=256,
+            buffer_size=4096,
+            batch_size=32,
+            save_replay=True,
+            lr=[1e-3, 1e-7],
+        )
+    )
+    assert summary["ended"] == "budget", summary
+    exploit_states = [replay for on, replay in seen if on]
+    assert exploit_states, seen
+    assert not any(exploit_states), seen  # on b12beae: the source's whole replay
+    assert all(replay for on, replay in seen if not on), seen  # the checkpoints': all of it
