@@ -9,8 +9,9 @@ import threading
 import pytest
 import torch
 
-from asyncrl.runtime import learners
+from asyncrl.runtime import learners, pipeline
 from asyncrl.runtime.pbt import PBT, perturb
+from asyncrl.runtime.shell import RunShell
 from asyncrl.runtime.trainer import train
 from asyncrl.settings import TrainConfig
 
@@ -54,6 +55,75 @@ def _policy_1_copies_policy_0(monkeypatch) -> None:
 
 def _load(path):
     return torch.load(path, weights_only=False)
+
+
+@pytest.mark.slow  # learners in processes
+def test_a_checkpoint_pairs_a_policys_weights_with_their_values_across_an_exploit(
+    tmp_path, monkeypatch
+):
+    """Learners in processes: the driver's checkpoint reads policy 1's state, and before it
+    goes on, policy 1's loop thread exploits policy 0 (new weights, new values). The policy's
+    checkpoint holds the weights read and the values they were trained with -- the exploit's
+    old ones -- and so does the run's PBT state a resume gives the learners."""
+    checkpoint_read, exploited = threading.Event(), threading.Event()
+    done: dict[str, object] = {}
+
+    def decide(self, policy, env_steps):
+        self.next_check[policy] = (env_steps // self.period + 1) * self.period
+        if policy != 1 or "decided" in done:
+            return None
+        assert checkpoint_read.wait(WAIT)  # the checkpoint's read of policy 1 comes first
+        done["decided"] = True
+        return 0, perturb(self.values[0], self.mutable, self.rng, self.resample)
+
+    def after_exploit(self, policy, *args):
+        row = original_exploited(self, policy, *args)
+        done["row"] = row
+        exploited.set()
+        return row
+
+    def state(self, *args, **kwargs):
+        out = original_state(self, *args, **kwargs)
+        if (
+            self.policy == 1
+            and threading.current_thread() is threading.main_thread()
+            and not checkpoint_read.is_set()
+        ):
+            checkpoint_read.set()  # policy 1's exploit runs now, in its loop's thread
+            assert exploited.wait(WAIT)
+            done["read"] = True
+        return out
+
+    def save_checkpoint(where, policy_state, keep):
+        if where.name == "policy_1" and "read" in done and "policy_1" not in done:
+            done["policy_1"] = dict(policy_state["hyperparameters"])
+        return original_save(where, policy_state, keep)
+
+    def run_checkpoint(self, state):
+        if "policy_1" in done and "run" not in done:
+            done["run"] = dict(state["population"]["pbt"]["values"][1])
+        return original_run_checkpoint(self, state)
+
+    original_exploited, original_state = PBT.exploited, learners.RemoteLearner.state
+    original_save, original_run_checkpoint = pipeline.save_checkpoint, RunShell.checkpoint
+    monkeypatch.setattr(PBT, "decide", decide)
+    monkeypatch.setattr(PBT, "exploited", after_exploit)
+    monkeypatch.setattr(learners.RemoteLearner, "state", state)
+    monkeypatch.setattr(pipeline, "save_checkpoint", save_checkpoint)
+    monkeypatch.setattr(RunShell, "checkpoint", run_checkpoint)
+    cfg = _cfg(
+        tmp_path,
+        backend="process",
+        mode="async",
+        checkpoint_every=1e-9,  # one after every row: the first comes while the loops run
+        lr=[5e-4, 1e-7],
+    )
+    summary = train(cfg)
+    assert summary["ended"] == "budget", summary
+    row = done["row"]
+    assert row["policy"] == 1 and row["old"] != row["new"]
+    assert done["policy_1"] == row["old"], (done["policy_1"], row)  # not the exploit's new
+    assert done["run"] == row["old"], (done["run"], row)
 
 
 @pytest.mark.parametrize("backend", ["inline", pytest.param("process", marks=pytest.mark.slow)])

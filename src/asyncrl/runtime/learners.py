@@ -52,14 +52,16 @@ def unpack(data: bytes) -> Any:
 
 
 def learner_state(learner: Any, replay: bool = True) -> dict[str, Any]:
-    """What a checkpoint holds of a learner: its state, and what acts taken from that state
-    (consistent, though an optimizer thread runs on). ``replay=False``: the state another
-    learner adopts, without a replay (PBT's exploit)."""
+    """What a checkpoint holds of a learner: its state, what acts taken from that state
+    (consistent, though an optimizer thread runs on) and the values of its mutable settings
+    it trains with (read with the state: an exploit changes both in one call).
+    ``replay=False``: the state another learner adopts, without a replay (PBT's exploit)."""
     state = learner.state_dict() if replay else learner.adoptable_state()
     algo = algorithm(learner.cfg.algo)
     return {
         "learner": state,
         "policy": algo.acting_state({"learner": state}),
+        "hyperparameters": {n: getattr(learner.cfg, n) for n in algo.mutable},
     }
 
 

@@ -275,12 +275,12 @@ def train_pipeline(
         def checkpoint() -> Path:
             if P == 1:
                 return shell.checkpoint({**handles[0].state(), "actors": backend.actor_state()})
+            paired: dict[int, dict[str, float]] = {}
             for p, h in enumerate(handles):
                 if h.lost is not None:
                     continue  # its newest checkpoint stands
                 policy_state = {
-                    **h.state(),
-                    "hyperparameters": pbt.values[p],
+                    **h.state(),  # its hyperparameters too, read with its weights
                     "config": configs[p].to_dict(),
                     "wall_seconds": shell.wall_seconds,
                 }
@@ -289,11 +289,17 @@ def train_pipeline(
                 save_checkpoint(where, policy_state, cfg.keep_checkpoints)
                 if p == best and cfg.eval_every == 0:
                     save_best(p, policy_state)
+                paired[p] = policy_state["hyperparameters"]
+            # an exploit since a policy's state was read is in PBT's values, not in its weights
+            # saved: a resume gives each learner the values its weights go with
+            pbt_state = pbt.state_dict()
+            for p, v in paired.items():
+                pbt_state["values"][p] = v
             return shell.checkpoint(
                 {
                     "actors": backend.actor_state(),
                     "population": {
-                        "pbt": pbt.state_dict(),
+                        "pbt": pbt_state,
                         "leader": best,
                         "env_steps": [h.env_steps for h in handles],
                     },
