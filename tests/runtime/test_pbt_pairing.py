@@ -4,11 +4,13 @@ gave each policy, a checkpoint pairs a policy's weights with the values they wer
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 import torch
 
+from asyncrl.api import make_config
 from asyncrl.runtime import learners, pipeline
 from asyncrl.runtime.pbt import PBT, perturb
 from asyncrl.runtime.shell import RunShell
@@ -55,6 +57,48 @@ def _policy_1_copies_policy_0(monkeypatch) -> None:
 
 def _load(path):
     return torch.load(path, weights_only=False)
+
+
+def test_a_resume_with_pbt_off_trains_each_policy_on_the_values_it_reports(
+    tmp_path, monkeypatch, capsys
+):
+    """A PBT run resumed with --no-pbt: policy 1's learner trains on the values PBT gave it,
+    frozen (not its config's), and the summary, the population table, the policy's checkpoint
+    and the run's PBT state say those values; policy 0, never exploited, on its config's."""
+    _policy_1_copies_policy_0(monkeypatch)
+    first = train(_cfg(tmp_path, backend="inline", mode="sync", total_steps=1024, lr=[5e-4, 1e-7]))
+    run = tmp_path / "run"
+    exploits = [json.loads(line) for line in (run / "pbt.jsonl").open()]
+    assert exploits and {e["policy"] for e in exploits} == {1}
+    evolved = {r["policy"]: r["hyperparameters"] for r in first["population"]}
+    assert evolved[1] == exploits[-1]["new"] and evolved[1]["lr"] != 1e-7
+
+    actual: dict[int, dict[str, float]] = {}  # what each learner's update reads, per policy
+    original = learners.LocalLearner.train
+
+    def train_(self, batch):
+        hp = self.learner.hp  # PPO's update reads its values from here
+        actual[self.learner.cfg.seed - 5] = {n: getattr(hp, n) for n in evolved[1]}
+        return original(self, batch)
+
+    monkeypatch.setattr(learners.LocalLearner, "train", train_)
+    resumed = make_config({"total_steps": 2048, "pbt": False}, resume=run)
+    capsys.readouterr()
+    second = train(resumed, resume=True)
+    out = capsys.readouterr().out
+    assert second["resumed"] is True and second["pbt"] is False
+    assert len((run / "pbt.jsonl").read_text().splitlines()) == len(exploits)  # none since
+    reported = {r["policy"]: r["hyperparameters"] for r in second["population"]}
+    saved = _load(run / "checkpoint.pt")["population"]["pbt"]["values"]
+    assert actual[1] == evolved[1], (actual, evolved)  # frozen, not reset to the config's
+    assert actual[0] == evolved[0]
+    for p in (0, 1):
+        assert reported[p] == actual[p], (p, reported, actual)
+        assert _load(run / f"policy_{p}" / "checkpoint.pt")["hyperparameters"] == actual[p]
+        assert saved[p] == actual[p]
+    table = pipeline.population_table(second)
+    assert f"{actual[1]['lr']:>10.4g}" in table.splitlines()[3]
+    assert "asyncrl: pbt off: the values PBT gave policy 1 stay, frozen" in out
 
 
 @pytest.mark.slow  # learners in processes

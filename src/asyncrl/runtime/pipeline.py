@@ -149,16 +149,23 @@ def train_pipeline(
         earlier_seconds = state.get("wall_seconds", 0.0)
         population = state.get("population") or {}
         mutable = dict(algo.mutable)
-        values = population.get("pbt", {}).get("values") or [
-            {n: getattr(c, n) for n in mutable} for c in configs
-        ]
+        values = [{n: getattr(c, n) for n in mutable} for c in configs]
+        saved = population.get("pbt")
+        if saved:  # a resume: PBT's values go on, not the config's; with --no-pbt those an
+            # exploit gave a policy stay as they are (frozen), the others are its config's
+            kept = [p for p in range(P) if cfg.pbt or saved["exploits"][p]]
+            for p in kept:
+                values[p] = dict(saved["values"][p])
+            if kept and not cfg.pbt:
+                which = f"polic{'ies' if len(kept) > 1 else 'y'} {', '.join(map(str, kept))}"
+                print(f"asyncrl: pbt off: the values PBT gave {which} stay, frozen", flush=True)
         backend = make_backend(cfg, spec, numel)
         cleanup.callback(backend.close)
         if "actors" in state:
             backend.load_actor_state(state["actors"])
         handles: list[Any] = []
         for p, pcfg in enumerate(configs):
-            given = values[p] if cfg.pbt else None  # PBT's values go on, not the config's
+            given = values[p] if cfg.pbt or saved else None
             restore = policy_dir(run_dir, p) if resume and P > 1 else None
             if restore is not None and not checkpoint_files(restore):
                 print(
@@ -215,8 +222,9 @@ def train_pipeline(
             loops[0].meter = shell.meter  # the run's figures are its one policy's
         steps_at_start = [h.env_steps for h in handles]
         pbt = PBT(cfg, mutable, values, run_dir, enabled=cfg.pbt)
-        if population.get("pbt"):
-            pbt.load_state_dict(population["pbt"])
+        if saved:
+            pbt.load_state_dict(saved)
+            pbt.values = [dict(v) for v in values]  # what the learners were given
         if P > 1:
             for loop in loops:
                 loop.pbt = pbt
