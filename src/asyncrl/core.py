@@ -140,6 +140,10 @@ class Learner(Saveable, Protocol):
         finished episodes and random streams, and move its version on so that actors take the
         new weights."""
 
+    def adoptable_state(self) -> dict[str, Any]:
+        """What another learner's ``adopt`` takes of this one: its ``state_dict`` without
+        what each learner keeps of its own (a replay buffer, which is never copied)."""
+
     def close(self) -> None: ...
 
 

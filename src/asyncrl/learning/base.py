@@ -232,6 +232,10 @@ class LearnerBase:
             self.set_hyperparameters(values)
 
     # ---------------------------------------------------------------- checkpoint state
+    def adoptable_state(self) -> dict[str, Any]:
+        """What another learner adopts of this one (see asyncrl.core.Learner): all of it."""
+        return self.state_dict()
+
     def counters_state(self) -> dict[str, Any]:
         return {
             "counters": {

@@ -280,7 +280,9 @@ class ReplayLearner(LearnerBase):
             self._thread = None
 
     # ---------------------------------------------------------------- checkpoint state
-    def state_dict(self) -> dict:
+    def state_dict(self, replay: bool = True) -> dict:
+        """``replay=False``: without the replay and its limiter (another learner adopting
+        this state keeps its own: nothing replay-sized is copied)."""
         with self._update_lock:
             # updates done ahead are in the networks already: count them, or a resumed run
             # would do them again
@@ -296,10 +298,15 @@ class ReplayLearner(LearnerBase):
             state = {self.name: rule, "limiter": limiter}
             state.update(self.counters_state())
             state["counters"]["updates"] = self.updates
-        if self.cfg.save_replay:
+        if not replay:
+            del state["limiter"]
+        elif self.cfg.save_replay:
             with self._replay_lock:
                 state["replay"] = self.replay.state_dict()
         return state
+
+    def adoptable_state(self) -> dict:
+        return self.state_dict(replay=False)
 
     def load_state_dict(self, state: dict) -> None:
         self.rule.load_state_dict(state[self.name])

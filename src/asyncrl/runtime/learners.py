@@ -6,9 +6,10 @@ that the learners train at the same time on a machine with the cores).
 A learner process attaches its policy's slots and policy store (shared memory), builds its
 learner (resumed from its own checkpoint directory), publishes version 0 and then serves the
 driver's commands one at a time: ``train`` a batch of slot indices and publish the new version,
-hand over its ``state``, ``adopt`` another's (PBT), ``close`` its optimizer thread. A learner
-process that dies ends the run (:class:`~asyncrl.runtime.faults.LearnerLost`, with its
-traceback) once the other learners' checkpoints are written."""
+hand over its ``state`` (without its replay when another adopts it), ``adopt`` another's
+(PBT), ``close`` its optimizer thread. A learner process that dies ends the run
+(:class:`~asyncrl.runtime.faults.LearnerLost`, with its traceback) once the other learners'
+checkpoints are written."""
 
 from __future__ import annotations
 
@@ -50,13 +51,17 @@ def unpack(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
-def learner_state(learner: Any) -> dict[str, Any]:
-    """What a checkpoint holds of a learner: its state, and what acts taken from that state
-    (consistent, though an optimizer thread runs on)."""
-    state = learner.state_dict()
+def learner_state(learner: Any, replay: bool = True) -> dict[str, Any]:
+    """What a checkpoint holds of a learner: its state, what acts taken from that state
+    (consistent, though an optimizer thread runs on) and the values of its mutable settings
+    it trains with (read with the state: an exploit changes both in one call).
+    ``replay=False``: the state another learner adopts, without a replay (PBT's exploit)."""
+    state = learner.state_dict() if replay else learner.adoptable_state()
+    algo = algorithm(learner.cfg.algo)
     return {
         "learner": state,
-        "policy": algorithm(learner.cfg.algo).acting_state({"learner": state}),
+        "policy": algo.acting_state({"learner": state}),
+        "hyperparameters": {n: getattr(learner.cfg, n) for n in algo.mutable},
     }
 
 
@@ -103,8 +108,8 @@ class LocalLearner:
     def record(self, batch: list[Any]) -> None:
         """The learner has recorded the batch's episodes itself."""
 
-    def state(self) -> dict[str, Any]:
-        return learner_state(self.learner)
+    def state(self, replay: bool = True) -> dict[str, Any]:
+        return learner_state(self.learner, replay)
 
     def adopt(self, state: dict[str, Any], values: dict[str, float], sink: Any) -> None:
         self.learner.adopt(state, values)
@@ -171,7 +176,7 @@ def learner_main(
                 replies.send(("trained", stats, counters(learner)))
                 learner.work_ahead()  # while its actors fill the next batch
             elif command == "state":
-                replies.send_bytes(pack(learner_state(learner)))
+                replies.send_bytes(pack(learner_state(learner, *args)))
             elif command == "adopt":
                 learner.adopt(unpack(args[0]), args[1])
                 learner.publish(store)
@@ -295,8 +300,9 @@ class RemoteLearner:
     def record(self, batch: list[Any]) -> None:
         self.episode_stats.record(batch)
 
-    def state(self) -> dict[str, Any]:
-        return unpack(self._call("state", raw=True))
+    def state(self, replay: bool = True) -> dict[str, Any]:
+        """Its checkpoint's state; ``replay=False``: without its replay (none is sent)."""
+        return unpack(self._call("state", replay, raw=True))
 
     def adopt(self, state: dict[str, Any], values: dict[str, float], sink: Any) -> None:
         _, c = self._call("adopt", pack(state), values)

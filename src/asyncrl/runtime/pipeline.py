@@ -149,16 +149,23 @@ def train_pipeline(
         earlier_seconds = state.get("wall_seconds", 0.0)
         population = state.get("population") or {}
         mutable = dict(algo.mutable)
-        values = population.get("pbt", {}).get("values") or [
-            {n: getattr(c, n) for n in mutable} for c in configs
-        ]
+        values = [{n: getattr(c, n) for n in mutable} for c in configs]
+        saved = population.get("pbt")
+        if saved:  # a resume: PBT's values go on, not the config's; with --no-pbt those an
+            # exploit gave a policy stay as they are (frozen), the others are its config's
+            kept = [p for p in range(P) if cfg.pbt or saved["exploits"][p]]
+            for p in kept:
+                values[p] = dict(saved["values"][p])
+            if kept and not cfg.pbt:
+                which = f"polic{'ies' if len(kept) > 1 else 'y'} {', '.join(map(str, kept))}"
+                print(f"asyncrl: pbt off: the values PBT gave {which} stay, frozen", flush=True)
         backend = make_backend(cfg, spec, numel)
         cleanup.callback(backend.close)
         if "actors" in state:
             backend.load_actor_state(state["actors"])
         handles: list[Any] = []
         for p, pcfg in enumerate(configs):
-            given = values[p] if cfg.pbt else None  # PBT's values go on, not the config's
+            given = values[p] if cfg.pbt or saved else None
             restore = policy_dir(run_dir, p) if resume and P > 1 else None
             if restore is not None and not checkpoint_files(restore):
                 print(
@@ -217,8 +224,9 @@ def train_pipeline(
             loops[0].meter = shell.meter  # the run's figures are its one policy's
         steps_at_start = [h.env_steps for h in handles]
         pbt = PBT(cfg, mutable, values, run_dir, enabled=cfg.pbt)
-        if population.get("pbt"):
-            pbt.load_state_dict(population["pbt"])
+        if saved:
+            pbt.load_state_dict(saved)
+            pbt.values = [dict(v) for v in values]  # what the learners were given
         if P > 1:
             for loop in loops:
                 loop.pbt = pbt
@@ -269,21 +277,20 @@ def train_pipeline(
             if decision is None:
                 return
             source, new = decision
-            learner_state = handles[source].state()["learner"]
-            for key in ("replay", "limiter"):  # it keeps its own replay (and its ratio)
-                learner_state.pop(key, None)
+            # without the source's replay (and ratio): it keeps its own, and none is sent
+            learner_state = handles[source].state(replay=False)["learner"]
             h.adopt(learner_state, new, backend.sink(p))
             pbt.exploited(p, source, new, h.env_steps, total_steps())
 
         def checkpoint() -> Path:
             if P == 1:
                 return shell.checkpoint({**handles[0].state(), "actors": backend.actor_state()})
+            paired: dict[int, dict[str, float]] = {}
             for p, h in enumerate(handles):
                 if h.lost is not None:
                     continue  # its newest checkpoint stands
                 policy_state = {
-                    **h.state(),
-                    "hyperparameters": pbt.values[p],
+                    **h.state(),  # its hyperparameters too, read with its weights
                     "config": configs[p].to_dict(),
                     "wall_seconds": shell.wall_seconds,
                 }
@@ -292,11 +299,17 @@ def train_pipeline(
                 save_checkpoint(where, policy_state, cfg.keep_checkpoints)
                 if p == best and cfg.eval_every == 0:
                     save_best(p, policy_state)
+                paired[p] = policy_state["hyperparameters"]
+            # an exploit since a policy's state was read is in PBT's values, not in its weights
+            # saved: a resume gives each learner the values its weights go with
+            pbt_state = pbt.state_dict()
+            for p, v in paired.items():
+                pbt_state["values"][p] = v
             return shell.checkpoint(
                 {
                     "actors": backend.actor_state(),
                     "population": {
-                        "pbt": pbt.state_dict(),
+                        "pbt": pbt_state,
                         "leader": best,
                         "env_steps": [h.env_steps for h in handles],
                     },
