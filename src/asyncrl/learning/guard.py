@@ -28,16 +28,15 @@ def nonfinite_in_rollout(
     only at the steps where an episode ended (elsewhere they hold older rollouts' values)."""
     actor = int(slot.actor[0])
     own = getattr(slot, "own", None)  # --policy-mapping random: other cells hold stale values
+    ended = slot.terminated | slot.truncated
     for name in fields:
         x = getattr(slot, name)
-        if own is not None and x.dtype.kind == "f":
-            x = x.copy()
-            x[: own.shape[0]][~own] = 0
+        if own is not None:
+            x = zero_unowned(x, own, ended)
         idx = first_nonfinite(x)
         if idx is not None:
             return _where(actor, name, x[idx], idx[0], idx[1])
     if at_ends:
-        ended = slot.terminated | slot.truncated
         if own is not None:
             ended = ended & own
         ends = np.argwhere(ended)
@@ -48,6 +47,27 @@ def nonfinite_in_rollout(
                 t, k = ends[idx[0]]
                 return _where(actor, name, x[idx], int(t), int(k))
     return None
+
+
+def owned_cells(own: np.ndarray, ended: np.ndarray, rows: int) -> np.ndarray:
+    """[rows, K]: the cells of a time-major field that are this policy's under the random
+    mapping (``own`` [T, K]: the steps it acted). A field of T + 1 rows (the observations) adds
+    the row after the rollout where its episode goes on; where it ended the env drew a policy
+    again, and the bootstrap is cut there: the row is not read."""
+    if rows == own.shape[0]:
+        return own
+    return np.concatenate([own, (own[-1] & ~ended[-1])[None]])
+
+
+def zero_unowned(x: np.ndarray, own: np.ndarray, ended: np.ndarray) -> np.ndarray:
+    """``x`` (a float field, [T(+1), K, ...]) with 0 in the cells that are not this policy's
+    (a copy): what they hold, NaN or inf included, then reaches nothing computed from ``x``
+    (in a scan, 0 x NaN is NaN). ``x`` itself where it holds no floats."""
+    if x.dtype.kind != "f":
+        return x
+    x = x.copy()
+    x[~owned_cells(own, ended, x.shape[0])] = 0
+    return x
 
 
 WORDS = {"obs": "observation", "rewards": "reward", "actions": "action"}

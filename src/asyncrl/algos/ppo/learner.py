@@ -21,6 +21,7 @@ from asyncrl.algos.ppo.reward_norm import RewardNormalizer
 from asyncrl.algos.ppo.update import PPO, STATS
 from asyncrl.envs import EnvSpec
 from asyncrl.learning.base import LearnerBase
+from asyncrl.learning.guard import zero_unowned
 from asyncrl.nets import FlatParams, encoder_of, learner_device
 
 ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
@@ -152,6 +153,10 @@ class PPOLearner(LearnerBase):
         """The slots as the update's tensors on the learner's device. What is computed on the
         host (return normalisation) reads the slots' arrays, never a device tensor."""
         host = {k: _join([getattr(s, k) for s in slots]) for k in self.fields}
+        if hasattr(slots[0], "own"):  # the random mapping: other cells hold what was left there
+            own, ended = _join([s.own for s in slots]), host["terminated"] | host["truncated"]
+            for k in CHECKED:  # 0 in a copy: a NaN there would reach owned returns via the scan
+                host[k] = zero_unowned(host[k], own, ended)
         if self.reward_norm is not None:  # before GAE / V-trace; the slots stay as written
             ends = host["terminated"] | host["truncated"]
             host["rewards"] = self.reward_norm(host["rewards"], ends, _streams(slots))
