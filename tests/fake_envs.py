@@ -104,6 +104,13 @@ def _first(flag: str | None) -> bool:
         return False
 
 
+def _hang(flag: str) -> None:
+    """Sleep a minute, then create ``<flag>-woke``: a hung env whose actor was killed, as it
+    should be, never wakes, so the file shows the run waited the hang out instead."""
+    time.sleep(60)
+    open(flag + "-woke", "w").close()
+
+
 class HangOnce(Countdown):
     """Sleeps for a minute at step 20 if the file named by $ASYNCRL_TEST_HANG_FLAG does not exist
     yet (and creates it): one hang per test, whichever process meets it first."""
@@ -112,7 +119,7 @@ class HangOnce(Countdown):
         flag = os.environ.get("ASYNCRL_TEST_HANG_FLAG")
         if self.t >= 20 and flag and not os.path.exists(flag):
             open(flag, "w").close()
-            time.sleep(60)
+            _hang(flag)
         return super().step(action)
 
 
@@ -135,7 +142,7 @@ class HangFirst(Countdown):
     def step(self, action):
         flag = os.environ.get("ASYNCRL_TEST_HANG_FLAG")
         if self.t >= 20 and flag and _first(flag + "-first"):
-            time.sleep(60)
+            _hang(flag + "-first")
         return super().step(action)
 
 

@@ -256,6 +256,12 @@ def test_a_torn_read_is_retried_and_a_dead_single_buffer_writer_times_out():
 
 
 # ------------------------------------------------------------------------------ real runs
+# --env-step-timeout where one env hangs on purpose: exactly one restart needs every other step,
+# and a replacement's start (spawn, envs, network), to stay under it; at 1 s a loaded machine
+# can pass it, 10 s (the hang is 60) leaves a margin no load of a CI machine reaches
+HANG_TIMEOUT = 10.0
+
+
 def _run_cfg(tmp_path: Path, algo: str, mode: str, **kw) -> TrainConfig:
     common = dict(
         mode=mode,
@@ -439,14 +445,18 @@ def test_hung_env_step_gets_its_actor_killed_and_replaced(tmp_path, monkeypatch)
     monkeypatch.setenv("ASYNCRL_TEST_HANG_FLAG", str(tmp_path / "hung"))
     # one actor: the run can only go on once the hung one is replaced
     cfg = _run_cfg(
-        tmp_path, "ppo", "async", env="fake_envs:HangOnce-v0", env_step_timeout=1.0, actors=1
+        tmp_path,
+        "ppo",
+        "async",
+        env="fake_envs:HangOnce-v0",
+        env_step_timeout=HANG_TIMEOUT,
+        actors=1,
     )
-    t0 = time.monotonic()
     summary = train(cfg)
     assert (tmp_path / "hung").exists()  # an env did hang
+    assert not (tmp_path / "hung-woke").exists()  # killed: the run did not wait its minute out
     assert summary["actor_restarts"] == 1
     assert summary["env_steps"] >= cfg.total_steps
-    assert time.monotonic() - t0 < 50  # not the minute the env slept
 
 
 def test_an_env_hanging_while_its_actor_starts_gets_the_actor_replaced(

@@ -37,6 +37,10 @@ from conftest import descendants  # noqa: E402
 pytestmark = pytest.mark.xdist_group("ray")
 
 LOOPBACK = "127.0.0.1"
+# --env-step-timeout where one env hangs on purpose (a minute): exactly one restart needs every
+# other env step to stay under it, and this cluster's workers run at niceness 15, the first to
+# starve on a loaded machine; at 1 s load could pass it, 10 s leaves a margin no CI load reaches
+HANG_TIMEOUT = 10.0
 # Ray notices a lost node by missed health checks; its defaults take ~30 s
 FAST_FAILURE = {"health_check_period_ms": 500, "health_check_failure_threshold": 4}
 
@@ -195,27 +199,53 @@ def test_sync_ppo_on_ray_trains_exactly_as_inline(cluster, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_sac_reaches_minus_250_on_pendulum(cluster, tmp_path):
-    # async only: the sync/async semantics of SAC are the same code on every backend (the
-    # process backend's SAC tests run both). Rollout 8, as the README advises for SAC on Ray: a
-    # call per 32 env steps, not per 4. Measured 2026-11-25, alone: this test took 68 s with it
-    # and 89 s with rollout 1 (121-165 s in full-suite runs); on one local node, rollout 8 ended
-    # at -103..-169 for seeds 1-5 (67-74 s each), and rollout 1 (seed 1) took 75.5 s there.
+    """Sync, so the promise is checked on a run that repeats: sync SAC on Ray is the inline
+    computation to the last digit (measured 2026-11-27 on 2 loaded cores, seed 1: -148.6 in two
+    Ray runs and the inline one, 254-306 s on Ray, 224 s inline). The async run this test made
+    before ended where scheduling put it: -103..-169 for seeds 1-5 alone, -385.8 in a
+    full-suite run. Async SAC on Ray is held to its replay ratio below."""
     s = train(
         _cfg(
             tmp_path,
             algo="sac",
             env="Pendulum-v1",
-            mode="async",
+            mode="sync",
             actors=1,
             envs_per_actor=4,
             hidden=[64, 64],
-            rollout=8,
+            rollout=1,  # sync SAC updates after every batched env step
             total_steps=20_000,
             seed=1,
         )
     )
     assert s["final_return"] >= -250, s
     assert s["replay_ratio_achieved"] == pytest.approx(1.0, abs=0.01)
+
+
+@pytest.mark.slow
+def test_async_sac_holds_its_replay_ratio_on_ray(cluster, tmp_path):
+    """Rollout 8, as the README advises for SAC on Ray (a call per 32 env steps, not per 4):
+    the learner's updates keep to the replay ratio of the data the actor on another node
+    sends, within the ratio's tolerance, however the two are scheduled."""
+    from asyncrl.settings import resolve
+
+    cfg = _cfg(
+        tmp_path,
+        algo="sac",
+        env="Pendulum-v1",
+        mode="async",
+        actors=1,
+        envs_per_actor=4,
+        hidden=[64, 64],
+        rollout=8,
+        learning_starts=200,
+        total_steps=3_000,
+        seed=1,
+    )
+    s = train(cfg)
+    post = s["env_steps"] - cfg.learning_starts
+    tolerance = resolve(cfg, "classic").ratio_tolerance
+    assert abs(s["gradient_steps"] - post) <= tolerance, (s["gradient_steps"], post, tolerance)
 
 
 def test_env_error_names_the_actor_and_its_node(cluster, tmp_path):
@@ -261,7 +291,6 @@ def test_a_hung_env_step_gets_its_actor_killed_and_replaced(cluster, tmp_path):
     """HangOnce sleeps a minute in one env step (once, across processes): the driver asks the
     busy actor what it is doing, finds it stepping past --env-step-timeout, kills it and places
     a new one; with one actor the run can only finish if that works."""
-    t0 = time.monotonic()
     s = train(
         _cfg(
             tmp_path,
@@ -271,13 +300,14 @@ def test_a_hung_env_step_gets_its_actor_killed_and_replaced(cluster, tmp_path):
             rollout=8,
             minibatch_size=16,
             total_steps=2_000,
-            env_step_timeout=1.0,
+            env_step_timeout=HANG_TIMEOUT,
         )
     )
-    assert os.path.exists(os.environ["ASYNCRL_TEST_HANG_FLAG"])  # an env did hang
+    flag = os.environ["ASYNCRL_TEST_HANG_FLAG"]
+    assert os.path.exists(flag)  # an env did hang
+    assert not os.path.exists(flag + "-woke")  # killed: the run did not wait its minute out
     assert s["env_steps"] >= 2_000
     assert s["actor_restarts"] == 1 and s["dropped_rollouts"] == 1, s
-    assert time.monotonic() - t0 < 50  # not the minute the env slept
 
 
 def test_a_hung_actor_is_replaced_while_another_keeps_delivering(cluster, tmp_path):
@@ -299,7 +329,7 @@ def test_a_hung_actor_is_replaced_while_another_keeps_delivering(cluster, tmp_pa
             rollout=8,
             minibatch_size=16,
             total_steps=10**7,
-            env_step_timeout=1.0,
+            env_step_timeout=HANG_TIMEOUT,
         ),
         callback=until_replaced,
     )
