@@ -561,9 +561,20 @@ def worker_config(cfg: Any, worker: int) -> Any:
     )
 
 
+def learner_process_config(cfg: Any) -> Any:
+    """The config a population's learner runs with in a process of its own (P learner
+    processes train at once): "one per CPU" (``threads_learner`` 0) is its share of the CPUs,
+    as a Hogwild! worker's is, so that P of them do not take every CPU each; its training loop
+    and its optimizer thread both read it. A number given stays as it is."""
+    if cfg.threads_learner:
+        return cfg
+    return dataclasses.replace(cfg, threads_learner=learner_threads(cfg, cfg.policies))
+
+
 def learner_threads(cfg: Any, learners: int = 1) -> int:
     """The torch threads a learner runs with: ``threads_learner``, or with 0 the CPUs this
-    process may use shared among ``learners`` (Hogwild! workers), at least one each."""
+    process may use shared among ``learners`` (Hogwild! workers, a population's learner
+    processes), at least one each."""
     if cfg.threads_learner:
         return cfg.threads_learner
     return max(1, cpus_allowed() // learners)
