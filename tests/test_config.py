@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -121,6 +124,53 @@ def test_bad_input_is_one_clear_line(argv, message, capsys, tmp_path):
     assert message in err
     assert shm_segments(os.getpid()) == before
     assert not mp.active_children()
+
+
+PER_POLICY_BAD = [
+    ("lr: [3.0e-4, abc]", "lr: policy 1: expected a number, got 'abc'"),
+    ('norm_adv: [true, "yes"]', "norm_adv: policy 1: expected true or false, got 'yes'"),
+    ("lr: [true, 3.0e-4]", "lr: policy 0: expected a number, got True"),
+    ("lr: [3.0e-4, null]", "lr: policy 1: expected a number, got None"),
+    ("lr_schedule: [constant, cosine]", "lr_schedule: policy 1: 'cosine' is not one of constant"),
+    ("epochs: [4, 2.5]", "epochs: policy 1: expected a whole number, got 2.5"),
+]
+
+
+@pytest.mark.parametrize(("listed", "message"), PER_POLICY_BAD)
+def test_per_policy_values_of_the_wrong_type_are_one_line_from_the_cli(listed, message, tmp_path):
+    """Each policy's value is checked against its setting's type, as the setting's own is:
+    ``asyncrl train --config`` exits 2 with one line naming the setting, the policy and what
+    it takes, before the run dir exists (no traceback, no run with a string for a flag)."""
+    path = tmp_path / "pop.yaml"
+    path.write_text(f"policies: 2\nenvs_per_actor: 4\n{listed}\n")
+    cmd = [sys.executable, "-m", "asyncrl.cli", "train", "--config", str(path)]
+    cmd += ["--env", "CartPole-v1", "--total-steps", "64", "--run-dir", str(tmp_path / "r")]
+    cmd += ["--no-progress", "--no-tensorboard"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    err = out.stderr.strip()
+    assert out.returncode == 2, (out.returncode, err[-2000:])
+    assert len(err.splitlines()) == 1 and err.startswith(f"asyncrl: error: {message}"), err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(("listed", "message"), PER_POLICY_BAD)
+def test_per_policy_values_of_the_wrong_type_are_refused_by_the_python_api(
+    listed, message, tmp_path
+):
+    import yaml
+
+    import asyncrl
+
+    name, values = next(iter(yaml.safe_load(listed).items()))
+    with pytest.raises(ConfigError) as e:
+        asyncrl.train(
+            "CartPole-v1", policies=2, envs_per_actor=4, total_steps=64,
+            run_dir=str(tmp_path / "r"), progress=False, **{name: values},
+        )  # fmt: skip
+    assert str(e.value).startswith(message), str(e.value)
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):  # TrainConfig's keywords
+        validate(TrainConfig(policies=2, envs_per_actor=4, **{name: values}), "classic")
 
 
 def test_unknown_choice_is_rejected_by_the_parser(capsys):

@@ -187,6 +187,40 @@ def test_a_presets_replay_buffer_that_does_not_fit_is_reduced_to_what_fits(tmp_p
         for_env(resolve(small, env_family(env)), spec, small)
 
 
+def test_a_populations_replay_buffers_are_checked_together_against_the_memory(
+    tmp_path, monkeypatch
+):
+    """Each policy's learner allocates a buffer of its own: P of them must fit, a given size
+    whose P buffers do not is refused in one line naming buffer_size and policies, before
+    the run dir exists; a preset's is reduced so that P fit."""
+    import asyncrl.system as system
+
+    env = DOT.replace("DotSide", "DotSideContinuous")
+    per = 2 * DOT_BYTES + 4 + 4 + 2  # as the buffer allocates it (see the tests above)
+    monkeypatch.setattr(system, "available_memory", lambda: (2000 * per - 1, "MemAvailable"))
+    kw = dict(algo="sac", backend="inline", actors=1, envs_per_actor=2, batch_size=8)
+    kw.update(learning_starts=8, total_steps=64, policies=2)
+    with pytest.raises(ConfigError) as e:  # one buffer of 1,000 fits; two do not
+        asyncrl.train(env, buffer_size=1000, run_dir=str(tmp_path / "r"), **kw)
+    msg = str(e.value)
+    assert msg.startswith(
+        "buffer_size: 1,000 transitions of 298 B in each of 2 policies' replay buffers "
+        "(policies 2) need 596,000 B"
+    ), msg
+    assert "595,999 B (0.00 GB) is available (MemAvailable)" in msg and "\n" not in msg
+    assert msg.endswith("lower --buffer-size or --policies"), msg
+    assert not (tmp_path / "r").exists()  # refused before the run dir, let alone a process
+    cfg, _ = _resolved(env, buffer_size=999, **kw)  # two of 999 fit
+    assert cfg.buffer_size == 999
+    # a preset's: 80% of what is available, shared by the two buffers
+    monkeypatch.setattr(system, "available_memory", lambda: (5000 * per, "MemAvailable"))
+    given = TrainConfig(env=env, algo="sac", learning_starts=100, policies=2, envs_per_actor=2)
+    cfg, lines = for_env(resolve(given, env_family(env)), check_env(env), given)
+    assert cfg.buffer_size == 2000
+    assert len(lines) == 1 and lines[0].startswith("asyncrl: buffer_size 1,000,000 -> 2,000: ")
+    assert "in each of 2 policies' replay buffers" in lines[0]
+
+
 def test_available_memory_is_a_positive_figure_with_its_source():
     from asyncrl.system import available_memory
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from asyncrl.cli import build_parser, main
-from asyncrl.config import ConfigError, learner_threads
+from asyncrl.config import ConfigError, learner_process_config, learner_threads
 from asyncrl.envs import env_family
 from asyncrl.settings import (
     PRESET_FIELDS,
@@ -177,6 +177,19 @@ def test_the_atari_learner_takes_one_thread_per_cpu_the_others_one(monkeypatch):
     assert learner_threads(atari, learners=2) == 1 and learner_threads(atari, learners=5) == 1
     with pytest.raises(ConfigError, match="threads_learner: must be >= 0"):
         validate(resolve(TrainConfig(threads_learner=-1), "classic"))
+
+
+def test_a_populations_learner_processes_share_the_cpus_under_threads_learner_0(monkeypatch):
+    """P learner processes train at once: with threads_learner 0 each takes its share of the
+    CPUs (at least one), not every CPU; a number given stays as it is."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})  # 4 CPUs allowed
+    for policies, share in ((1, 4), (2, 2), (3, 1), (8, 1)):
+        atari = resolve(TrainConfig(env="ALE/Breakout-v5", policies=policies), "atari")
+        assert atari.threads_learner == 0
+        own = learner_process_config(atari)
+        assert own.threads_learner == share and learner_threads(own) == share, policies
+    given = resolve(TrainConfig(env="ALE/Breakout-v5", policies=2, threads_learner=3), "atari")
+    assert learner_process_config(given) == given
 
 
 @pytest.mark.parametrize(

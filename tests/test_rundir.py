@@ -329,6 +329,29 @@ def test_overwrite_removes_only_the_runs_own_files_and_leftover_temp_files(tmp_p
     assert sorted(p.name for p in run.iterdir()) == ["notes.txt", "plots"]
 
 
+def test_overwrite_of_a_population_run_removes_its_policy_dirs_and_no_other_policy_files(
+    tmp_path,
+):
+    """A real population run's policy_<i>/ directories go with --overwrite; a user's
+    policy_notes.md, policy_notes/ (and policy_07/, a name asyncrl does not write) stay."""
+    from asyncrl.runtime.trainer import train
+
+    run = tmp_path / "run"
+    kw = dict(total_steps=256, actors=1, envs_per_actor=4, rollout=16, minibatch_size=32)
+    kw.update(epochs=1, policies=2, progress=False, tensorboard=False, backend="inline")
+    train(TrainConfig(run_dir=str(run), **kw))
+    assert (run / "policy_0" / "checkpoint.pt").is_file() and (run / "policy_1").is_dir()
+    (run / "policy_notes.md").write_text("mine")
+    (run / "policy_notes").mkdir()
+    (run / "policy_notes" / "a.txt").write_text("mine")
+    (run / "policy_07").mkdir()
+    claim_run_dir(run, resume=False, overwrite=True)
+    assert not (run / "policy_0").exists() and not (run / "policy_1").exists()
+    assert (run / "policy_notes.md").read_text() == "mine"
+    assert (run / "policy_notes" / "a.txt").read_text() == "mine"
+    assert (run / "policy_07").is_dir()
+
+
 def test_cli_refuses_a_used_run_dir_and_overwrite_starts_over(tmp_path, capsys, runs_seen):
     run = tmp_path / "run"
     _a_run(run)

@@ -350,20 +350,36 @@ def need(ok: bool, msg: str) -> None:
 
 
 def check_kinds(cfg: Any, fields: dict[str, Any], kinds: dict[str, type]) -> None:
-    """Every setting given is of its kind (unset ones are the presets' to fill)."""
+    """Every setting given is of its kind (unset ones are the presets' to fill), and so is each
+    of a population's per-policy values, named with its policy."""
+    # the per-policy values first: policy 0's also stands as the setting's own value
+    for name, values in (getattr(cfg, "population", None) or {}).items():
+        if name not in fields or not isinstance(values, list):
+            continue  # refused by name where the population is checked
+        for p, value in enumerate(values):
+            _check_kind(name, fields[name], kinds[name], value, f"policy {p}: ")
     for name, f in fields.items():
-        choices = f.metadata.get("choices")
         value = getattr(cfg, name)
         if value is None and (f.metadata.get("preset") or f.default is None):
             continue
-        if choices and value not in choices:
-            raise ConfigError(f"{name}: {value!r} is not one of {', '.join(choices)}")
-        if kinds[name] in (int, float) and not isinstance(value, int | float):
-            raise ConfigError(f"{name}: expected a number, got {value!r}")
-        if kinds[name] is bool and not isinstance(value, bool):
-            raise ConfigError(f"{name}: expected true or false, got {value!r}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{name}: must be a finite number, got {value!r}")
+        _check_kind(name, f, kinds[name], value)
+
+
+def _check_kind(name: str, f: Any, kind: type, value: Any, policy: str = "") -> None:
+    """``value`` of setting ``name`` (of type ``kind``) refused unless it is one; ``policy``
+    names the policy whose value it is ("policy 1: "), as refusals of per-policy values do."""
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(f"{name}: {policy}{value!r} is not one of {', '.join(choices)}")
+    # a bool is an int to Python, never a number to a user (see as_field_type)
+    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ConfigError(f"{name}: {policy}expected a number, got {value!r}")
+    if kind is bool and not isinstance(value, bool):
+        raise ConfigError(f"{name}: {policy}expected true or false, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name}: {policy}must be a finite number, got {value!r}")
+    if value is None:  # a per-policy list holds no unset value (str and list settings)
+        raise ConfigError(f"{name}: {policy}expected a {kind.__name__}, got None")
 
 
 def format_value(value: Any) -> str:
@@ -545,9 +561,20 @@ def worker_config(cfg: Any, worker: int) -> Any:
     )
 
 
+def learner_process_config(cfg: Any) -> Any:
+    """The config a population's learner runs with in a process of its own (P learner
+    processes train at once): "one per CPU" (``threads_learner`` 0) is its share of the CPUs,
+    as a Hogwild! worker's is, so that P of them do not take every CPU each; its training loop
+    and its optimizer thread both read it. A number given stays as it is."""
+    if cfg.threads_learner:
+        return cfg
+    return dataclasses.replace(cfg, threads_learner=learner_threads(cfg, cfg.policies))
+
+
 def learner_threads(cfg: Any, learners: int = 1) -> int:
     """The torch threads a learner runs with: ``threads_learner``, or with 0 the CPUs this
-    process may use shared among ``learners`` (Hogwild! workers), at least one each."""
+    process may use shared among ``learners`` (Hogwild! workers, a population's learner
+    processes), at least one each."""
     if cfg.threads_learner:
         return cfg.threads_learner
     return max(1, cpus_allowed() // learners)

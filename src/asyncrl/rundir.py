@@ -80,6 +80,7 @@ SAFE_TORCH = (2, 10)
 
 _NUMBERED = re.compile(r"^checkpoint-(\d+)\.pt$")
 # what _atomic_write leaves behind if the process dies between writing and renaming
+_POLICY = re.compile(rf"{POLICY_DIR}(0|[1-9][0-9]*)")  # policy_dir's names
 _TEMP = re.compile(
     r"^\.(checkpoint(-\d+|-best)?\.pt|config\.yaml|summary\.json|metrics\.jsonl"
     r"|\.asyncrl-run)\.tmp\d+$"
@@ -141,8 +142,9 @@ def claim_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
     A directory that already holds a run is never written over by accident: without ``resume``
     (continue that run) or ``overwrite`` (start over) it is refused with a ConfigError naming
     both ways out. ``overwrite`` deletes only the files a run writes -- config.yaml, the
-    checkpoints, metrics.jsonl, summary.json and tb/ -- and leaves anything else there alone;
-    it refuses a directory without asyncrl's marker (:data:`MARKER`), whose files are not ours.
+    checkpoints, metrics.jsonl, summary.json, tb/, pbt.jsonl and a population's policy_<i>/
+    directories -- and leaves anything else there alone (a policy_notes.md too); it refuses
+    a directory without asyncrl's marker (:data:`MARKER`), whose files are not ours.
     Leftover temporary files of a killed run are removed in every case (they can be as large
     as a checkpoint and are never complete). Does not create the directory.
     """
@@ -241,7 +243,9 @@ def policy_dir(run_dir: str | Path, policy: int) -> Path:
 
 def _run_files(run_dir: Path) -> list[Path]:
     names = (CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD, MARKER, EXPLOITS)
-    named = [run_dir / n for n in names] + sorted(run_dir.glob(f"{POLICY_DIR}*"))
+    # a population's policy_<i>/ directories, not whatever else a user named policy_*
+    policies = [p for p in run_dir.glob(f"{POLICY_DIR}*") if _POLICY.fullmatch(p.name)]
+    named = [run_dir / n for n in names] + sorted(p for p in policies if p.is_dir())
     return [p for p in named if p.exists() or p.is_symlink()] + [
         p for _, p in _numbered_checkpoints(run_dir)
     ]

@@ -502,8 +502,16 @@ def _per_policy(values: dict[str, Any], base: Any) -> tuple[dict[str, Any], dict
             raise ConfigError(f"population: unknown setting {name!r}")
         if not isinstance(vals, list) or not vals:
             raise ConfigError(f"{name}: per-policy values must be a non-empty list, got {vals!r}")
-        population[name] = [as_field_type(name, KINDS[name], v) for v in vals]
+        population[name] = [_policy_value(name, p, v) for p, v in enumerate(vals)]
     return values, population
+
+
+def _policy_value(name: str, policy: int, value: Any) -> Any:
+    """Policy ``policy``'s value of ``name`` as its field's type, a refusal naming the policy."""
+    try:
+        return as_field_type(name, KINDS[name], value)
+    except ConfigError as e:
+        raise ConfigError(str(e).replace(f"{name}: ", f"{name}: policy {policy}: ", 1)) from None
 
 
 # Preset-governed settings that runs saved before they existed did not have, with the value

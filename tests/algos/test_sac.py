@@ -181,3 +181,47 @@ def test_acting_draws_the_same_action_as_the_training_forward():
         b, logp = actor(obs, deterministic, torch.Generator().manual_seed(7))
         assert none is None and logp.shape == (5,)
         torch.testing.assert_close(a, b.detach())
+
+
+def _pendulum_learner(tmp_path, **kw):
+    from asyncrl.algos.sac.learner import SACLearner
+    from asyncrl.envs import check_env
+    from asyncrl.settings import TrainConfig, resolve
+
+    cfg = resolve(
+        TrainConfig(algo="sac", env="Pendulum-v1", hidden=[8], run_dir=str(tmp_path), **kw),
+        "classic",
+    )
+    return SACLearner(cfg, check_env(cfg.env))
+
+
+def test_a_target_entropy_of_zero_from_pbt_means_minus_the_action_dimensions(tmp_path):
+    """PBT's values replace the learner's own, 0 too: a policy that copies one at 0 (-|A|)
+    trains towards -|A|, as pbt.jsonl and the summary say, not towards its own old value."""
+    learner = _pendulum_learner(tmp_path, target_entropy=-3.0)
+    assert learner.sac.target_entropy == -3.0
+    learner.set_hyperparameters({"target_entropy": 0.0})
+    assert learner.sac.target_entropy == -1.0  # Pendulum: one action dimension
+    learner.set_hyperparameters({"target_entropy": -2.5})
+    assert learner.sac.target_entropy == -2.5
+    source = _pendulum_learner(tmp_path, target_entropy=0.0)
+    assert source.sac.target_entropy == -1.0
+    learner.adopt(source.state_dict(), {"target_entropy": 0.0})
+    assert learner.sac.target_entropy == -1.0
+
+
+def test_per_policy_target_entropies_of_zero_are_saved_resolved():
+    """Each policy's 0 is resolved to -|A| as the run's is: PBT's values, pbt.jsonl and the
+    summary then hold the target the policy trains with (PBT's factors leave 0 at 0)."""
+    from asyncrl.envs import check_env
+    from asyncrl.settings import for_env, from_dict, policy_config, resolve, validate
+
+    cfg = resolve(
+        from_dict({"algo": "sac", "env": "Pendulum-v1", "policies": 2, "envs_per_actor": 2,
+                   "target_entropy": [0.0, -3.0]}),
+        "classic",
+    )  # fmt: skip
+    validate(cfg)
+    cfg, _ = for_env(cfg, check_env(cfg.env))
+    assert cfg.population["target_entropy"] == [-1.0, -3.0]
+    assert [policy_config(cfg, p).target_entropy for p in range(2)] == [-1.0, -3.0]

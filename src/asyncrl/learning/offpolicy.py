@@ -107,31 +107,52 @@ def replay_bytes(cfg: Any, spec: Any) -> int:
     return bytes_per_transition(cfg, spec)
 
 
+def replay_buffers(cfg: Any) -> int:
+    """Replay buffers of ``buffer_size`` a run fills: one per learner, each keeping its own --
+    a population's policies', or Hogwild! workers'."""
+    return cfg.hogwild or cfg.policies
+
+
+def _each(cfg: Any) -> str:
+    """What the buffers are, where there are several (for the memory lines)."""
+    n = replay_buffers(cfg)
+    if n == 1:
+        return ""
+    if cfg.hogwild:
+        return f" in each of {n} Hogwild! workers' replay buffers (hogwild {n})"
+    return f" in each of {n} policies' replay buffers (policies {n})"
+
+
 def fit_replay(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
-    """The replay buffer is allocated whole, up front: a given ``buffer_size`` that does not
-    fit in the memory available is refused; a preset's is reduced to what fits, with a line."""
+    """The replay buffers are allocated whole, up front, one per learner: a given
+    ``buffer_size`` whose buffers do not fit in the memory available together is refused; a
+    preset's is reduced to what fits, with a line."""
     per = replay_bytes(cfg, spec)
-    need_bytes = per * cfg.buffer_size
+    n = replay_buffers(cfg)
+    need_bytes = per * cfg.buffer_size * n
     avail, source = system.available_memory()
     if need_bytes <= avail:
         return {}, []
     what = (
-        f"{cfg.buffer_size:,} transitions of {per:,} B need {need_bytes:,} B "
+        f"{cfg.buffer_size:,} transitions of {per:,} B{_each(cfg)} need {need_bytes:,} B "
         f"({need_bytes / 1e9:,.2f} GB) of memory; {avail:,} B ({avail / 1e9:,.2f} GB) is "
         f"available ({source})"
     )
+    fewer = "" if n == 1 else f" or --{'hogwild' if cfg.hogwild else 'policies'}"
     need(
-        given is not None and given.buffer_size is None, f"buffer_size: {what}: lower --buffer-size"
+        given is not None and given.buffer_size is None,
+        f"buffer_size: {what}: lower --buffer-size{fewer}",
     )
-    fits = int(MEMORY_SHARE * avail) // per
+    fits = int(MEMORY_SHARE * avail) // (per * n)
     need(
         fits >= max(cfg.learning_starts, cfg.batch_size),
         f"buffer_size: {what}; the {fits:,} that fit are fewer than learning_starts "
-        f"{cfg.learning_starts:,}: free memory or lower --learning-starts",
+        f"{cfg.learning_starts:,}: free memory or lower --learning-starts{fewer}",
     )
     line = (
-        f"asyncrl: buffer_size {cfg.buffer_size:,} -> {fits:,}: {what}, so the preset's buffer "
-        f"takes {MEMORY_SHARE:.0%} of it (--buffer-size sets it)"
+        f"asyncrl: buffer_size {cfg.buffer_size:,} -> {fits:,}: {what}, so the preset's "
+        f"{'buffers take' if n > 1 else 'buffer takes'} {MEMORY_SHARE:.0%} of it "
+        "(--buffer-size sets it)"
     )
     return {"buffer_size": fits}, [line]
 
@@ -146,6 +167,9 @@ def replay_note(cfg: Any, spec: Any) -> str:
         f"replay {per:,} B per transition, {per * cfg.buffer_size / 1e9:,.2f} GB for "
         f"buffer_size {cfg.buffer_size:,}"
     )
+    n = replay_buffers(cfg)
+    if n > 1:
+        note += f"{_each(cfg)}, {n * per * cfg.buffer_size / 1e9:,.2f} GB in all"
     if layout(cfg, spec) == "frames":
         whole = transition_bytes(
             spec.obs_shape, spec.obs_dtype, spec.action_shape, action_dtype(spec)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from asyncrl.algos import algorithm
-from asyncrl.config import learner_threads
+from asyncrl.config import learner_process_config, learner_threads
 from asyncrl.core import NonFiniteError
 from asyncrl.metrics import EpisodeStats
 from asyncrl.runtime.faults import LearnerLost
@@ -144,6 +144,7 @@ def learner_main(
     """Entry point of a learner process (see the module doc)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how the run ends
     die_with_parent()
+    cfg = learner_process_config(cfg)  # with threads_learner 0: its share of the CPUs
     torch.set_num_threads(learner_threads(cfg))
     learner = None
     try:

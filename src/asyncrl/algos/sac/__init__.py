@@ -41,8 +41,14 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
 
     def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
         changes, lines = super().for_env(cfg, spec, given)
-        if cfg.target_entropy == 0:  # saved resolved: PBT may perturb it
-            changes["target_entropy"] = -float(spec.n_actions)
+        # saved resolved, each policy's too: PBT perturbs by a factor, which leaves 0 at 0
+        if cfg.target_entropy == 0:
+            changes["target_entropy"] = config.target_entropy(0.0, spec.n_actions)
+        if "target_entropy" in cfg.population:
+            own = [
+                config.target_entropy(v, spec.n_actions) for v in cfg.population["target_entropy"]
+            ]
+            changes["population"] = {**cfg.population, "target_entropy": own}
         return changes, lines
 
     def acting_module(self, cfg: Any, spec: Any) -> Any:

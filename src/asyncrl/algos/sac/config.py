@@ -57,6 +57,12 @@ PRESETS: dict[str, dict[str, Any]] = {
 TUNED: dict[str, tuple[str, dict[str, Any]]] = {}
 
 
+def target_entropy(value: float, n_actions: int) -> float:
+    """The temperature's target entropy a ``target_entropy`` setting means: 0 is minus the
+    action dimensions (wherever the value comes from: the config, a policy's own, PBT's)."""
+    return float(value) if value else -float(n_actions)
+
+
 def validate(cfg: Any) -> None:
     need(
         not cfg.norm_obs,

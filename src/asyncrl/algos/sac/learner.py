@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos.sac.config import SACConfig
+from asyncrl.algos.sac.config import SACConfig, target_entropy
 from asyncrl.algos.sac.update import SAC
 from asyncrl.envs import EnvSpec
 from asyncrl.learning.replay_learner import ReplayLearner
@@ -38,7 +38,7 @@ class SACLearner(ReplayLearner):
                 torch.Generator(self.device).manual_seed(cfg.seed + 7),
                 encoder=lambda: make_encoder(kind, spec, ()),
                 hidden=tuple(cfg.hidden),
-                target_entropy=cfg.target_entropy or None,  # 0: -|A|
+                target_entropy=target_entropy(cfg.target_entropy, spec.n_actions),
             )
         self.policy = self.sac.actor  # what actors act with
         self.flat = FlatParams(self.sac.actor)
@@ -54,8 +54,8 @@ class SACLearner(ReplayLearner):
     def hyperparameters_changed(self) -> None:
         self.hp = self.sac.cfg = SACConfig.of(self.cfg)
         self._set_rates()
-        if self.cfg.target_entropy:
-            self.sac.target_entropy = float(self.cfg.target_entropy)
+        # always set: a value of 0 (-|A|) replaces the one before as any other does
+        self.sac.target_entropy = target_entropy(self.cfg.target_entropy, self.spec.n_actions)
 
     def random_streams(self) -> list[torch.Generator]:
         return [] if self.sac.generator is None else [self.sac.generator]
