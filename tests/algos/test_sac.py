@@ -160,15 +160,17 @@ def test_polyak_update_and_learning_on_a_fixed_batch():
     assert stats[0].item() < 0.1 * first
 
 
-def test_loading_a_live_state_dict_does_not_share_optimizer_state():
-    torch.manual_seed(0)
-    a = SAC(3, 2, [-1, -1], [1, 1], SACConfig())
-    a.update(_batch())
-    b = SAC(3, 2, [-1, -1], [1, 1], SACConfig())
-    b.load_state_dict(a.state_dict())
-    moments = [s["exp_avg"].clone() for s in b.q_opt.state.values()]
-    a.update(_batch(seed=1))
-    for m, s in zip(moments, b.q_opt.state.values(), strict=True):
+def test_loading_a_live_state_dict_does_not_share_optimizer_state(tmp_path):
+    """A live state passes from one SAC to another only in PBT's exploit (``adopt``), which
+    copies it once for every algorithm (tests/runtime/test_pbt_adoption.py for all three)."""
+    # sync: an async learner's state_dict copies its live state already (its optimizer thread)
+    a = _pendulum_learner(tmp_path, seed=1, mode="sync")
+    a.sac.update(_batch(obs=3, act=1))
+    b = _pendulum_learner(tmp_path, seed=2, mode="sync")
+    b.adopt(a.state_dict(), {})
+    moments = [s["exp_avg"].clone() for s in b.sac.q_opt.state.values()]
+    a.sac.update(_batch(obs=3, act=1, seed=1))
+    for m, s in zip(moments, b.sac.q_opt.state.values(), strict=True):
         assert torch.equal(m, s["exp_avg"])
 
 
