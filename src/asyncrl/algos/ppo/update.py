@@ -47,10 +47,13 @@ class PPO:
         # as _minibatch_step up to rounding; other networks: autograd
         fused = fused and supports(policy)
         self.fused = MLPStep(policy, cfg, self.optimizer, compile) if fused else None
-        # the step an update takes: the fused one, else autograd's (compiled with --compile)
+        # the step an update takes: the fused one, else autograd's (its loss compiled with
+        # --compile; the optimizer's step is not, as it reads the lr as a float, which would be
+        # a guard of the graph, failed whenever the schedule or PBT moves it)
         self._step = self.fused or self._minibatch_step
+        self._loss = self._minibatch_loss
         if compile and self.fused is None:
-            self._step = compiled(self._minibatch_step)
+            self._loss = compiled(self._minibatch_loss)
         # Called around every gradient step; Hogwild! workers sync parameters there.
         self.before_step = self.after_step = _nothing
         # The fused step does not apply a step whose gradient has a NaN or inf; the update then
@@ -85,19 +88,22 @@ class PPO:
         }
 
     # ---------------------------------------------------------------- the update
-    def _minibatch_step(
+    def _minibatch_loss(
         self, hp, features, actions, old_logp, weight, adv, returns, old_values
-    ) -> torch.Tensor:
-        """One step on a minibatch; ``hp``: :func:`step_hyperparameters`."""
-        cfg = self.cfg
+    ) -> tuple[torch.Tensor, ...]:
         logp, entropy, value = self.policy.evaluate_features(features, actions)
-        loss, pg_loss, v_loss, ent, log_ratio = ppo_loss(
-            cfg, hp[0], hp[2], logp, entropy, value, old_logp, weight, adv, returns, old_values
-        )
+        return ppo_loss(
+            self.cfg, hp[0], hp[2], logp, entropy, value, old_logp, weight, adv, returns,
+            old_values,
+        )  # fmt: skip
+
+    def _minibatch_step(self, hp, *minibatch) -> torch.Tensor:
+        """One step on a minibatch; ``hp``: :func:`step_hyperparameters`."""
+        loss, pg_loss, v_loss, ent, log_ratio = self._loss(hp, *minibatch)
         return descend(
             self.optimizer,
             self.params,
-            cfg.max_grad_norm,
+            self.cfg.max_grad_norm,
             loss,
             hp[0],
             log_ratio,
