@@ -234,7 +234,10 @@ class FusedStep:
         # compiled, the graph reads the parameters as views of its input; else they are such
         # views already (pack)
         params = self._views(flat_p) if self.compiled else self.params
-        grads, stats = self._grads(params, hp[0], hp[2], *batch)
+        # eager, ent_coef 0 leaves the entropy's gradient out (a few small ops a step); not
+        # compiled, where a test of the value would be a guard, failed whenever PBT moves it
+        ent_coef = hp[2] if self.compiled or self.cfg.ent_coef else None
+        grads, stats = self._grads(params, hp[0], ent_coef, *batch)
         grad = torch.cat([g.reshape(-1) for g in grads])
         norm = torch.linalg.vector_norm(grad)
         # A NaN or inf gradient is not applied (parameters, moments and step counts stay as
@@ -508,7 +511,8 @@ def loss_grads(
     """PPO's loss (as ``update.ppo_loss``) over B samples from the policy's output ``pi_out``
     [A, B] (logits, or the Gaussian's mean with ``log_std``; None: discrete) and the values [B]:
     its derivatives in ``pi_out``, in the values and in ``log_std`` (None if discrete), and the
-    statistics [policy, value, entropy terms, approx-KL, clip fraction]."""
+    statistics [policy, value, entropy terms, approx-KL, clip fraction]. ``clip`` and
+    ``ent_coef`` are tensors (a compiled step's inputs); ``ent_coef`` None: no entropy term."""
     B = value.shape[0]
     discrete = log_std is None
     # ---- the policy's log-probs and entropy, and their derivatives in the policy's output
@@ -555,15 +559,17 @@ def loss_grads(
     # ---- back to the policy's output (and log-std)
     if discrete:
         onehot = torch.zeros_like(probs).scatter_(0, a, 1.0)
-        # d H / d logit_k = -p_k (log p_k + H); the loss has -ent_coef * mean(H). Computed
-        # at ent_coef 0 too: a test of it would be a guard of the compiled step, which PBT
-        # would fail at every new value
-        d_out = d_logp * (onehot - probs) + (ent_coef / B) * probs * (logits + entropy)
+        d_out = d_logp * (onehot - probs)
+        if ent_coef is not None:
+            # d H / d logit_k = -p_k (log p_k + H); the loss has -ent_coef * mean(H)
+            d_out = d_out + (ent_coef / B) * probs * (logits + entropy)
         d_log_std = None
     else:
         dz = d_logp * z  # d logp / d mu = z / std; d logp / d log_std = z^2 - 1
         d_out = dz * inv_std
-        d_log_std = (dz * z).sum(1) - d_logp.sum() - ent_coef
+        d_log_std = (dz * z).sum(1) - d_logp.sum()
+        if ent_coef is not None:
+            d_log_std = d_log_std - ent_coef
     approx_kl = ((ratio - 1) - log_ratio).mean()  # the k3 estimator
     clipfrac = ((ratio - 1).abs() > clip).float().mean()
     return d_out, d_value, d_log_std, [pg_loss, v_loss, ent, approx_kl, clipfrac]
