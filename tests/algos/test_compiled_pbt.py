@@ -25,15 +25,8 @@ COMPILED = {
     "ppo, sequence step": ("ppo", "CartPole-v1", {"recurrent": "gru", "recurrence": 4}),
     "ppo, autograd step (cnn)": ("ppo", "fake_envs:DotSide-v0", {"encoder": "cnn"}),
 }
-# the sequence step traces longest: in CI its ent_coef only, the setting of the issue's report
 CASES = [
-    pytest.param(
-        path,
-        name,
-        marks=[pytest.mark.slow] if "sequence" in path and name != "ent_coef" else [],
-    )
-    for path, (algo, _, _) in COMPILED.items()
-    for name in algorithm(algo).mutable
+    (path, name) for path, (algo, _, _) in COMPILED.items() for name in algorithm(algo).mutable
 ]
 
 
@@ -161,7 +154,7 @@ def _assert_moves_recompile_nothing_and_act(path: str, names, graphs: _Graphs | 
 
 
 def test_every_algorithm_with_a_compile_setting_is_covered():
-    """SAC and DQN compile nothing; an algorithm that comes to must join COMPILED."""
+    """SAC and DQN compile nothing; an algorithm that comes to compile must join COMPILED."""
     compiling = {
         a.name
         for a in algorithms()
