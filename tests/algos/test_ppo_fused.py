@@ -14,7 +14,7 @@ import torch
 from asyncrl.algos.ppo.config import PPOConfig
 from asyncrl.algos.ppo.fused import MLPStep, flat_span
 from asyncrl.algos.ppo.networks import build_policy
-from asyncrl.algos.ppo.update import PPO
+from asyncrl.algos.ppo.update import PPO, step_hyperparameters
 from asyncrl.envs import EnvSpec
 from asyncrl.nets import FlatParams
 from conftest import move_parameters
@@ -125,8 +125,9 @@ def test_fused_gradients_equal_autograd_gradients(discrete):
     mb = [batch[k][:32] for k in keys]
     for group in ref.optimizer.param_groups:
         group["lr"] = 0.0  # the reference steps Adam; its gradients stay in .grad
-    stats = ref._minibatch_step(torch.tensor(0.2), *mb)
-    grads, fused_stats = new.fused._grads(new.fused.params, torch.tensor(0.2), *mb)
+    hp = step_hyperparameters(ref.cfg, 0.0)  # its clip and ent_coef, as an update's
+    stats = ref._minibatch_step(hp, *mb)
+    grads, fused_stats = new.fused._grads(new.fused.params, hp[0], hp[2], *mb)
     norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
     scale = new.fused._clip(norm)
     torch.testing.assert_close(torch.stack([*fused_stats, norm]), stats, **TOL)

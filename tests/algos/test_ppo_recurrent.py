@@ -23,6 +23,7 @@ from asyncrl.algos.ppo.masked_rnn import (
 from asyncrl.algos.ppo.networks import build_policy, unroll_core, unroll_segments
 from asyncrl.algos.ppo.recurrent import RecurrentPPO, from_sequences, to_sequences
 from asyncrl.algos.ppo.returns import gae, vtrace
+from asyncrl.algos.ppo.update import step_hyperparameters
 from asyncrl.envs import EnvSpec
 from conftest import move_parameters
 
@@ -155,7 +156,7 @@ def test_sequence_loss_and_gradients_equal_a_step_by_step_unroll(kind):
     batch["logp"] = to_sequences(old_logp, L)
     mb = [batch[k] for k in ("features", "actions", "logp", "weight", "adv", "returns")]
     mb += [batch["values"], batch["first"], batch["states"]]
-    loss = ppo.loss(torch.tensor(hp.clip_coef), *mb)[0]
+    loss = ppo.loss(step_hyperparameters(hp, 1e-3), *mb)[0]
     grads = torch.autograd.grad(loss, ppo.params)
 
     reference = copy.deepcopy(policy)

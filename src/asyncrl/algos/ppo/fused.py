@@ -82,11 +82,12 @@ class FusedStep:
     the gradient clip, Adam and the statistics here, a network's gradients in ``_grads``
     (:class:`MLPStep`, :class:`SequenceStep`).
 
-    Called as ``step(hp, *minibatch)`` with ``hp = [clip, lr]`` as a tensor (a compiled step
-    then never recompiles when they move); returns the autograd step's statistics and two more
-    (the share of steps not applied and their norm). Before the steps of an update, :meth:`pack`
-    must have been called (it makes the parameters and Adam's state views of one flat vector
-    each), and after anything that may have swapped the parameters' storage, :meth:`check`.
+    Called as ``step(hp, *minibatch)`` with ``hp = [clip, lr, ent_coef]`` as a tensor (a
+    compiled step then never recompiles when the schedules or PBT move them); returns the
+    autograd step's statistics and two more (the share of steps not applied and their norm).
+    Before the steps of an update, :meth:`pack` must have been called (it makes the parameters
+    and Adam's state views of one flat vector each), and after anything that may have swapped
+    the parameters' storage, :meth:`check`.
     """
 
     def __init__(
@@ -126,7 +127,9 @@ class FusedStep:
                 options=_INDUCTOR_OPTIONS,
             )
 
-    def _grads(self, params, clip, *batch) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def _grads(
+        self, params, clip, ent_coef, *batch
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The loss's gradients (the optimizer's order) and statistics but the gradient norm."""
         raise NotImplementedError
 
@@ -231,7 +234,10 @@ class FusedStep:
         # compiled, the graph reads the parameters as views of its input; else they are such
         # views already (pack)
         params = self._views(flat_p) if self.compiled else self.params
-        grads, stats = self._grads(params, hp[0], *batch)
+        # eager, ent_coef 0 leaves the entropy's gradient out (a few small ops a step); not
+        # compiled, where a test of the value would be a guard, failed whenever PBT moves it
+        ent_coef = hp[2] if self.compiled or self.cfg.ent_coef else None
+        grads, stats = self._grads(params, hp[0], ent_coef, *batch)
         grad = torch.cat([g.reshape(-1) for g in grads])
         norm = torch.linalg.vector_norm(grad)
         # A NaN or inf gradient is not applied (parameters, moments and step counts stay as
@@ -289,15 +295,15 @@ class MLPStep(FusedStep):
         super().__init__(cfg, optimizer, keys, compile)
 
     # ------------------------------------------------------------------ forward and backward
-    def _grads(self, w, clip, x, actions, old_logp, weight, adv, returns, old_values):
+    def _grads(self, w, clip, ent_coef, x, actions, old_logp, weight, adv, returns, old_values):
         """Gradients of the PPO loss for the network ``w`` (its tensors in the optimizer's
         order) and the statistics but the gradient norm. Activations are feature-major,
         [units, B]."""
         pi_out, value, acts, hidden_w = self._forward(w, x)
         log_std = None if self.discrete else w[self.index["log_std", 0, 0]]
         d_out, d_value, d_log_std, stats = loss_grads(
-            self.cfg, clip, pi_out, value, log_std, actions, old_logp, weight, adv, returns,
-            old_values,
+            self.cfg, clip, ent_coef, pi_out, value, log_std, actions, old_logp, weight, adv,
+            returns, old_values,
         )  # fmt: skip
         grads = self._backward(w, d_out, d_value.unsqueeze(0), acts, hidden_w, x)
         if d_log_std is not None:
@@ -448,7 +454,9 @@ class SequenceStep(FusedStep):
         with torch.no_grad():
             return self._unroll(self._flat[0], x, h0, first, x_tail, keep_tail)
 
-    def _grads(self, w, clip, x, actions, old_logp, weight, adv, returns, old_values, first, h0):
+    def _grads(
+        self, w, clip, ent_coef, x, actions, old_logp, weight, adv, returns, old_values, first, h0
+    ):
         """As MLPStep's, for sequences: the torso and heads batch-major over the L x M steps,
         the core's gradients from autograd given the heads' gradient in its output."""
         L, M = first.shape
@@ -468,9 +476,9 @@ class SequenceStep(FusedStep):
         value = torch.addmm(bv.unsqueeze(1), wv, y.T).squeeze(0)
         log_std = None if self.discrete else w[self.index["log_std", 0, 0]]
         d_pi, d_value, d_log_std, stats = loss_grads(
-            self.cfg, clip, pi_out, value, log_std, actions.reshape(N, *actions.shape[2:]),
-            old_logp.reshape(N), weight.reshape(N), adv.reshape(N), returns.reshape(N),
-            old_values.reshape(N),
+            self.cfg, clip, ent_coef, pi_out, value, log_std,
+            actions.reshape(N, *actions.shape[2:]), old_logp.reshape(N), weight.reshape(N),
+            adv.reshape(N), returns.reshape(N), old_values.reshape(N),
         )  # fmt: skip
         g: list[torch.Tensor | None] = [None] * len(self.params)
         idx = self.index
@@ -498,12 +506,13 @@ class SequenceStep(FusedStep):
 
 
 def loss_grads(
-    cfg, clip, pi_out, value, log_std, actions, old_logp, weight, adv, returns, old_values
+    cfg, clip, ent_coef, pi_out, value, log_std, actions, old_logp, weight, adv, returns, old_values
 ):
     """PPO's loss (as ``update.ppo_loss``) over B samples from the policy's output ``pi_out``
     [A, B] (logits, or the Gaussian's mean with ``log_std``; None: discrete) and the values [B]:
     its derivatives in ``pi_out``, in the values and in ``log_std`` (None if discrete), and the
-    statistics [policy, value, entropy terms, approx-KL, clip fraction]."""
+    statistics [policy, value, entropy terms, approx-KL, clip fraction]. ``clip`` and
+    ``ent_coef`` are tensors (a compiled step's inputs); ``ent_coef`` None: no entropy term."""
     B = value.shape[0]
     discrete = log_std is None
     # ---- the policy's log-probs and entropy, and their derivatives in the policy's output
@@ -551,14 +560,16 @@ def loss_grads(
     if discrete:
         onehot = torch.zeros_like(probs).scatter_(0, a, 1.0)
         d_out = d_logp * (onehot - probs)
-        if cfg.ent_coef:
+        if ent_coef is not None:
             # d H / d logit_k = -p_k (log p_k + H); the loss has -ent_coef * mean(H)
-            d_out = d_out + (cfg.ent_coef / B) * probs * (logits + entropy)
+            d_out = d_out + (ent_coef / B) * probs * (logits + entropy)
         d_log_std = None
     else:
         dz = d_logp * z  # d logp / d mu = z / std; d logp / d log_std = z^2 - 1
         d_out = dz * inv_std
-        d_log_std = (dz * z).sum(1) - d_logp.sum() - cfg.ent_coef
+        d_log_std = (dz * z).sum(1) - d_logp.sum()
+        if ent_coef is not None:
+            d_log_std = d_log_std - ent_coef
     approx_kl = ((ratio - 1) - log_ratio).mean()  # the k3 estimator
     clipfrac = ((ratio - 1).abs() > clip).float().mean()
     return d_out, d_value, d_log_std, [pg_loss, v_loss, ent, approx_kl, clipfrac]

@@ -117,22 +117,24 @@ class RecurrentPPO:
 
     # ---------------------------------------------------------------- the update
     def loss(
-        self, clip, features, actions, old_logp, weight, adv, returns, old_values, first, states
+        self, hp, features, actions, old_logp, weight, adv, returns, old_values, first, states
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """PPO's clipped surrogate (as ``update.PPO``) over sequences [L, M, ...] unrolled from
         ``states`` [M, S, H]: (loss, policy, value and entropy terms, log-ratio) of the
-        minibatch, the samples flattened."""
+        minibatch, the samples flattened. ``hp``: ``update.step_hyperparameters``."""
         cfg = self.cfg
         logp, entropy, value = self.policy.evaluate_sequences(features, actions, states, first)
         logp, entropy, value = logp.flatten(), entropy.flatten(), value.flatten()
         old_logp, weight, adv = old_logp.flatten(), weight.flatten(), adv.flatten()
         returns, old_values = returns.flatten(), old_values.flatten()
-        return ppo_loss(cfg, clip, logp, entropy, value, old_logp, weight, adv, returns, old_values)
+        return ppo_loss(
+            cfg, hp[0], hp[2], logp, entropy, value, old_logp, weight, adv, returns, old_values
+        )
 
-    def _autograd_step(self, clip, *minibatch) -> torch.Tensor:
-        loss, pg_loss, v_loss, ent, log_ratio = self.loss(clip, *minibatch)
+    def _autograd_step(self, hp, *minibatch) -> torch.Tensor:
+        loss, pg_loss, v_loss, ent, log_ratio = self.loss(hp, *minibatch)
         return descend(
-            self.optimizer, self.params, self.cfg.max_grad_norm, loss, clip, log_ratio,
+            self.optimizer, self.params, self.cfg.max_grad_norm, loss, hp[0], log_ratio,
             pg_loss, v_loss, ent,
         )  # fmt: skip
 

@@ -47,10 +47,13 @@ class PPO:
         # as _minibatch_step up to rounding; other networks: autograd
         fused = fused and supports(policy)
         self.fused = MLPStep(policy, cfg, self.optimizer, compile) if fused else None
-        # the step an update takes: the fused one, else autograd's (compiled with --compile)
+        # the step an update takes: the fused one, else autograd's (its loss compiled with
+        # --compile; the optimizer's step is not, as it reads the lr as a float, which would be
+        # a guard of the graph, failed whenever the schedule or PBT moves it)
         self._step = self.fused or self._minibatch_step
+        self._loss = self._minibatch_loss
         if compile and self.fused is None:
-            self._step = compiled(self._minibatch_step)
+            self._loss = compiled(self._minibatch_loss)
         # Called around every gradient step; Hogwild! workers sync parameters there.
         self.before_step = self.after_step = _nothing
         # The fused step does not apply a step whose gradient has a NaN or inf; the update then
@@ -85,20 +88,24 @@ class PPO:
         }
 
     # ---------------------------------------------------------------- the update
-    def _minibatch_step(
-        self, clip, features, actions, old_logp, weight, adv, returns, old_values
-    ) -> torch.Tensor:
-        cfg = self.cfg
+    def _minibatch_loss(
+        self, hp, features, actions, old_logp, weight, adv, returns, old_values
+    ) -> tuple[torch.Tensor, ...]:
         logp, entropy, value = self.policy.evaluate_features(features, actions)
-        loss, pg_loss, v_loss, ent, log_ratio = ppo_loss(
-            cfg, clip, logp, entropy, value, old_logp, weight, adv, returns, old_values
-        )
+        return ppo_loss(
+            self.cfg, hp[0], hp[2], logp, entropy, value, old_logp, weight, adv, returns,
+            old_values,
+        )  # fmt: skip
+
+    def _minibatch_step(self, hp, *minibatch) -> torch.Tensor:
+        """One step on a minibatch; ``hp``: :func:`step_hyperparameters`."""
+        loss, pg_loss, v_loss, ent, log_ratio = self._loss(hp, *minibatch)
         return descend(
             self.optimizer,
             self.params,
-            cfg.max_grad_norm,
+            self.cfg.max_grad_norm,
             loss,
-            clip,
+            hp[0],
             log_ratio,
             pg_loss,
             v_loss,
@@ -114,8 +121,9 @@ class PPO:
     ) -> dict[str, float]:
         """``epochs`` passes of shuffled minibatches over ``batch``; mean statistics.
 
-        ``lr`` and ``clip_scale`` (a factor on ``clip_coef``) carry the schedules; the clip
-        enters the step as a tensor so a compiled step does not recompile when it moves."""
+        ``lr`` and ``clip_scale`` (a factor on ``clip_coef``) carry the schedules; what they
+        and PBT move enters the step as a tensor (:func:`step_hyperparameters`), so that a
+        compiled step does not recompile when it moves."""
         keys = ("features", "actions", "logp", "weight", "adv", "returns", "values")
         return run_epochs(
             self,
@@ -139,10 +147,9 @@ def run_epochs(algo, batch, n, size, shuffle, take, lr, generator, clip_scale) -
     cfg, fused = algo.cfg, algo.fused
     for group in algo.optimizer.param_groups:
         group["lr"] = lr
-    clip = torch.tensor(cfg.clip_coef * clip_scale, device=algo.device)
+    hp = step_hyperparameters(cfg, lr, clip_scale, algo.device)
     if fused is not None:
         fused.pack()
-        clip = torch.tensor([cfg.clip_coef * clip_scale, lr], device=algo.device)
     hooked = algo.before_step is not _nothing
     stats = []
     for _ in range(cfg.epochs):
@@ -151,7 +158,7 @@ def run_epochs(algo, batch, n, size, shuffle, take, lr, generator, clip_scale) -
             algo.before_step()
             if hooked and fused is not None:
                 fused.check()  # a hook may have moved the parameters
-            stats.append(algo._step(clip, *take(shuffled, start, start + size)))
+            stats.append(algo._step(hp, *take(shuffled, start, start + size)))
             algo.after_step()
     mean = torch.stack(stats).mean(0).tolist()  # the one host sync of the update
     if fused is not None:  # its two more: the share of steps not applied, and their norm
@@ -162,6 +169,16 @@ def run_epochs(algo, batch, n, size, shuffle, take, lr, generator, clip_scale) -
     ret, val = batch["returns"], batch["values"]
     out["loss/explained_variance"] = float(1 - (ret - val).var() / (ret.var() + 1e-8))
     return out
+
+
+def step_hyperparameters(
+    cfg: PPOConfig, lr: float, clip_scale: float = 1.0, device: torch.device | None = None
+) -> torch.Tensor:
+    """``[clip, lr, ent_coef]``, what a minibatch step reads of the settings that the schedules
+    or PBT move (an autograd step its lr from the optimizer), as one tensor: a compiled step
+    guards on every Python number it reads, and would compile again (tens of seconds, then
+    fail past torch's limit) for each new value."""
+    return torch.tensor([cfg.clip_coef * clip_scale, lr, cfg.ent_coef], device=device)
 
 
 def estimate(
@@ -219,7 +236,7 @@ def descend(optimizer, params, max_grad_norm, loss, clip, log_ratio, *losses) ->
     return torch.stack([*(x.detach() for x in losses), approx_kl, clipfrac, grad_norm])
 
 
-def ppo_loss(cfg, clip, logp, entropy, value, old_logp, weight, adv, returns, old_values):
+def ppo_loss(cfg, clip, ent_coef, logp, entropy, value, old_logp, weight, adv, returns, old_values):
     """PPO's clipped surrogate, (clipped) value loss and entropy bonus for one minibatch of
     flat samples: (loss, policy, value and entropy terms, log-ratio)."""
     log_ratio = logp - old_logp
@@ -235,7 +252,7 @@ def ppo_loss(cfg, clip, logp, entropy, value, old_logp, weight, adv, returns, ol
     else:
         v_loss = 0.5 * (value - returns).square().mean()
     ent = entropy.mean()
-    loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent
+    loss = pg_loss + cfg.vf_coef * v_loss - ent_coef * ent
     return loss, pg_loss, v_loss, ent, log_ratio
 
 
