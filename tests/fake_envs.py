@@ -370,3 +370,23 @@ class Tagged(Countdown):
 
 
 gym.register("Tagged-v0", entry_point=Tagged, max_episode_steps=5)
+
+
+class Leaky(Countdown):
+    """Keeps 1 MB more at every step, in a list no one frees: an env with a leak. Only in
+    whichever process first creates the file $ASYNCRL_TEST_LEAK_FLAG (one actor of a run
+    leaks, the others do not); without the variable, in every process. The bytes are written,
+    not just allocated, so that they are resident (untouched pages of a fresh mapping are not)."""
+
+    kept: list[bytes] = []
+    leaking: bool | None = None
+
+    def step(self, action):
+        if Leaky.leaking is None:
+            Leaky.leaking = _first(os.environ.get("ASYNCRL_TEST_LEAK_FLAG"))
+        if Leaky.leaking:
+            Leaky.kept.append(b"\x01" * 2**20)
+        return super().step(action)
+
+
+gym.register("Leaky-v0", entry_point=Leaky, max_episode_steps=50)

@@ -176,6 +176,7 @@ class RowWindow:
             "insert_blocked_seconds",
             "sample_blocked_seconds",
             "replay_size",
+            "memory/replay_mb",
             "lr",
             "nonfinite_skipped_rollouts",
             "nonfinite_skipped_steps",

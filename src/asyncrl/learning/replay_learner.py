@@ -220,6 +220,11 @@ class ReplayLearner(LearnerBase):
                 "insert_blocked_seconds": self.limiter.insert_blocked_seconds,
                 "sample_blocked_seconds": self.limiter.sample_blocked_seconds,
                 "replay_size": float(len(self.replay)),
+                # what its filled part holds: the process's memory grows with it, legitimately
+                "memory/replay_mb": self.replay.nbytes
+                * len(self.replay)
+                / self.replay.capacity
+                / 2**20,
                 **self.nonfinite_counts(),
             }
         )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing as mp
+import os
 import queue
 import sys
 import threading
@@ -47,6 +48,7 @@ from asyncrl.runtime.backends import check_backend, make_backend
 from asyncrl.runtime.backends.base import Backend
 from asyncrl.runtime.learners import LocalLearner, RemoteLearner
 from asyncrl.runtime.lifecycle import RunEnd, StopRequested, StopSignals
+from asyncrl.runtime.memory import MB, MemoryWatch, Process
 from asyncrl.runtime.pbt import PBT
 from asyncrl.runtime.processes import POLL
 from asyncrl.runtime.shell import Callback, RunShell, run_figures
@@ -248,9 +250,41 @@ def train_pipeline(
                 out.update(policy=loop.index, policy_env_steps=h.env_steps)
             return out
 
+        memory = MemoryWatch()
+        replay_mb: dict[int, float] = {}  # each policy's, from its newest row
+
+        def processes() -> list[Process]:
+            """The run's processes on this machine, what their buffers hold, and what a leak
+            there would be in: the driver (the learners unless they have processes; the
+            actors too on the inline and thread backends), the actors' and the learners'."""
+            envs = f"the env ({cfg.env}) or a wrapper"
+            here = sum(mb for p, mb in replay_mb.items() if not handles[p].remote)
+            if remote:
+                driver = Process("driver_mb", "the driver", os.getpid(), 0, "a callback")
+            elif cfg.backend in ("inline", "thread"):
+                driver = Process("driver_mb", "the learner", os.getpid(), int(here * MB), envs)
+            else:
+                suspect = "the learner or a callback"
+                driver = Process("driver_mb", "the learner", os.getpid(), int(here * MB), suspect)
+            out = [driver]
+            actor_pids = getattr(backend, "actor_pids", None)  # actors in processes here
+            if actor_pids is not None:
+                out += [Process(f"actor_mb/{a}", f"actor {a}", pid, 0, envs)
+                        for a, pid in actor_pids().items()]  # fmt: skip
+            for p, h in enumerate(handles):
+                if h.remote:
+                    explained = int(replay_mb.get(p, 0.0) * MB)
+                    out.append(
+                        Process(f"learner_mb/{p}", h.label(), h.pid(), explained, "the learner")
+                    )
+            return out
+
         def write_row(loop: PolicyLoop) -> None:
             row = loop.window.fold()
             row.update(counters(loop))
+            if "memory/replay_mb" in row:
+                replay_mb[loop.index] = row["memory/replay_mb"]
+            row.update(memory.sample(total_steps(), processes()))
             shell.log.write(total_steps(), row, None if P == 1 else loop.index)
 
         def record(loop: PolicyLoop, row: dict[str, Any]) -> bool:
