@@ -59,6 +59,26 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def population_cfg(tmp_path, **kw) -> TrainConfig:
+    """A small population of two on CartPole-v1 (the population tests' settings); ``kw`` on
+    top."""
+    base = dict(
+        total_steps=4096,
+        actors=2,
+        envs_per_actor=4,
+        rollout=16,
+        minibatch_size=32,
+        epochs=1,
+        progress=False,
+        tensorboard=False,
+        run_dir=str(tmp_path / "run"),
+        checkpoint_every=0,
+        policies=2,
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
 @pytest.fixture
 def small_cfg(tmp_path) -> TrainConfig:
     return TrainConfig(

@@ -16,30 +16,15 @@ from asyncrl.runtime.pbt import PBT, perturb
 from asyncrl.runtime.shell import RunShell
 from asyncrl.runtime.trainer import train
 from asyncrl.settings import TrainConfig
+from conftest import population_cfg
 
 WAIT = 300  # seconds: a failure's bound only, never the sync (events are)
 
 
 def _cfg(tmp_path, **kw) -> TrainConfig:
-    base = dict(
-        env="CartPole-v1",
-        total_steps=2048,
-        actors=2,
-        envs_per_actor=4,
-        rollout=16,
-        minibatch_size=32,
-        epochs=1,
-        progress=False,
-        tensorboard=False,
-        run_dir=str(tmp_path / "run"),
-        checkpoint_every=0,
-        policies=2,
-        pbt=True,
-        pbt_period=256,
-        seed=5,
-    )
-    base.update(kw)
-    return TrainConfig(**base)
+    """The population tests' settings, with PBT checking every 256 steps of a policy."""
+    base = dict(env="CartPole-v1", total_steps=2048, pbt=True, pbt_period=256, seed=5)
+    return population_cfg(tmp_path, **{**base, **kw})
 
 
 def _policy_1_copies_policy_0(monkeypatch) -> None:

@@ -22,24 +22,9 @@ from asyncrl.runtime import learners
 from asyncrl.runtime.faults import LearnerLost
 from asyncrl.runtime.trainer import train
 from asyncrl.settings import TrainConfig, from_dict, policy_config, resolve, validate
+from conftest import population_cfg
 
-
-def _cfg(tmp_path, **kw) -> TrainConfig:
-    base = dict(
-        total_steps=4096,
-        actors=2,
-        envs_per_actor=4,
-        rollout=16,
-        minibatch_size=32,
-        epochs=1,
-        progress=False,
-        tensorboard=False,
-        run_dir=str(tmp_path / "run"),
-        checkpoint_every=0,
-        policies=2,
-    )
-    base.update(kw)
-    return TrainConfig(**base)
+_cfg = population_cfg
 
 
 def _record_batches(monkeypatch, seed: int) -> list[tuple[int, set[float]]]:
