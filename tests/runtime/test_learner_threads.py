@@ -59,7 +59,7 @@ def test_a_learner_process_of_two_sets_half_the_cpus():
         for end in (outbox, cmd_r, rep_w):
             end.close()
         assert replies.poll(300), failures.recv() if failures.poll(1) else "no reply"
-        what, c, _ = replies.recv()
+        what, c, *_ = replies.recv()
         commands.send(("stop",))
         child.join(60)
     finally:
