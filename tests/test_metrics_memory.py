@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
 import os
 import re
 import time
@@ -127,7 +128,7 @@ def test_memory_watch_names_a_growing_process_once_in_one_line():
     rows = []
     for i in range(16):
         rows.append(watch.sample(100 * i, [Process("actor_mb/3", "actor 3", os.getpid())]))
-        held.append(b"\x01" * (4 * MB))
+        held.append(_touched_pages(4 * MB))
     assert all(set(r) == {"memory/actor_mb/3"} for r in rows)
     assert rows[-1]["memory/actor_mb/3"] - rows[0]["memory/actor_mb/3"] >= 16 * 4 - 8
     lines = out.getvalue().splitlines()
@@ -137,6 +138,15 @@ def test_memory_watch_names_a_growing_process_once_in_one_line():
     # a process that is gone has no figure (and is forgotten)
     assert watch.sample(1600, [Process("actor_mb/0", "actor 0", 2**22 + 1)]) == {}
     assert watch.growth == {}
+
+
+def _touched_pages(size: int) -> mmap.mmap:
+    """``size`` bytes of fresh anonymous pages, each written: resident for certain. (A bytes
+    object may reuse heap a long-lived worker freed earlier, and then resident memory stays.)"""
+    region = mmap.mmap(-1, size)
+    for offset in range(0, size, mmap.PAGESIZE):
+        region[offset] = 1
+    return region
 
 
 LEAK_LINE = re.compile(
