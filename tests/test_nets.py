@@ -59,3 +59,14 @@ def test_the_sparse_marking_travels_with_the_published_parameters_and_old_checkp
     restored.load_state_dict(old)
     assert restored.sparse.tolist() == [0.0, 0.0]
     torch.testing.assert_close(restored.mean, learner_side.mean)
+
+
+def test_an_update_with_no_rows_leaves_the_statistics_as_they_were():
+    """A population's policy that the random mapping gave no step this batch updates its
+    observation normaliser with zero rows: that must change nothing (it made every statistic
+    NaN, and the next action draw raised)."""
+    norm = RunningNorm((3,))
+    norm.update(torch.randn(64, 3, generator=torch.Generator().manual_seed(0)))
+    before = {k: v.clone() for k, v in norm.state_dict().items()}
+    norm.update(torch.zeros(0, 3))
+    assert all(torch.equal(before[k], v) for k, v in norm.state_dict().items())

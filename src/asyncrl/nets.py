@@ -166,7 +166,9 @@ class RunningNorm(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         x = x.reshape(-1, *self.mean.shape).to(torch.float64)
-        if self.count < 1 and x.shape[0] > 0:
+        if x.shape[0] == 0:  # no rows (a policy the random mapping gave no step): 0/0 is NaN
+            return
+        if self.count < 1:
             self.sparse.copy_((x == 0).to(torch.float64).mean(0) >= 0.5)
         (b_var, b_mean), b_count = torch.var_mean(x, 0, correction=0), x.shape[0]
         delta = b_mean - self.mean

@@ -105,6 +105,29 @@ def test_async_uneven_mapping_gives_uneven_sample_counts(tmp_path, monkeypatch):
     assert summary["env_steps"] == sum(steps)
 
 
+def test_the_random_mapping_with_normalised_observations_keeps_every_policy_finite(tmp_path):
+    """Random mapping, --norm-obs: a batch in which the mapping gave a policy no step updated
+    that policy's normaliser with no rows, which made its statistics NaN; the next draw then
+    raised in every actor until the restarts ran out (seed 7 here)."""
+    cfg = population_cfg(
+        tmp_path,
+        backend="inline",
+        mode="async",
+        policy_mapping="random",
+        norm_obs=True,
+        envs_per_actor=2,
+        epochs=2,
+        hidden=[16],
+        total_steps=2_048,
+        seed=7,
+    )
+    summary = train(cfg)
+    assert summary["ended"] == "budget" and summary["actor_restarts"] == 0, summary
+    for p in range(2):
+        policy = load(tmp_path / "run", policy=p)
+        assert all(np.isfinite(v.numpy()).all() for v in policy.module.state_dict().values())
+
+
 @pytest.mark.parametrize(
     ("backend", "policies"), [("inline", 2), ("thread", 1), ("process", 1), ("process", 2)]
 )
