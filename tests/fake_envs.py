@@ -390,3 +390,65 @@ class Leaky(Countdown):
 
 
 gym.register("Leaky-v0", entry_point=Leaky, max_episode_steps=50)
+
+
+# Faults ``asyncrl check-env`` must name (tests/test_envcheck.py); NaNObsCartPole-v0 above is the
+# fourth, NaN observations.
+
+
+class DictObs(Countdown):
+    """A Dict observation (position and velocity apart), which no algorithm here takes."""
+
+    def __init__(self):
+        super().__init__()
+        box = gym.spaces.Box(-1e6, 1e6, (1,), np.float32)
+        self.observation_space = gym.spaces.Dict({"pos": box, "vel": box})
+
+    def _obs(self):
+        return {"pos": np.array([self.t], np.float32), "vel": np.array([1.0], np.float32)}
+
+
+class UnseededReset(Countdown):
+    """Passes the seed on, but starts each episode at a random step count from a generator of
+    its own that no seed reaches: a seeded reset that does not repeat."""
+
+    def __init__(self):
+        super().__init__()
+        self.own = np.random.default_rng()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = int(self.own.integers(1000))
+        return self._obs(), {}
+
+
+class LeavesBox(Countdown):
+    """Declares observations in [-1, 1]; the first value is the step count / 10, so it leaves
+    the box at step 11."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def _obs(self):
+        return np.array([self.t / 10, 0.0], dtype=np.float32)
+
+
+class ResidueReset(Countdown):
+    """Each reset leaves 1e-7 more in the second value: float residue a simulator carries
+    across resets, within Gymnasium's tolerance (a warning, not a fault)."""
+
+    resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.resets += 1
+        return super().reset(seed=seed, options=options)
+
+    def _obs(self):
+        return np.array([self.t, 1.0 + 1e-7 * self.resets], dtype=np.float32)
+
+
+gym.register("DictObs-v0", entry_point=DictObs, max_episode_steps=50)
+gym.register("ResidueReset-v0", entry_point=ResidueReset, max_episode_steps=50)
+gym.register("UnseededReset-v0", entry_point=UnseededReset, max_episode_steps=50)
+gym.register("LeavesBox-v0", entry_point=LeavesBox, max_episode_steps=50)

@@ -1,4 +1,5 @@
-"""The command line: ``asyncrl train`` and ``asyncrl eval``.
+"""The command line: ``asyncrl train`` and ``asyncrl eval``; the studies ``compare`` and
+``tune``; ``check-env``, which checks an env before a run on it.
 
 Every field of TrainConfig is a kebab-case flag whose help and default come from the field.
 Precedence: defaults < ``--config FILE`` < flags given on the command line (< nothing else), and
@@ -194,6 +195,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tn.add_argument("--config", help="YAML file of settings for every probe")
     _add_config_flags(tn, owned=TUNE_OWNS)
+    ce = sub.add_parser(
+        "check-env",
+        help="check an env before training on it: Gymnasium's checker and what asyncrl needs",
+        description="Gymnasium's env checker, then the spaces the algorithms take, seeded "
+        "determinism, observation dtype and bounds, finite values over a short random rollout, "
+        "the time per step and the N x K asyncrl tune would likely recommend, as a table. "
+        "Exits 1 if any check FAILs.",
+    )
+    ce.add_argument("env_id", metavar="ID", help="a Gymnasium env id, or module:EnvId")
+    ce.add_argument(
+        "--steps", type=_whole_number, default=1000, help="random steps (default: 1000)"
+    )
+    ce.add_argument(
+        "--seed", type=int, default=0, help="seed of the resets and actions (default: 0)"
+    )
+    ce.add_argument(
+        "--algo",
+        choices=FIELDS["algo"].metadata["choices"],
+        default=None,
+        help="the algorithm the spaces must suit (default: any of them)",
+    )
     ev = sub.add_parser("eval", help="mean and std of the return of a saved policy")
     ev.add_argument("run_dir", help="a run directory written by asyncrl train")
     ev.add_argument("--episodes", type=int, default=10, help="episodes to run (default: 10)")
@@ -267,6 +289,14 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_env(args: argparse.Namespace) -> int:
+    from asyncrl.envcheck import check, render
+
+    report = check(args.env_id, args.steps, args.seed, args.algo)
+    render(report)
+    return 1 if report.failed else 0
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -306,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
             return _compare(args)
         if args.command == "tune":
             return _tune(args)
+        if args.command == "check-env":
+            return _check_env(args)
         from asyncrl.evaluate import evaluate
 
         if args.episodes < 1:

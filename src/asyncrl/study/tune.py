@@ -184,3 +184,51 @@ def report(
             f"EPS {best['eps']:.1f}, policy lag {_f(best['policy_lag_mean'], '.2f')})"
         )
     return "\n".join(lines)
+
+
+# An env step slower than this costs the same per env whatever K is (PyBullet's ~1.2 ms steps:
+# EPS flat in K on When does async help?); faster ones gain from a larger K, which spreads one
+# batched action choice over more envs (HalfCheetah, CartPole: EPS rises with K).
+SLOW_STEP_SECONDS = 5e-4
+START_SECONDS = 4.0  # a probe's process start-up, before its first iteration
+PROBE_ITERATIONS = 10  # iterations a probe should reach (recommend() needs 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class Suggestion:
+    """A starting point for N, K and backend, guessed from one env's time per step; and the
+    ``asyncrl tune`` grid that measures it."""
+
+    backend: str
+    actors: int
+    k: int
+    ns: list[int]
+    ks: list[int]
+    seconds: float
+
+    @property
+    def flags(self) -> str:
+        return f"--backend {self.backend} --actors {self.actors} --envs-per-actor {self.k}"
+
+    def command(self, env_id: str, flags: str = "") -> str:
+        ns, ks = ",".join(map(str, self.ns)), ",".join(map(str, self.ks))
+        return f"asyncrl tune --env {env_id}{flags} --ns {ns} --ks {ks} --seconds {self.seconds:g}"
+
+
+def suggest(
+    base: TrainConfig, step_seconds: float, cpus: int, ks: tuple[int, ...] = (8, 16, 32)
+) -> Suggestion:
+    """What tune tends to recommend, without running a probe, from ``step_seconds`` (one env's
+    measured time per step) and the CPUs of this machine, by the rules this project's study
+    measured: the process backend (it overlaps stepping and learning on separate cores); one
+    actor per CPU (on 2 cores N = 2 beat N = 1 and N = 3); the largest K where batching pays,
+    the smallest for an env slower than SLOW_STEP_SECONDS a step, where T only grows with K.
+    ``base`` is a resolved config (its rollout sizes the probes: each long enough for
+    PROBE_ITERATIONS iterations of the largest K). A guess; the tune command measures it."""
+    actors = max(1, cpus)
+    k = ks[0] if step_seconds >= SLOW_STEP_SECONDS else ks[-1]
+    ns = sorted({1, actors})
+    iteration = base.rollout * max(ks) * step_seconds
+    share = max(MIN_PROBE_SECONDS, START_SECONDS + PROBE_ITERATIONS * iteration)
+    seconds = 10.0 * math.ceil(share * len(ns) * len(ks) / 10.0)
+    return Suggestion("process", actors, k, ns, list(ks), seconds)
