@@ -128,6 +128,10 @@ class ChildProcesses:
     def label(self, index: int) -> str:
         return actor_label(self.cfg, index, self.role)
 
+    def indices(self) -> list[int]:
+        """The children not yet reported dead (:meth:`dead`)."""
+        return list(self.procs)
+
     def sentinels(self) -> list[int]:
         return [p.sentinel for p in self.procs.values()]
 
@@ -188,6 +192,8 @@ class ChildProcesses:
         return out
 
     def kill(self, index: int) -> None:
+        """SIGKILL the child of ``index`` through its own handle: not reaped yet (that is
+        :meth:`dead`'s join), so its pid cannot have been reused by another process."""
         p = self.procs.get(index)
         if p is not None and p.is_alive():
             p.kill()
