@@ -109,6 +109,7 @@ def test_a_hung_child_is_killed_and_its_healthy_sibling_is_not(children, status,
     assert lost.cause.startswith("hung: one env step took over ")
     assert lost.cause.endswith(f" s (--env-step-timeout {TIMEOUT:g}); killed")
     assert children.indices() == [1]  # the sibling runs on
+    children.kill(1)  # (it never ends by itself)
     tracker = multiprocessing.resource_tracker._resource_tracker._pid
     if tracker is not None:
         os.kill(tracker, 0)  # raises if it were gone
