@@ -181,3 +181,51 @@ def test_a_child_that_said_goodbye_may_exit(children):
         lost += supervisor.check()
         time.sleep(0.2)
     assert lost == [Lost(1, "exited with code 0", "", False)] and children.indices() == []
+
+
+def test_a_ray_actor_hung_in_a_call_is_killed_by_its_handle_and_replaced():
+    """The Ray backend's adapter (no cluster: a stand-in for ``ray``): an actor whose rollout
+    call has run past the timeout is asked its phase; stepping past the timeout, it is killed
+    through its handle, its calls forgotten and reported lost once, as hung; an actor that is
+    not past the timeout is not even asked."""
+    import threading
+
+    from asyncrl.runtime.backends.ray import RayActors
+
+    killed, asked = [], []
+
+    class Handle:
+        def __init__(self, index: int):
+            self.index = index
+            self.status = SimpleNamespace(remote=lambda: asked.append(index) or index)
+
+    fake_ray = SimpleNamespace(
+        get=lambda ref, timeout: (ActorStatus.STEPPING, 2.5 * TIMEOUT),
+        kill=lambda handle, no_restart: killed.append(handle.index),
+        exceptions=SimpleNamespace(RayTaskError=type("RayTaskError", (Exception,), {})),
+    )
+    now = time.perf_counter()
+    backend = SimpleNamespace(
+        ray=fake_ray,
+        cfg=SimpleNamespace(env_step_timeout=TIMEOUT),
+        book=SimpleNamespace(cond=threading.Condition()),
+        workers=[Handle(0), Handle(1)],
+        # every call in flight: ("rollout", actor, slot, started)
+        pending={"a": ("rollout", 0, 0, now - 3 * TIMEOUT), "b": ("rollout", 1, 1, now)},
+        _label=lambda i: LABEL.format(i),
+    )
+    actors = RayActors(backend)
+    restarted = []
+    supervisor = Supervisor(actors, TIMEOUT, actors, budget=1, restart=restarted.append)
+    [lost] = supervisor.check()
+    assert asked == [0] and killed == [0] and list(backend.pending) == ["b"]
+    assert lost == Lost(
+        0, f"hung: one env step took over {2.5 * TIMEOUT:.1f} s (--env-step-timeout 1); killed",
+        "", False,
+    )  # fmt: skip
+    supervisor.replace(lost, dropped=1)
+    assert restarted == [0] and supervisor.check() == []
+    actors.died(1, fake_ray.exceptions.RayTaskError("Traceback ... ValueError: boom"))
+    [lost] = supervisor.lost()
+    assert (lost.index, lost.cause, lost.fatal) == (1, "raised", False) and not backend.pending
+    assert "boom" in lost.traceback
