@@ -241,7 +241,7 @@ def policy_files(cfg: Any, run_dir: Path, resume: bool) -> OnePolicyFiles | Poli
     return OnePolicyFiles(cfg, run_dir, resume)
 
 
-def _layout(cfg: Any, leader: Any) -> dict[str, Any]:
+def _summary_head(cfg: Any, leader: Any) -> dict[str, Any]:
     """What every summary starts with: the run's layout and its (leading) policy's returns."""
     return {
         **run_figures(cfg, leader.episode_stats),
@@ -285,7 +285,7 @@ class OnePolicyFiles:
     def summary(self, pop: Population, new_steps: int) -> dict[str, Any]:
         h, meter = pop.handles[0], pop.shell.meter
         return {
-            **_layout(self.cfg, h),
+            **_summary_head(self.cfg, h),
             "env_steps": h.env_steps,
             "iterations": h.iterations,
             **meter.summary(new_steps, self.cfg.actors),
@@ -430,7 +430,7 @@ def population_summary(pop: Population, new_steps: int) -> dict[str, Any]:
         )
     first = meters[0]
     return {
-        **_layout(cfg, handles[pop.best]),
+        **_summary_head(cfg, handles[pop.best]),
         "env_steps": sum(h.env_steps for h in handles),
         "iterations": sum(h.iterations for h in handles),
         "wall_seconds": wall,
