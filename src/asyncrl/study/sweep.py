@@ -33,6 +33,7 @@ import yaml
 
 from asyncrl.config import ConfigError, as_field_type, format_value, load_yaml, need
 from asyncrl.rundir import METRICS, default_study_dir
+from asyncrl.runtime.processes import die_with_parent
 from asyncrl.settings import FIELDS, KINDS, from_dict, resolve, validate
 from asyncrl.study.runs import read_summary
 
@@ -291,9 +292,7 @@ def parse(data: dict[str, Any]) -> Sweep:
                 space[name].contains(value),
                 f"enqueue: {name} {value!r} is outside its space, {space[name].describe()}",
             )
-    return Sweep(
-        base, space, objective, direction, every, warmup, startup, tuple(enqueue), data
-    )
+    return Sweep(base, space, objective, direction, every, warmup, startup, tuple(enqueue), data)
 
 
 def _ends(p: Param) -> list[Any]:
@@ -410,10 +409,8 @@ class TrialRun:
 
 
 def _die_with_sweep() -> None:
-    """In the trial's child: SIGTERM (a clean end, as SIGINT) if the sweep dies, so that a
-    killed sweep leaves no trial training on."""
-    from asyncrl.runtime.processes import die_with_parent
-
+    """In the trial's child, before it runs asyncrl: SIGTERM (a clean end, as SIGINT) if the
+    sweep dies, so that a killed sweep leaves no trial training on."""
     die_with_parent(signal.SIGTERM)
 
 
@@ -445,7 +442,9 @@ def report_rows(run: TrialRun, sweep: Sweep) -> bool:
     row reaches; True if anything was reported."""
     column, reported = sweep.objective.column, False
     for row in run.new_rows():
-        value = row.get(column) if column else None
+        if column not in row:  # another kind of row (an evaluation's): not this column's step
+            continue
+        value = row[column]
         while run.next_report <= row["env_steps"]:
             if isinstance(value, int | float) and math.isfinite(value):
                 run.trial.report(float(value), run.next_report)
@@ -558,8 +557,10 @@ def run_sweep(
     echo(table)
     if best is not None:
         write_best(out / BEST, sweep, best)
-        echo(f"best: trial {best.number}, {sweep.objective} {best.value:.4g}; its settings: "
-             f"{out / BEST} (asyncrl train --config {out / BEST})")
+        echo(
+            f"best: trial {best.number}, {sweep.objective} {best.value:.4g}; its settings: "
+            f"{out / BEST} (asyncrl train --config {out / BEST})"
+        )
     if signals.count:
         echo(
             f"sweep interrupted: {counted(all_trials)} of {trials} trials done; go on with "
@@ -625,7 +626,8 @@ def render(trials: list[Any], sweep: Sweep, best: Any | None) -> str:
         shown = [format_value(params[n]) if n in params else "-" for n in names]
         mark = " **<-**" if best is not None and t.number == best.number else ""
         lines.append(
-            f"| {t.number}{mark} | {state} | {value} | " + " | ".join(shown)
+            f"| {t.number}{mark} | {state} | {value} | "
+            + " | ".join(shown)
             + f" | {t.user_attrs.get('run_dir', '-')} |"
         )
     return "\n".join(lines)
@@ -692,4 +694,3 @@ def sweep(
         f"{spec.direction} {spec.objective}; storage {url}"
     )
     return run_sweep(spec, out, trials, jobs, study, echo)
-
