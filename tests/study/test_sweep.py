@@ -18,7 +18,13 @@ optuna = pytest.importorskip("optuna")
 
 from asyncrl.cli import main  # noqa: E402
 from asyncrl.config import ConfigError  # noqa: E402
-from asyncrl.study.sweep import TrialRun, parse, report_rows  # noqa: E402
+from asyncrl.study.sweep import (  # noqa: E402
+    TrialRun,
+    _fail_left_running,
+    counted,
+    parse,
+    report_rows,
+)
 
 BASE = {"env": "CartPole-v1", "total_steps": 2000}
 
@@ -131,6 +137,31 @@ def test_the_objective_is_reported_at_the_same_grid_of_env_steps_for_every_batch
     assert report_rows(run, sweep)
     assert run.trial.reports == [(12.0, 200), (15.0, 300), (15.0, 400)]
     assert run.last_step == 400 and run.next_report == 500
+
+
+def test_the_target_counts_finished_trials_and_trials_failed_on_their_own(tmp_path):
+    """Trials Ctrl+C stopped, and those a killed sweep left running (marked failed on resume),
+    are tried anew; a trial that failed on its own settings counts, or a sweep of a setting
+    combination that cannot work would never end."""
+    from optuna.trial import TrialState
+
+    study = optuna.create_study()
+    ended = {}
+    for name in ("complete", "pruned", "interrupted", "error", "left", "elsewhere"):
+        trial = study.ask()
+        here = tmp_path if name != "elsewhere" else tmp_path / "other"
+        trial.set_user_attr("run_dir", str(here / f"trial-{trial.number:04d}"))
+        ended[name] = trial
+    study.tell(ended["complete"], 1.0)
+    study.tell(ended["pruned"], state=TrialState.PRUNED)
+    ended["interrupted"].set_user_attr("failed", "interrupted")
+    study.tell(ended["interrupted"], state=TrialState.FAIL)
+    ended["error"].set_user_attr("failed", "exit 2: asyncrl: error: ...")
+    study.tell(ended["error"], state=TrialState.FAIL)
+    _fail_left_running(study, tmp_path)
+    states = [t.state.name for t in study.trials]
+    assert states == ["COMPLETE", "PRUNED", "FAIL", "FAIL", "FAIL", "RUNNING"]
+    assert counted(study.trials) == 3
 
 
 def _own_processes(path: Path) -> list[str]:

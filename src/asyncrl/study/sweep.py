@@ -585,6 +585,16 @@ def _stop_all(study: Any, running: list[TrialRun], sweep: Sweep) -> None:
             pass
 
 
+def _fail_left_running(study: Any, out: Path) -> None:
+    """Mark failed the trials of this directory that a killed sweep (SIGKILL: no time to record
+    their end) left RUNNING in the study; like interrupted ones, they do not count."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if Path(t.user_attrs.get("run_dir", "/")).parent == out.resolve():
+            study.tell(t.number, state=TrialState.FAIL)
+
+
 def _best(study: Any) -> Any | None:
     try:
         return study.best_trial
@@ -615,7 +625,7 @@ def render(trials: list[Any], sweep: Sweep, best: Any | None) -> str:
     for t in trials:
         state = t.state.name.lower()
         if t.state.name == "FAIL":
-            state += f" ({t.user_attrs.get('failed', 'left running by a stopped sweep')})"
+            state += f" ({t.user_attrs.get('failed', 'left running by a killed sweep')})"
         if t.value is not None:
             value = f"{t.value:.4g}"
         elif t.intermediate_values:  # a pruned trial: its last reported value
@@ -685,6 +695,8 @@ def sweep(
     url = storage or f"sqlite:///{(out / DB).resolve()}"
     out.mkdir(parents=True, exist_ok=True)
     study = open_study(spec, url, study_name, seed, pruner)
+    if resume:
+        _fail_left_running(study, out)
     if not resume:
         keep = {"name": study_name, "storage": storage, "seed": seed, "pruner": pruner,
                 "trials": trials}  # fmt: skip
