@@ -504,7 +504,7 @@ class _Signals:
             yield self
         finally:
             for s, handler in previous.items():
-                signal.signal(s, handler)
+                signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 @dataclasses.dataclass
@@ -527,7 +527,6 @@ def run_sweep(
     :func:`counted`) or Ctrl+C; then the table and best.yaml."""
     running: list[TrialRun] = []
     signals = _Signals()
-    label = lambda run: f"trial {run.trial.number}"  # noqa: E731
     with signals.installed():
         try:
             while True:
@@ -537,7 +536,7 @@ def run_sweep(
                         run = start_trial(study, sweep, out)
                         running.append(run)
                         shown = ", ".join(f"{k} {format_value(v)}" for k, v in run.params.items())
-                        echo(f"{label(run)} started: {shown} ({run.run_dir})")
+                        echo(f"trial {run.trial.number} started: {shown} ({run.run_dir})")
                 if not running:
                     break
                 for run in list(running):
@@ -547,7 +546,8 @@ def run_sweep(
                         run.interrupt(max(1, signals.count))
                     if run.proc.poll() is not None:
                         running.remove(run)
-                        echo(f"{label(run)} {finish_trial(study, run, sweep, signals.count > 0)}")
+                        ended = finish_trial(study, run, sweep, stopping=signals.count > 0)
+                        echo(f"trial {run.trial.number} {ended}")
                 time.sleep(POLL)
         finally:
             _stop_all(study, running, sweep)
