@@ -24,14 +24,15 @@ class Stopped(Exception):
     """Raised in a child by :func:`wait_for` when the run stops or its parent is gone."""
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the thread that started it ends (the learner's):
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` (SIGKILL; a sweep's trial: SIGTERM, a clean end) to this
+    process when the thread that started it ends (the learner's):
     an actor busy in a long rollout then goes with a learner that was killed, instead of
     noticing only at its next wait. Elsewhere a no-op; the waits' parent check remains. The
     thread, not the process: a thread that starts children must outlive them (join them
     before it ends), or they are killed mid-cleanup."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     except (OSError, AttributeError):
         pass
 
