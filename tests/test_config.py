@@ -78,6 +78,7 @@ BAD = [
         "norm_reward: SAC replays rewards collected under many policy versions",
     ),
     (["--reward-clip", "-1"], "reward_clip: must be >= 0"),
+    (["--wandb-tags", "ok," + "x" * 65], "wandb_tags: must be a list of tags of 1 to 64 char"),
     # rollout 1 (the preset's, and sync DQN's only one) left n_step 3 silently 1-step
     (
         ["--algo", "dqn", "--n-step", "3"],

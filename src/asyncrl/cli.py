@@ -108,7 +108,8 @@ def _add_config_flags(parser: argparse.ArgumentParser, owned: tuple[str, ...] = 
         if kind is bool:
             kw["action"] = argparse.BooleanOptionalAction
         else:
-            kw["type"] = {list: _int_list, int: _whole_number}.get(kind, kind)
+            items = _str_list if f.metadata.get("items") is str else _int_list
+            kw["type"] = {list: items, int: _whole_number}.get(kind, kind)
             if f.metadata.get("choices"):
                 kw["choices"] = f.metadata["choices"]
         if f.metadata.get("preset"):
@@ -119,6 +120,8 @@ def _add_config_flags(parser: argparse.ArgumentParser, owned: tuple[str, ...] = 
                 kw["type"] = _or_auto(_one_of(choices))
                 kw["metavar"] = "{" + ",".join(choices) + "}"
             shown = f"from --preset: {preset_help(name)}"
+        elif "shown" in f.metadata:  # what an empty default stands for
+            shown = f.metadata["shown"]
         elif isinstance(default, list):
             shown = ",".join(map(str, default))
         else:
@@ -273,6 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also record the episodes, rendered off-screen, as an animated GIF (MuJoCo envs "
         "need MUJOCO_GL=egl or osmesa; classic-control envs need pygame)",
     )
+    ev.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log the result (and the video) to the run's W&B run, or to a new one with "
+        "the run's --wandb-* settings if it has none (pip install 'asyncrl[wandb]')",
+    )
     return parser
 
 
@@ -398,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
                 checkpoint=args.checkpoint,
                 video=args.video,
                 policy=args.policy,
+                wandb=args.wandb,
             )
         print(
             f"{result['mean_return']:.2f} +/- {result['std_return']:.2f} "

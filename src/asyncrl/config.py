@@ -269,6 +269,25 @@ class RunConfig(ConfigMethods):
     )
     progress: bool = setting(True, "show a live progress bar")
     tensorboard: bool = setting(True, "write TensorBoard scalars to the run directory")
+    # --- experiment tracking on Weights & Biases (docs: Guides, experiment tracking)
+    wandb: bool = setting(
+        False,
+        "also log the run to Weights & Biases: its config, metrics rows, evaluations and "
+        "summary; a resumed run goes on in the same W&B run (pip install 'asyncrl[wandb]'; "
+        "WANDB_MODE=offline keeps it on this machine)",
+    )
+    wandb_project: str = setting("asyncrl", "--wandb: the W&B project")
+    wandb_entity: str = setting(
+        "", "--wandb: the W&B entity (user or team)", shown="your W&B default entity"
+    )
+    wandb_group: str = setting("", "--wandb: the W&B group the run is in", shown="none")
+    wandb_tags: list = setting(
+        [],
+        "--wandb: the W&B run's tags, comma-separated (in YAML: a list)",
+        items=str,
+        shown="none",
+    )
+    wandb_name: str = setting("", "--wandb: the W&B run's name", shown="the run directory's name")
     threads_learner: int = preset_setting(
         1, "torch threads of the learner (0: as many as the CPUs this process may use)"
     )
@@ -446,6 +465,9 @@ def validate_run(cfg: Any) -> None:
             "on_env_error: restart recreates one Gymnasium env in place; EnvPool's envs cannot "
             "be recreated one by one (use --vectorizer gymnasium, or --on-env-error raise)",
         )
+    if cfg.wandb:
+        need_wandb()
+    _validate_wandb(cfg)
     if cfg.backend == "ray" and not cfg.hogwild:
         import importlib.util
 
@@ -462,6 +484,27 @@ def validate_run(cfg: Any) -> None:
     )
     need(cfg.threads_actor >= 1, f"threads_actor: must be >= 1, got {cfg.threads_actor}")
     _validate_device(cfg)
+
+
+def need_wandb() -> None:
+    """Refuse ``--wandb`` where the wandb package is not installed (it is an extra)."""
+    import importlib.util
+
+    need(
+        importlib.util.find_spec("wandb") is not None,
+        "wandb: logging to Weights & Biases needs the wandb package, which is not installed: "
+        "pip install 'asyncrl[wandb]'",
+    )
+
+
+def _validate_wandb(cfg: Any) -> None:
+    need(
+        isinstance(cfg.wandb_tags, list)
+        and all(isinstance(t, str) and 1 <= len(t) <= 64 for t in cfg.wandb_tags),
+        f"wandb_tags: must be a list of tags of 1 to 64 characters each (W&B's limit), got "
+        f"{cfg.wandb_tags!r}",
+    )
+    need(cfg.wandb_project != "", "wandb_project: must name a W&B project, got ''")
 
 
 def _validate_population(cfg: Any) -> None:
@@ -554,6 +597,7 @@ def worker_config(cfg: Any, worker: int) -> Any:
         total_steps=max(1, math.ceil(cfg.total_steps / cfg.hogwild)),
         progress=False,
         tensorboard=False,
+        wandb=False,  # the run's shell logs the run, not each worker
         # "one per CPU" among the workers: each worker's share
         threads_learner=(
             learner_threads(cfg, cfg.hogwild) if cfg.threads_learner == 0 else cfg.threads_learner

@@ -5,8 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from asyncrl.config import need_wandb
 from asyncrl.policy import load, probe_rendering
 from asyncrl.settings import load_run_config
+
+# what a result logs to W&B (with --wandb), under evaluate/<name>: apart from the training's
+# evaluations (eval/*), which run other seeds on the checkpoints of their time
+LOGGED = ("mean_return", "std_return", "mean_length", "std_length", "episodes")
 
 
 def evaluate(
@@ -17,12 +22,16 @@ def evaluate(
     checkpoint: str = "latest",
     video: str | Path | None = None,
     policy: int | None = None,
+    wandb: bool = False,
 ) -> dict[str, Any]:
     """Evaluate the policy saved in ``run_dir`` (its ``"latest"`` or ``"best"`` checkpoint) for
     ``episodes`` episodes seeded ``seed``, ``seed + 1``, ...; optionally record them as a GIF at
     ``video``. Returns ``EvalResult.to_dict()`` (episodes, mean and std of returns and lengths,
     and each episode's return and length) and the policy's training env steps. ``policy``: a
-    population run's policy i (default: its best)."""
+    population run's policy i (default: its best). ``wandb``: also log the result, and the
+    video, to the run's W&B run (a new one if it has none) at the policy's env steps."""
+    if wandb:  # before anything runs
+        need_wandb()
     if video is not None:  # before this process loads the OpenGL library, which may hang
         cfg = load_run_config(run_dir)
         probe_rendering(cfg.env, cfg.atari_preprocessing)
@@ -31,4 +40,21 @@ def evaluate(
     result["env_steps"] = loaded.env_steps
     if loaded.index is not None:
         result["policy"] = loaded.index
+    if wandb:
+        _log_to_wandb(Path(run_dir), result, video)
     return result
+
+
+def _log_to_wandb(run_dir: Path, result: dict[str, Any], video: str | Path | None) -> None:
+    from asyncrl.runtime.shell import open_tracker
+
+    tracker = open_tracker(load_run_config(run_dir), run_dir, resume=True)
+    try:
+        row = {f"evaluate/{name}": result[name] for name in LOGGED}
+        if video is not None:
+            row["evaluate/video"] = tracker.video(video)
+        tracker.log(result["env_steps"], row)
+    except BaseException:
+        tracker.finish(1)
+        raise
+    tracker.finish(0)

@@ -273,12 +273,20 @@ class EpisodeStats:
 
 class MetricsLog:
     """metrics.jsonl (one line per row of ``log_every`` iterations, see RowWindow) and
-    TensorBoard scalars in the run directory."""
+    TensorBoard scalars in the run directory; and the same scalars to a ``tracker`` (W&B,
+    :class:`asyncrl.tracking.Tracker`) if given."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool, resume_at: int | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        tensorboard: bool,
+        resume_at: int | None = None,
+        tracker: Any = None,
+    ):
         """``resume_at``: the env steps of the checkpoint a resumed run starts from; the rows
         written after it (by the run that went on past its checkpoint, then stopped) are
         dropped from metrics.jsonl and hidden in TensorBoard, so curves never go backwards."""
+        self.tracker = tracker
         path = run_dir / "metrics.jsonl"
         if resume_at is not None and path.exists():
             _drop_rows_after(path, resume_at)
@@ -296,11 +304,19 @@ class MetricsLog:
         line = {"env_steps": step, **row}
         self.file.write(json.dumps(line) + "\n")
         self.file.flush()
+        if self.tb is None and self.tracker is None:
+            return
+        prefix = "" if policy is None else f"policy_{policy}/"
+        scalars = {
+            prefix + _tb_name(key): value
+            for key, value in row.items()
+            if isinstance(value, int | float) and math.isfinite(value)
+        }
         if self.tb is not None:
-            prefix = "" if policy is None else f"policy_{policy}/"
-            for key, value in row.items():
-                if isinstance(value, int | float) and math.isfinite(value):
-                    self.tb.add_scalar(prefix + _tb_name(key), value, step)
+            for name, value in scalars.items():
+                self.tb.add_scalar(name, value, step)
+        if self.tracker is not None:
+            self.tracker.log(step, scalars)
 
     def close(self) -> None:
         self.file.close()

@@ -65,6 +65,7 @@ METRICS = "metrics.jsonl"
 TENSORBOARD = "tb"
 POLICY_DIR = "policy_"  # a population's policy i: policy_<i>/ (its checkpoints)
 EXPLOITS = "pbt.jsonl"  # PBT's exploits, one row each
+WANDB_RUN = "wandb-run.json"  # the W&B run a --wandb run logs to: its resumptions go on there
 MARKER = ".asyncrl-run"  # written with the config: --overwrite deletes only a marked run
 LOCK = ".asyncrl.lock"  # flock'ed by the run using the directory, for its whole life
 KEEP_CHECKPOINTS = 2  # TrainConfig.keep_checkpoints' default, for a state without a config
@@ -142,9 +143,10 @@ def claim_run_dir(run_dir: str | Path, resume: bool, overwrite: bool) -> Path:
     A directory that already holds a run is never written over by accident: without ``resume``
     (continue that run) or ``overwrite`` (start over) it is refused with a ConfigError naming
     both ways out. ``overwrite`` deletes only the files a run writes -- config.yaml, the
-    checkpoints, metrics.jsonl, summary.json, tb/, pbt.jsonl and a population's policy_<i>/
-    directories -- and leaves anything else there alone (a policy_notes.md too); it refuses
-    a directory without asyncrl's marker (:data:`MARKER`), whose files are not ours.
+    checkpoints, metrics.jsonl, summary.json, tb/, pbt.jsonl, wandb-run.json (the next run
+    starts a W&B run of its own) and a population's policy_<i>/ directories -- and leaves
+    anything else there alone (a policy_notes.md too, and W&B's local files in wandb/); it
+    refuses a directory without asyncrl's marker (:data:`MARKER`), whose files are not ours.
     Leftover temporary files of a killed run are removed in every case (they can be as large
     as a checkpoint and are never complete). Does not create the directory.
     """
@@ -248,7 +250,10 @@ def policy_folders(policies: int) -> bool:
 
 
 def _run_files(run_dir: Path) -> list[Path]:
-    names = (CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD, MARKER, EXPLOITS)
+    names = (
+        CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD, MARKER, EXPLOITS,
+        WANDB_RUN,
+    )  # fmt: skip
     # a population's policy_<i>/ directories, not whatever else a user named policy_*
     policies = [p for p in run_dir.glob(f"{POLICY_DIR}*") if _POLICY.fullmatch(p.name)]
     named = [run_dir / n for n in names] + sorted(p for p in policies if p.is_dir())
@@ -632,6 +637,17 @@ def restore_learner(run_dir: Path, learner: Any) -> tuple[dict[str, Any], Path]:
 def save_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     text = json.dumps(summary, indent=2) + "\n"
     _atomic_write(run_dir / SUMMARY, lambda p: p.write_text(text))
+
+
+def load_wandb_run(run_dir: str | Path) -> dict[str, Any] | None:
+    """The W&B run that ``run_dir``'s run logs to (its id, project and entity), or None."""
+    path = Path(run_dir) / WANDB_RUN
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def save_wandb_run(run_dir: str | Path, run: dict[str, Any]) -> None:
+    text = json.dumps(run, indent=2) + "\n"
+    _atomic_write(Path(run_dir) / WANDB_RUN, lambda p: p.write_text(text))
 
 
 def save_config(run_dir: Path, cfg: Any) -> None:

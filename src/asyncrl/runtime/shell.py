@@ -1,7 +1,7 @@
 """The run shell: what every run is wrapped in, whatever trains inside it -- the actor-learner
-pipeline or Hogwild! workers. It owns the metrics log (metrics.jsonl, TensorBoard), the
-evaluations during training, the progress line, the throughput meter, how the run stops and
-ends (:class:`~asyncrl.runtime.lifecycle.RunEnd`), its checkpoints and its summary.
+pipeline or Hogwild! workers. It owns the metrics log (metrics.jsonl, TensorBoard, and W&B with
+``--wandb``), the evaluations during training, the progress line, the throughput meter, how the
+run stops and ends (:class:`~asyncrl.runtime.lifecycle.RunEnd`), its checkpoints and its summary.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
-from asyncrl.rundir import save_checkpoint
+from asyncrl.rundir import load_wandb_run, save_checkpoint, save_wandb_run
 from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.lifecycle import RunEnd, StopSignals
+from asyncrl.tracking import Tracker
 
 Callback = Callable[[dict[str, Any]], Any]
 """Called after every training iteration with that iteration's figures; returning ``False``
@@ -24,6 +25,22 @@ Callback = Callable[[dict[str, Any]], Any]
 
 # the endings after which the evaluation in progress is waited for
 CALM_ENDINGS = ("budget", "time_limit", "callback")
+# the exit status of `asyncrl train` after each ending (1 after any other), as W&B is told
+EXIT_CODES = {"budget": 0, "time_limit": 0, "callback": 0, "signal": 130, "aborted": 130}
+
+
+def open_tracker(cfg: Any, run_dir: Path, resume: bool) -> Tracker:
+    """The W&B run of the run in ``run_dir``: with ``resume`` the one it logged to before (its
+    wandb-run.json), if any, else a new one, which wandb-run.json then names."""
+    earlier = load_wandb_run(run_dir) if resume else None
+    tracker = Tracker(cfg, run_dir, earlier["id"] if earlier else None)
+    try:
+        if tracker.identity is not None:
+            save_wandb_run(run_dir, tracker.identity)
+    except BaseException:
+        tracker.finish(1)
+        raise
+    return tracker
 
 
 class RunShell:
@@ -46,9 +63,15 @@ class RunShell:
         self.cfg, self.run_dir, self.resume, self.callback = cfg, run_dir, resume, callback
         self.steps_at_start, self.earlier_seconds = env_steps, earlier_seconds
         self._closing = contextlib.ExitStack()
+        self.end = RunEnd(run_dir, stop, cfg.checkpoint_every, resumed_from, env_steps)
+        self.tracker: Tracker | None = None
         try:
+            if cfg.wandb:
+                self.tracker = open_tracker(cfg, run_dir, resume)
+                self._closing.callback(self._finish_tracker)
             # a resumed run's curves go on from its checkpoint: rows written after it are dropped
-            self.log = MetricsLog(run_dir, cfg.tensorboard, env_steps if resume else None)
+            resume_at = env_steps if resume else None
+            self.log = MetricsLog(run_dir, cfg.tensorboard, resume_at, self.tracker)
             self._closing.callback(self.log.close)
             self.evals = Evaluations(cfg, spec, run_dir, self.log, env_steps, resume)
             self._closing.callback(self.evals.close)
@@ -58,7 +81,6 @@ class RunShell:
             self._closing.close()
             raise
         self.meter = Throughput(cfg.envs_per_actor)
-        self.end = RunEnd(run_dir, stop, cfg.checkpoint_every, resumed_from, env_steps)
 
     @property
     def wall_seconds(self) -> float:
@@ -107,10 +129,18 @@ class RunShell:
         self.evals.finish(wait=self.end.kind in CALM_ENDINGS)
         out.update(self.evals.summary())
         out.update(fields, resumed=self.resume, run_dir=str(self.run_dir))
+        if self.tracker is not None:
+            self.tracker.summary(out)
         return out
 
     def close(self) -> None:
         self._closing.close()
+
+    def _finish_tracker(self) -> None:
+        """The W&B run ends with the exit status the run ends with; a run that left before
+        its ending (an error while starting) failed."""
+        code = EXIT_CODES.get(self.end.kind or "budget", 1) if self.end.stop.ending else 1
+        self.tracker.finish(code)
 
 
 def run_figures(cfg: Any, episodes: EpisodeStats) -> dict[str, Any]:

@@ -72,6 +72,7 @@ def plan(
             checkpoint_every=0.0,
             progress=False,
             tensorboard=False,
+            wandb=False,  # probes measure speed: they are no experiments to track
         )
         try:
             validate(cfg)
