@@ -1,5 +1,6 @@
 """The command line: ``asyncrl train`` and ``asyncrl eval``; the studies ``compare``,
-``tune`` and ``sweep``; ``check-env``, which checks an env before a run on it.
+``tune`` and ``sweep``; ``check-env``, which checks an env before a run on it; ``export``,
+which writes a saved policy as an ONNX file.
 
 Every field of TrainConfig is a kebab-case flag whose help and default come from the field.
 Precedence: defaults < ``--config FILE`` < flags given on the command line (< nothing else), and
@@ -282,6 +283,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="also log the result (and the video) to the run's W&B run, or to a new one with "
         "the run's --wandb-* settings if it has none (pip install 'asyncrl[wandb]')",
     )
+    ex = sub.add_parser(
+        "export",
+        help="write a saved policy's deterministic acting path as an ONNX file",
+        description="The policy asyncrl eval acts with (observation normaliser folded in; "
+        "recurrent: the state as an input and an output) as an ONNX graph from a batch of raw "
+        "observations to the actions the env receives. Checked before it is kept: onnxruntime "
+        "and PyTorch act on observations of the run's env (random actions, seeded); exits 1, "
+        "writing nothing, if they disagree. Needs pip install 'asyncrl[onnx]'.",
+    )
+    ex.add_argument("run_dir", metavar="RUN", help="a run directory written by asyncrl train")
+    ex.add_argument("--onnx", required=True, metavar="FILE", help="the ONNX file to write")
+    ex.add_argument(
+        "--checkpoint",
+        default="latest",
+        metavar="latest|best|PATH",
+        help="latest: the newest checkpoint; best: checkpoint-best.pt (--eval-every); or a "
+        "checkpoint file, as a path or a name inside RUN (default: latest)",
+    )
+    ex.add_argument(
+        "--policy",
+        type=int,
+        default=None,
+        help="a population run's policy i (default: its best policy; a run of one policy: it)",
+    )
+    ex.add_argument(
+        "--observations",
+        type=_whole_number,
+        default=1000,
+        help="observations the check compares actions on (default: 1000)",
+    )
+    ex.add_argument(
+        "--seed", type=int, default=0, help="seed of the check's env and actions (default: 0)"
+    )
     return parser
 
 
@@ -351,6 +385,27 @@ def _check_env(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from asyncrl.export import export
+
+    done = export(
+        args.run_dir, args.onnx, args.checkpoint, args.policy, args.observations, args.seed
+    )
+    which = "" if done["policy"] is None else f" policy {done['policy']},"
+    print(
+        f"exported {done['algo']} on {done['env']} ({done['checkpoint']} checkpoint,{which} "
+        f"{done['env_steps']:,} env steps) to {done['onnx']} ({done['bytes']:,} bytes)"
+    )
+    for kind, names in (("input ", done["inputs"]), ("output", done["outputs"])):
+        for name, (shape, dtype, what) in names.items():
+            print(f"  {kind} {name} [{', '.join(map(str, shape))}] {dtype}: {what}")
+    print(
+        f"checked: onnxruntime beside PyTorch on {done['agreement'].observations} observations "
+        f"of {done['env']} (random actions, seed {done['seed']}): {done['agreement'].line()}"
+    )
+    return 0
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -379,6 +434,7 @@ def _offscreen_pygame(on: bool) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from asyncrl.core import NonFiniteError
+    from asyncrl.export import ExportError
     from asyncrl.rundir import CheckpointReadError, CheckpointWriteError
     from asyncrl.runtime.faults import ActorError, LearnerLost
     from asyncrl.runtime.lifecycle import Aborted, Interrupted
@@ -394,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(args)
         if args.command == "check-env":
             return _check_env(args)
+        if args.command == "export":
+            return _export(args)
         from asyncrl.evaluate import evaluate
 
         if args.episodes < 1:
@@ -421,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"asyncrl: error: {e}", file=sys.stderr)
         return 2
+    except ExportError as e:
+        print(f"asyncrl: error: {e}", file=sys.stderr)
+        return 1
     except (ActorError, LearnerLost) as e:
         print(f"asyncrl: {e}", file=sys.stderr)
         return 1

@@ -25,7 +25,13 @@ from asyncrl.algos import algorithm
 from asyncrl.config import ConfigError
 from asyncrl.envs import EnvSpec, check_env, make_env
 from asyncrl.nets import FlatParams
-from asyncrl.rundir import load_best_checkpoint, load_checkpoint, policy_dir
+from asyncrl.rundir import (
+    load_best_checkpoint,
+    load_checkpoint,
+    load_checkpoint_at,
+    policy_dir,
+    policy_of,
+)
 from asyncrl.settings import TrainConfig, load_run_config, policy_config
 
 CHECKPOINTS = ("latest", "best")
@@ -371,26 +377,28 @@ def load(
     run_dir: str | Path, checkpoint: str = "latest", seed: int = 0, policy: int | None = None
 ) -> Policy:
     """The policy saved in ``run_dir``: its newest checkpoint (``"latest"``, falling back to an
-    older one if the newest is damaged) or the one that evaluated best during training
-    (``"best"``, kept with ``eval_every``). ``seed`` seeds the policy's own generator, used only
-    for stochastic actions. ``policy``: of a population run (``--policies``), policy ``i``'s
-    newest checkpoint (default: the population's best policy at the run's newest
-    checkpoint). Raises ConfigError (naming the run directory or the checkpoint) if there is
-    no such run, policy or checkpoint."""
-    if checkpoint not in CHECKPOINTS:
-        raise ConfigError(f"checkpoint: {checkpoint!r} is not one of {', '.join(CHECKPOINTS)}")
+    older one if the newest is damaged), the one that evaluated best during training
+    (``"best"``, kept with ``eval_every``), or a checkpoint file of the run (a path, or a name
+    inside ``run_dir``: ``"checkpoint-000004.pt"``, ``"policy_1/checkpoint-000004.pt"``).
+    ``seed`` seeds the policy's own generator, used only for stochastic actions. ``policy``:
+    of a population run (``--policies``), policy ``i``'s newest checkpoint (default: the
+    population's best policy at the run's newest checkpoint). Raises ConfigError (naming the
+    run directory or the checkpoint) if there is no such run, policy or checkpoint."""
     cfg = load_run_config(run_dir)
+    path = None if checkpoint in CHECKPOINTS else _checkpoint_file(run_dir, checkpoint)
     if policy is not None and not 0 <= policy < cfg.policies:
         raise ConfigError(f"policy: {run_dir} holds policies 0 to {cfg.policies - 1}, got {policy}")
     spec = check_env(cfg.env, cfg.atari_preprocessing)
     index = None
-    if checkpoint == "best":  # a population's: its best policy (its "eval" names which)
-        state = load_best_checkpoint(run_dir)
-        index = (state.get("eval") or {}).get("policy")
+    if checkpoint == "best" or path is not None:  # best: a population's best policy
+        state = load_best_checkpoint(run_dir) if path is None else load_checkpoint_at(path)
+        if cfg.policies > 1:  # which policy: the best one's "eval" names it, else its folder
+            folder = None if path is None else policy_of(path.resolve().parent)
+            index = (state.get("eval") or {}).get("policy", folder)
         if policy is not None and policy != index:
             raise ConfigError(
-                f"policy: the best checkpoint of {run_dir} holds policy {index}, not {policy}; "
-                "leave --policy out, or take its latest checkpoint"
+                f"policy: the {checkpoint} checkpoint of {run_dir} holds policy {index}, not "
+                f"{policy}; leave --policy out, or take its latest checkpoint"
             )
     elif cfg.policies > 1:
         if policy is None:  # the population's best at the run's newest checkpoint
@@ -403,10 +411,28 @@ def load(
         cfg = policy_config(cfg, index)
     policy_ = Policy.build(cfg, spec, seed)
     policy_.index = index
-    policy_.module.load_state_dict(algorithm(cfg.algo).acting_state(state))
+    try:
+        acting = algorithm(cfg.algo).acting_state(state)
+    except KeyError:  # a population's own checkpoint: its policies' are in policy_<i>/
+        raise ConfigError(
+            f"checkpoint: {checkpoint} holds no policy (a population's policies are in "
+            f"{run_dir}/policy_<i>/: name one of their checkpoints, or give --policy alone)"
+        ) from None
+    policy_.module.load_state_dict(acting)
     if "learner" in state:
         policy_.env_steps = int(state["learner"]["counters"]["env_steps"])
     else:
         policy_.env_steps = int(state.get("env_steps", 0))
     policy_.evaluation = state.get("eval")
     return policy_
+
+
+def _checkpoint_file(run_dir: str | Path, checkpoint: str) -> Path:
+    """The file ``checkpoint`` names: a path, or a name inside ``run_dir``."""
+    for path in (Path(checkpoint), Path(run_dir) / checkpoint):
+        if path.is_file():
+            return path
+    raise ConfigError(
+        f"checkpoint: {checkpoint!r} is neither {' nor '.join(CHECKPOINTS)} nor a checkpoint "
+        f"file (as a path, or inside {run_dir})"
+    )

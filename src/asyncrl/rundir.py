@@ -249,6 +249,13 @@ def policy_folders(policies: int) -> bool:
     return policies > 1
 
 
+def policy_of(directory: Path) -> int | None:
+    """The policy whose checkpoints ``directory`` holds (a population's ``policy_<i>``), or
+    None."""
+    match = _POLICY.fullmatch(directory.name)
+    return int(match.group(1)) if match else None
+
+
 def _run_files(run_dir: Path) -> list[Path]:
     names = (
         CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD, MARKER, EXPLOITS,
@@ -577,13 +584,19 @@ def load_checkpoint_file(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
 def load_best_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     """``checkpoint-best.pt`` of ``run_dir``; a ConfigError if there is none or it does not
     load (there is no older one to fall back to: the latest checkpoint is another policy)."""
-    _check_torch()
     path = Path(run_dir) / BEST_CHECKPOINT
     if not path.is_file():
         raise ConfigError(
             f"checkpoint: {run_dir} holds no {BEST_CHECKPOINT} (a run keeps one when it "
             "evaluates during training: --eval-every)"
         )
+    return load_checkpoint_at(path)
+
+
+def load_checkpoint_at(path: Path) -> dict[str, Any]:
+    """The checkpoint file ``path`` (one named by the user: no other is tried in its place);
+    a ConfigError naming it if it does not load."""
+    _check_torch()
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(state, dict):
