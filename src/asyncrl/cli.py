@@ -1,5 +1,5 @@
-"""The command line: ``asyncrl train`` and ``asyncrl eval``; the studies ``compare`` and
-``tune``; ``check-env``, which checks an env before a run on it.
+"""The command line: ``asyncrl train`` and ``asyncrl eval``; the studies ``compare``,
+``tune`` and ``sweep``; ``check-env``, which checks an env before a run on it.
 
 Every field of TrainConfig is a kebab-case flag whose help and default come from the field.
 Precedence: defaults < ``--config FILE`` < flags given on the command line (< nothing else), and
@@ -198,6 +198,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tn.add_argument("--config", help="YAML file of settings for every probe")
     _add_config_flags(tn, owned=TUNE_OWNS)
+    sw = sub.add_parser(
+        "sweep",
+        help="search training settings for the best return: Optuna trials, pruned as they run",
+        description="Trials of asyncrl train over a YAML search space (docs: Guides, sweeps), "
+        "several at a time, bad ones pruned from their metrics; at the end a table of the "
+        "trials and best.yaml, the best trial's settings. Ctrl+C stops it; --resume goes on.",
+    )
+    sw.add_argument("file", nargs="?", help="the sweep file (base settings, space, objective)")
+    sw.add_argument("--resume", metavar="SWEEP_DIR", help="go on with the sweep in SWEEP_DIR")
+    sw.add_argument("--out", default="", help="sweep directory (default: runs/sweep-<env>-...)")
+    sw.add_argument(
+        "--trials", type=int, default=None, help="trials to finish (default: 20, or as saved)"
+    )
+    sw.add_argument("--jobs", type=int, default=None, help="trials at a time (default: 1)")
+    sw.add_argument(
+        "--storage",
+        default=None,
+        help="an Optuna storage URL, e.g. postgresql://... for several machines (default: "
+        "SQLite, optuna.db in the sweep directory)",
+    )
+    sw.add_argument("--study-name", default=None, help="default: the sweep directory's name")
+    sw.add_argument("--seed", type=int, default=None, help="the sampler's seed (default: 0)")
+    sw.add_argument(
+        "--pruner",
+        choices=("median", "halving", "none"),
+        default=None,
+        help="Optuna's median pruner, successive halving, or none (default: median)",
+    )
     ce = sub.add_parser(
         "check-env",
         help="check an env before training on it: Gymnasium's checker and what asyncrl needs",
@@ -298,6 +326,23 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from asyncrl.study.sweep import sweep
+
+    result = sweep(
+        args.file,
+        args.out,
+        args.trials,
+        args.jobs,
+        args.storage,
+        args.study_name,
+        args.seed,
+        args.pruner,
+        args.resume,
+    )
+    return 130 if result.interrupted else 0
+
+
 def _check_env(args: argparse.Namespace) -> int:
     from asyncrl.envcheck import check, render
 
@@ -345,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
             return _compare(args)
         if args.command == "tune":
             return _tune(args)
+        if args.command == "sweep":
+            return _sweep(args)
         if args.command == "check-env":
             return _check_env(args)
         from asyncrl.evaluate import evaluate

@@ -605,6 +605,12 @@ def worker_config(cfg: Any, worker: int) -> Any:
     )
 
 
+def learners_in_processes(cfg: Any) -> bool:
+    """Whether a run's learners each get a process: a population on a backend whose slots and
+    policy stores are shared memory (process; ray, whose driver-side slots then are)."""
+    return cfg.policies > 1 and cfg.backend in ("process", "ray")
+
+
 def learner_process_config(cfg: Any) -> Any:
     """The config a population's learner runs with in a process of its own (P learner
     processes train at once): "one per CPU" (``threads_learner`` 0) is its share of the CPUs,

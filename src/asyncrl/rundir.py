@@ -243,6 +243,12 @@ def policy_dir(run_dir: str | Path, policy: int) -> Path:
     return Path(run_dir) / f"{POLICY_DIR}{policy}"
 
 
+def policy_folders(policies: int) -> bool:
+    """Whether a run of ``policies`` policies keeps each one's checkpoints in a folder of its
+    own (:func:`policy_dir`) beside the run's: a population does; one policy's are the run's."""
+    return policies > 1
+
+
 def _run_files(run_dir: Path) -> list[Path]:
     names = (
         CONFIG, CHECKPOINT, BEST_CHECKPOINT, METRICS, SUMMARY, TENSORBOARD, MARKER, EXPLOITS,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from asyncrl.api import make_config
-from asyncrl.runtime import learners, pipeline
+from asyncrl.runtime import learners, population
 from asyncrl.runtime.pbt import PBT, perturb
 from asyncrl.runtime.shell import RunShell
 from asyncrl.runtime.trainer import train
@@ -81,7 +81,7 @@ def test_a_resume_with_pbt_off_trains_each_policy_on_the_values_it_reports(
         assert reported[p] == actual[p], (p, reported, actual)
         assert _load(run / f"policy_{p}" / "checkpoint.pt")["hyperparameters"] == actual[p]
         assert saved[p] == actual[p]
-    table = pipeline.population_table(second)
+    table = population.population_table(second)
     assert f"{actual[1]['lr']:>10.4g}" in table.splitlines()[3]
     assert "asyncrl: pbt off: the values PBT gave policy 1 stay, frozen" in out
 
@@ -134,11 +134,11 @@ def test_a_checkpoint_pairs_a_policys_weights_with_their_values_across_an_exploi
         return original_run_checkpoint(self, state)
 
     original_exploited, original_state = PBT.exploited, learners.RemoteLearner.state
-    original_save, original_run_checkpoint = pipeline.save_checkpoint, RunShell.checkpoint
+    original_save, original_run_checkpoint = population.save_checkpoint, RunShell.checkpoint
     monkeypatch.setattr(PBT, "decide", decide)
     monkeypatch.setattr(PBT, "exploited", after_exploit)
     monkeypatch.setattr(learners.RemoteLearner, "state", state)
-    monkeypatch.setattr(pipeline, "save_checkpoint", save_checkpoint)
+    monkeypatch.setattr(population, "save_checkpoint", save_checkpoint)
     monkeypatch.setattr(RunShell, "checkpoint", run_checkpoint)
     cfg = _cfg(
         tmp_path,

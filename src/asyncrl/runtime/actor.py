@@ -26,72 +26,12 @@ from asyncrl.envs import (
 )
 from asyncrl.learning.population import policy_envs
 from asyncrl.nets import FlatParams
+from asyncrl.runtime.supervisor import ActorStatus
 from asyncrl.runtime.transport import PolicyStore, Slot
 from asyncrl.settings import TrainConfig
 
 POLICY_SEED_STRIDE = 7919  # policy p acts with generator seed + 7919 p (policy 0: the seed)
 MAPPING_SEED = 31337  # the random mapping's draws: an actor's first seed + this
-
-
-class ActorStatus:
-    """What each actor is doing and since when: one row ``[phase, since]`` per actor, written by
-    the actor (``since`` is ``time.monotonic()``, the same clock in every process), read by its
-    supervisor. Backed by any float64 array of shape (actors, 2): shared memory for processes."""
-
-    WAITING, POLICY, ACTING, STEPPING, DONE, STARTING = range(6)
-    # the phases that wait on envs, which may hang: what a supervisor times (--env-step-timeout)
-    WATCHED = {STEPPING: "one env step", STARTING: "building and resetting its envs"}
-
-    def __init__(self, rows: np.ndarray):
-        self.rows = rows
-
-    @staticmethod
-    def set(row: np.ndarray | None, phase: int) -> None:
-        if row is not None:
-            row[1] = time.monotonic()
-            row[0] = phase
-
-    def hung(self, actor: int, timeout: float, pauses: Pauses | None = None) -> float | None:
-        """Seconds ``actor`` has been in a watched phase (an env step; building and first
-        resetting its envs), if more than ``timeout`` (0: never); the ``pauses`` its supervisor
-        saw are not counted."""
-        phase, since = self.rows[actor]
-        if timeout and int(phase) in self.WATCHED:
-            now = time.monotonic()
-            busy = now - since - (pauses.within(since, now) if pauses is not None else 0.0)
-            if busy > timeout:
-                return busy
-        return None
-
-    def doing(self, actor: int) -> str:
-        """What ``actor`` is timed for, in words ("one env step")."""
-        return self.WATCHED.get(self.phase(actor), "its work")
-
-    def phase(self, actor: int) -> int:
-        return int(self.rows[actor][0])
-
-
-class Pauses:
-    """Stretches in which a supervisor did not run at all. A Ctrl+Z, a frozen container or a
-    suspended job stops the actors with it while the monotonic clock runs on: the supervisor
-    calls :meth:`tick` at least every ``POLL`` seconds, and a gap of more than ``GAP`` between
-    two ticks is a pause, not charged to an actor as time spent in a step."""
-
-    GAP = 1.0  # seconds; a supervisor that merely was busy or starved meanwhile is not charged
-
-    def __init__(self) -> None:
-        self.last: float | None = None
-        self.seen: list[tuple[float, float]] = []  # (start, end) of each pause, newest last
-
-    def tick(self) -> None:
-        now = time.monotonic()
-        if self.last is not None and now - self.last > self.GAP:
-            self.seen = self.seen[-255:] + [(self.last, now)]
-        self.last = now
-
-    def within(self, since: float, now: float) -> float:
-        """Seconds of pauses between ``since`` and ``now``."""
-        return sum(max(0.0, min(end, now) - max(start, since)) for start, end in self.seen)
 
 
 class Actor:

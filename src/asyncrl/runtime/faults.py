@@ -1,9 +1,8 @@
-"""What a fault in an actor (or a Hogwild! worker) costs: the error that ends a run, and the
-restart budget with its one-line reports."""
+"""The errors a fault in a child ends a run with, and how a child is named in them (the restart
+budget and its reports are the supervisor's: runtime/supervisor.py)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 
@@ -14,37 +13,6 @@ class ActorError(RuntimeError):
 class LearnerLost(RuntimeError):
     """A population's learner process failed or died; the message names it and carries its
     traceback. The other learners are consistent: their final checkpoints are written."""
-
-
-class Restarts:
-    """The run's budget of actor restarts (``--actor-restarts``) and their one-line reports.
-
-    ``charge`` is called once per lost actor: it prints one line naming the actor, its envs, the
-    cause and the last lines of its traceback, and counts it; past the budget it raises
-    ActorError with the whole traceback instead.
-    """
-
-    def __init__(self, budget: int, role: str = "actor", stream: Any = None):
-        self.budget, self.role = budget, role
-        self.used = 0
-        self.dropped = 0
-        self.stream = stream
-
-    def charge(self, label: str, cause: str, tb: str, dropped: int) -> None:
-        self.dropped += dropped
-        if self.used >= self.budget:
-            raise ActorError(
-                f"{label} {cause}; no restarts left (--actor-restarts {self.budget})"
-                + (f":\n{tb}" if tb else "")
-            )
-        self.used += 1
-        tail = " | ".join(line.strip() for line in tb.strip().splitlines()[-3:]) if tb else ""
-        print(
-            f"asyncrl: {label} {cause}; restarting it ({self.used} of {self.budget} restarts, "
-            f"{dropped} rollout(s) dropped)" + (f": {tail}" if tail else ""),
-            file=self.stream or sys.stderr,
-            flush=True,
-        )
 
 
 def is_env_error(exc: BaseException | None) -> bool:

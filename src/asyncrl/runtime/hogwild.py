@@ -30,11 +30,11 @@ from asyncrl.learning.schedule import continue_schedule
 from asyncrl.metrics import EpisodeStats, Throughput
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import restore_learner, save_config
-from asyncrl.runtime.actor import ActorStatus, Pauses
-from asyncrl.runtime.faults import ActorError, Restarts, is_env_error
+from asyncrl.runtime.faults import ActorError, is_env_error
 from asyncrl.runtime.lifecycle import StopSignals
 from asyncrl.runtime.processes import POLL, ChildProcesses, die_with_parent, report_failure
 from asyncrl.runtime.shell import Callback, RunShell, run_figures
+from asyncrl.runtime.supervisor import ActorStatus, Supervisor
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotStore, StopFlag, rollout_layout
 from asyncrl.settings import TrainConfig
 
@@ -310,7 +310,6 @@ def train_hogwild(
     counters = SharedArray((M, COUNTERS), "int64")
     status = SharedArray((M, 2), "float64")
     children = ChildProcesses(ctx, "hogwild worker", cfg)
-    restarts = Restarts(cfg.actor_restarts, "hogwild worker")
     stop = StopFlag(ctx)  # tells the workers to push their work and say goodbye
     episodes = holder.episode_stats
     shell: RunShell | None = None
@@ -327,37 +326,15 @@ def train_hogwild(
             args = (w, cfg, spec, params, counters, status, steps_before, stop, os.getpid())
             children.start(worker_main, (*args, generation, schedule_from), w, generation)
 
-        done: set[int] = set()  # workers that said goodbye (their exit is not a fault)
-        hung: dict[int, str] = {}  # worker -> what it was killed for
-        pauses = Pauses()  # a stopped run (Ctrl+Z, a frozen container) is no hang
-
-        def kill_hung() -> None:
-            watch = ActorStatus(status.array)  # a view: kept out of frames that raise
-            pauses.tick()
-            for w in range(M):
-                timeout = cfg.env_step_timeout
-                busy = None if w in hung or w in done else watch.hung(w, timeout, pauses)
-                if busy is not None:
-                    hung[w] = f"{watch.doing(w)} took over {busy:.1f} s"
-                    children.kill(w)
-
-        def supervise() -> None:
-            """Replace dead or hung workers within the budget; raise ActorError past it."""
-            kill_hung()
-            for w, cause, tb, fatal in children.dead():
-                if w in done and not tb and w not in hung:
-                    continue
-                label = children.label(w)
-                if fatal:
-                    raise ActorError(f"{label} failed:\n{tb}")
-                if w in hung:
-                    cause = (
-                        f"hung: {hung.pop(w)} (--env-step-timeout {cfg.env_step_timeout:g}); killed"
-                    )
-                # the iteration it was in (rollout and update) is lost; the global network
-                # holds every step it had pushed
-                restarts.charge(label, cause, tb, dropped=1)
-                spawn(w, children.generation[w] + 1)
+        # a lost worker's iteration (rollout and update) is lost; the global network holds
+        # every step it had pushed. Workers that said goodbye are its ``done``.
+        supervisor = Supervisor(
+            children,
+            cfg.env_step_timeout,
+            ActorStatus(status),
+            cfg.actor_restarts,
+            lambda w: spawn(w, children.generation[w] + 1),
+        )
 
         def total_steps() -> int:
             return steps_before + int(counters.array[:, STEPS].sum())
@@ -395,14 +372,15 @@ def train_hogwild(
                     stop.set()  # the workers push their work and say goodbye
                     if end.kind == "signal":
                         deadline = time.perf_counter() + 10
-                supervise()
+                for lost in supervisor.check():
+                    supervisor.replace(lost, dropped=1)
                 try:
                     worker, report = children.receive(timeout=POLL)
                 except queue.Empty:
                     continue
                 if report is None:
                     finished += 1
-                    done.add(worker)
+                    supervisor.done.add(worker)
                     continue
                 if isinstance(report, NonFiniteError):
                     raise NonFiniteError(f"hogwild worker {worker}: {report}")
@@ -429,8 +407,8 @@ def train_hogwild(
 
         def health() -> dict[str, int]:
             return {
-                "actor_restarts": restarts.used,
-                "dropped_rollouts": restarts.dropped,
+                "actor_restarts": supervisor.restarts.used,
+                "dropped_rollouts": supervisor.restarts.dropped,
                 "env_restarts": int(counters.array[:, ENV_RESTARTS].sum()),
                 "nonfinite_skipped_rollouts": int(counters.array[:, SKIPPED_ROLLOUTS].sum()),
                 "nonfinite_skipped_steps": int(counters.array[:, SKIPPED_STEPS].sum()),

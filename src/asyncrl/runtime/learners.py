@@ -36,6 +36,7 @@ from asyncrl.runtime.processes import (
     die_with_parent,
     report_failure,
 )
+from asyncrl.runtime.supervisor import Supervisor
 from asyncrl.runtime.transport import PolicyStore, SlotStore
 
 
@@ -224,6 +225,8 @@ class RemoteLearner:
     ):
         self.policy, self.cfg, self.store = policy, cfg, store
         self.children = ChildProcesses(ctx, "learner", cfg)
+        # no heartbeat (an update has no time limit) and no restart: a lost learner ends the run
+        self.supervisor = Supervisor(self.children, timeout=0)
         self.lock = threading.Lock()
         self.lost: LearnerLost | None = None
         self.episode_stats = EpisodeStats()
@@ -257,10 +260,9 @@ class RemoteLearner:
                     return self._replies.recv_bytes() if raw else self._replies.recv()
             except (EOFError, OSError):
                 pass  # it is gone: its death says why
-            dead = self.children.dead()
-            if dead:
-                _, cause, tb, _ = dead[0]
-                self.lost = LearnerLost(f"{self.label()} {cause}" + (f":\n{tb}" if tb else ""))
+            lost = self.supervisor.lost()
+            if lost:
+                self.lost = LearnerLost(self.supervisor.ended(lost[0]))
                 raise self.lost
 
     def _call(self, *command: Any, raw: bool = False) -> Any:

@@ -24,14 +24,15 @@ class Stopped(Exception):
     """Raised in a child by :func:`wait_for` when the run stops or its parent is gone."""
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the thread that started it ends (the learner's):
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` (SIGKILL; a sweep's trial: SIGTERM, a clean end) to this
+    process when the thread that started it ends (the learner's):
     an actor busy in a long rollout then goes with a learner that was killed, instead of
     noticing only at its next wait. Elsewhere a no-op; the waits' parent check remains. The
     thread, not the process: a thread that starts children must outlive them (join them
     before it ends), or they are killed mid-cleanup."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     except (OSError, AttributeError):
         pass
 
@@ -128,6 +129,10 @@ class ChildProcesses:
     def label(self, index: int) -> str:
         return actor_label(self.cfg, index, self.role)
 
+    def indices(self) -> list[int]:
+        """The children not yet reported dead (:meth:`dead`)."""
+        return list(self.procs)
+
     def sentinels(self) -> list[int]:
         return [p.sentinel for p in self.procs.values()]
 
@@ -188,6 +193,8 @@ class ChildProcesses:
         return out
 
     def kill(self, index: int) -> None:
+        """SIGKILL the child of ``index`` through its own handle: not reaped yet (that is
+        :meth:`dead`'s join), so its pid cannot have been reused by another process."""
         p = self.procs.get(index)
         if p is not None and p.is_alive():
             p.kill()

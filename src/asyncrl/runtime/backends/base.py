@@ -6,9 +6,9 @@ the learner (shared memory on one machine; something else across machines) and s
 actors. The loop sees only :class:`Backend`: start, next batch, release, publish, health, close.
 
 The bookkeeping every backend with actors beside the learner needs is here, apart from how it
-moves data: :class:`SlotBook` (every slot's state and the backpressure rule), :class:`Restarts`
-(the restart budget and its one-line reports) and :class:`ActorStatus` (what each actor is
-doing since when: hang detection, and where a fault test kills).
+moves data: :class:`SlotBook` (every slot's state and the backpressure rule). Watching the
+actors (liveness, hangs, kills, the restart budget) is the supervisor's
+(``runtime/supervisor.py``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import threading
 from collections import deque
 from typing import Any, Protocol
 
-from asyncrl.runtime.faults import Restarts
 from asyncrl.runtime.lifecycle import StopRequested
+from asyncrl.runtime.supervisor import Restarts
 from asyncrl.runtime.transport import PolicyStore, Slot, SlotStore, population_layouts
 
 

@@ -14,8 +14,9 @@ import traceback
 import numpy as np
 
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.actor import Actor, ActorStatus, Pauses
-from asyncrl.runtime.faults import ActorError, Restarts, actor_label, is_env_error
+from asyncrl.runtime.actor import Actor
+from asyncrl.runtime.faults import ActorError, actor_label, is_env_error
+from asyncrl.runtime.supervisor import ActorStatus, Lost, Supervisor
 from asyncrl.runtime.transport import PolicyStore, Slot
 from asyncrl.settings import TrainConfig
 
@@ -23,11 +24,11 @@ from asyncrl.settings import TrainConfig
 class LocalFleet:
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, store: PolicyStore | list[PolicyStore]):
         self.cfg, self.spec, self.store = cfg, spec, store
-        self.restarts = Restarts(cfg.actor_restarts)
         self.status = ActorStatus(np.zeros((cfg.actors, 2)))
-        # ticked by the learner's waits: a stopped process, or a learner busy training, is not
-        # time an actor is charged for
-        self.pauses = Pauses()
+        # its hang checks run in the learner's waits: a stopped process, or a learner busy
+        # training, is not time an actor is charged for (the supervisor's pauses)
+        self.supervisor = Supervisor(self, cfg.env_step_timeout, self.status, cfg.actor_restarts)
+        self.restarts = self.supervisor.restarts
         self.generation = [0] * cfg.actors
         self.actors: list[Actor | None] = [None] * cfg.actors
         self.restored: list[dict | None] = [None] * cfg.actors  # applied as actors are made
@@ -53,13 +54,10 @@ class LocalFleet:
             self.actors[i].collect(slot, waited)
             return True
         except Exception as e:
-            tb = traceback.format_exc()
-            label = actor_label(self.cfg, i)
-            self._drop(i)
-            if is_env_error(e):
-                raise ActorError(f"{label} failed:\n{tb}") from None
-            self.restarts.charge(label, "raised", tb, dropped=1)
-            return False
+            lost = Lost(i, "raised", traceback.format_exc(), is_env_error(e))
+        self._drop(i)
+        self.supervisor.replace(lost, dropped=1)  # made anew at its next rollout
+        return False
 
     def state_dict(self, actors: bool) -> dict:
         """The generations, and with ``actors`` each actor's state (only consistent while no
@@ -87,16 +85,25 @@ class LocalFleet:
 
     def hung(self) -> None:
         """Raise ActorError if an actor has been in one env step past ``--env-step-timeout``."""
-        self.pauses.tick()
-        for i in range(self.cfg.actors):
-            busy = self.status.hung(i, self.cfg.env_step_timeout, self.pauses)
-            if busy is not None:
-                raise ActorError(
-                    f"{actor_label(self.cfg, i)} hung: {self.status.doing(i)} has taken "
-                    f"{busy:.1f} s "
-                    f"(--env-step-timeout {self.cfg.env_step_timeout:g}); an actor thread "
-                    "cannot be stopped, use --backend process to have hung actors replaced"
-                )
+        for i, doing, busy in self.supervisor.find_hung():
+            raise ActorError(
+                f"{self.label(i)} hung: {doing} has taken {busy:.1f} s "
+                f"(--env-step-timeout {self.cfg.env_step_timeout:g}); an actor thread "
+                "cannot be stopped, use --backend process to have hung actors replaced"
+            )
+
+    # ------------------------------------------------------------ as the supervisor sees them
+    def indices(self) -> range:
+        return range(self.cfg.actors)
+
+    def label(self, index: int) -> str:
+        return actor_label(self.cfg, index)
+
+    def dead(self) -> list:
+        return []  # a failed rollout is reported where it raises (collect)
+
+    def kill(self, index: int) -> None:
+        raise NotImplementedError("a thread cannot be killed")  # hence hung() raises
 
     def _drop(self, i: int) -> None:
         actor, self.actors[i] = self.actors[i], None

@@ -21,9 +21,8 @@ from typing import Any
 import torch
 
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.actor import ActorStatus, Pauses
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBooks
-from asyncrl.runtime.faults import ActorError, Restarts, is_env_error
+from asyncrl.runtime.faults import ActorError, is_env_error
 from asyncrl.runtime.processes import (
     POLL,
     ChildProcesses,
@@ -32,6 +31,7 @@ from asyncrl.runtime.processes import (
     report_failure,
     wait_for,
 )
+from asyncrl.runtime.supervisor import ActorStatus, Supervisor
 from asyncrl.runtime.transport import IdChannel, PolicyStore, SharedArray, SlotStore, StopFlag
 from asyncrl.settings import TrainConfig
 
@@ -103,16 +103,21 @@ class ProcessBackend(OwnedTransport):
         self.status = SharedArray((cfg.actors, 2), "float64")
         self.book = SlotBooks.of_run(cfg)
         self.children = ChildProcesses(self.ctx, "actor", cfg)
-        self.restarts = Restarts(cfg.actor_restarts)
+        self.supervisor = Supervisor(
+            self.children,
+            cfg.env_step_timeout,
+            ActorStatus(self.status),
+            cfg.actor_restarts,
+            self._respawn,
+        )
+        self.restarts = self.supervisor.restarts
         self.todo = [IdChannel(self.ctx) for _ in range(cfg.actors)]
         self.full = IdChannel(self.ctx)
         self.stop = StopFlag(self.ctx)
         self.failure: BaseException | None = None
         self.closing = False
-        self.hung: dict[int, str] = {}  # actor -> what it was killed for
-        self.pauses = Pauses()  # a stopped run (Ctrl+Z, a frozen container) is no hang
         self._wake_r, self._wake_w = self.ctx.Pipe(duplex=False)
-        self.supervisor: threading.Thread | None = None
+        self.watcher: threading.Thread | None = None  # the thread that runs the supervisor
         self._children_closed = threading.Event()  # the supervisor thread may end (see close)
 
     # ------------------------------------------------------------ what the learner calls
@@ -121,10 +126,10 @@ class ProcessBackend(OwnedTransport):
             self._spawn(i, self.first_generation)
         with self.book.cond:
             self._send_grants()
-        self.supervisor = threading.Thread(
+        self.watcher = threading.Thread(
             target=self._supervise, name="asyncrl-supervisor", daemon=True
         )
-        self.supervisor.start()
+        self.watcher.start()
 
     def next_batch(self, stop: Any = None, policy: int = 0) -> list:
         with self.book.cond:  # the supervisor thread fills the book and watches the actors
@@ -159,10 +164,10 @@ class ProcessBackend(OwnedTransport):
         # cleanup short; the thread waits for this
         self.children.close()
         self._children_closed.set()
-        if self.supervisor is not None:
+        if self.watcher is not None:
             self._wake_w.send_bytes(b"x")
-            self.supervisor.join(timeout=30)
-            self.supervisor = None
+            self.watcher.join(timeout=30)
+            self.watcher = None
         for channel in (*self.todo, self.full):
             channel.close()
         self._wake_r.close()
@@ -240,44 +245,23 @@ class ProcessBackend(OwnedTransport):
             self.book.delivered(slot)
             n += 1
 
-    def _kill_hung(self) -> None:
-        status = ActorStatus(self.status.array)
-        self.pauses.tick()
-        for actor in range(self.cfg.actors):
-            if actor in self.hung:
-                continue
-            busy = status.hung(actor, self.cfg.env_step_timeout, self.pauses)
-            if busy is not None:
-                self.hung[actor] = f"{status.doing(actor)} took over {busy:.1f} s"
-                self.children.kill(actor)
-
     def _check_actors(self) -> int:
         """Handle dead and hung actors; the number replaced, or -1 if the run must end."""
-        self._kill_hung()
-        replaced = 0
-        for actor, cause, tb, fatal in self.children.dead():
-            if actor in self.hung:
-                cause = (
-                    f"hung: {self.hung.pop(actor)} "
-                    f"(--env-step-timeout {self.cfg.env_step_timeout:g}); killed"
-                )
-            label = self.children.label(actor)
-            phase = ActorStatus(self.status.array).phase(actor)
-            started = phase not in (ActorStatus.WAITING, ActorStatus.STARTING)
-            dropped = self.book.lost(actor, started)
-            if fatal:
-                self.failure = ActorError(f"{label} failed:\n{tb}")
-                return -1
+        lost = self.supervisor.check()
+        for one in lost:
+            started = self.actor_phase(one.index) not in (ActorStatus.WAITING, ActorStatus.STARTING)
+            dropped = self.book.lost(one.index, started)
             try:
-                self.restarts.charge(label, cause, tb, dropped)
+                self.supervisor.replace(one, dropped)
             except ActorError as e:
                 # kept without this frame, whose locals view shared memory close() must free
                 self.failure = e.with_traceback(None)
                 return -1
-            # a fresh pipe: the dead reader may have left half a message in the old one
-            self.todo[actor].close()
-            self.todo[actor] = IdChannel(self.ctx)
-            self._spawn(actor, self.children.generation.get(actor, 0) + 1)
-            self.book.resume(actor)
-            replaced += 1
-        return replaced
+            self.book.resume(one.index)
+        return len(lost)
+
+    def _respawn(self, actor: int) -> None:
+        # a fresh pipe: the dead reader may have left half a message in the old one
+        self.todo[actor].close()
+        self.todo[actor] = IdChannel(self.ctx)
+        self._spawn(actor, self.children.generation.get(actor, 0) + 1)

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from asyncrl.config import ConfigError
+from asyncrl.config import ConfigError, learners_in_processes
 from asyncrl.envs import EnvSpec
-from asyncrl.runtime.actor import ActorStatus
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBooks
-from asyncrl.runtime.faults import ActorError, Restarts, actor_label, is_env_error
+from asyncrl.runtime.faults import ActorError, actor_label, is_env_error
+from asyncrl.runtime.supervisor import Pauses, Supervisor
 from asyncrl.runtime.transport import Slot, population_layouts
 from asyncrl.settings import TrainConfig
 
@@ -190,13 +190,17 @@ class RayBackend(OwnedTransport):
         per_actor = cfg.slots_per_actor
         # learner-side slots and a store (the version number's bookkeeping and the vector that
         # goes into the object store); async: two buffers, as a call may read it while the
-        # learner publishes. A population's learners are processes: in shared memory then.
-        shared = cfg.policies > 1
+        # learner publishes. In shared memory where the learners are processes.
+        shared = learners_in_processes(cfg)
         self._own_transport(cfg, spec, numel, cfg.actors * per_actor, shared, 1 if sync else 2)
         # the versions being put, one per policy
         self._outgoing = [np.empty(numel, dtype=np.float32) for _ in range(cfg.policies)]
         self.book = SlotBooks.of_run(cfg)
-        self.restarts = Restarts(cfg.actor_restarts)
+        self.actors = RayActors(self)
+        self.supervisor = Supervisor(
+            self.actors, cfg.env_step_timeout, self.actors, cfg.actor_restarts, self._respawn
+        )
+        self.restarts = self.supervisor.restarts
         self.owns_ray = connect(cfg.ray_address, cfg.actors * cfg.ray_cpus_per_actor)
         # per policy: the object holding version policy_versions[p]
         self.policy_refs: list[Any] = [None] * cfg.policies
@@ -211,7 +215,7 @@ class RayBackend(OwnedTransport):
         self.failure: BaseException | None = None
         self.closing = False
         self._nice_warned = False
-        self.supervisor: threading.Thread | None = None
+        self.watcher: threading.Thread | None = None  # the thread that runs the supervisor
         self._check_resources()
 
     # ------------------------------------------------------------ what the learner calls
@@ -221,10 +225,10 @@ class RayBackend(OwnedTransport):
             for i in range(self.cfg.actors):
                 self._spawn(i)
             self._send_grants()
-        self.supervisor = threading.Thread(
+        self.watcher = threading.Thread(
             target=self._supervise, name="asyncrl-ray-supervisor", daemon=True
         )
-        self.supervisor.start()
+        self.watcher.start()
 
     def next_batch(self, stop: Any = None, policy: int = 0) -> list[Slot]:
         with self.book.cond:
@@ -246,9 +250,9 @@ class RayBackend(OwnedTransport):
         with self.book.cond:
             self.closing = True
             self.book.cond.notify_all()
-        if self.supervisor is not None:
-            self.supervisor.join(timeout=30)
-            self.supervisor = None
+        if self.watcher is not None:
+            self.watcher.join(timeout=30)
+            self.watcher = None
         for w in self.workers:
             if w is not None:
                 try:
@@ -356,7 +360,9 @@ class RayBackend(OwnedTransport):
                 # every POLL, also while other actors deliver (async: they may never pause)
                 if time.monotonic() - checked >= POLL:
                     self._check_placement()
-                    self._kill_hung()
+                    self.supervisor.kill_hung()  # asks the busy actors, without the lock
+                    with self.book.cond:
+                        self._replace_lost()
                     checked = time.monotonic()
         except BaseException as e:  # a bug here must not leave the learner waiting
             with self.book.cond:
@@ -377,7 +383,8 @@ class RayBackend(OwnedTransport):
             _, actor, slot, _ = what
             error = fut.exception()
             if error is not None:
-                self._lost(actor, error)
+                self.actors.died(actor, error)
+                self._replace_lost()
                 return
             data = fut.result()  # on this node: read-only views into the object store
             for store, raw in zip(self.slot_stores, data, strict=True):
@@ -387,37 +394,27 @@ class RayBackend(OwnedTransport):
             self._send_grants()
             self.book.cond.notify_all()
 
-    def _lost(self, actor: int, error: BaseException) -> None:
-        """Holding the ledger's lock: ``actor``'s call failed; replace it or end the run."""
-        ray = self.ray
-        label = self._label(actor)
-        if isinstance(error, ray.exceptions.RayTaskError):
-            cause, tb = "raised", str(error)
-        elif isinstance(error, TimeoutError):
-            cause, tb = str(error), ""
-        else:  # its process or its node is gone
-            cause, tb = f"was lost ({type(error).__name__})", str(error)
-        dropped = self.book.lost(actor, started=True)
-        for fut, what in list(self.pending.items()):
-            if what[1] == actor:  # its calls' results, if any still come, are ignored
-                del self.pending[fut]
-        if is_env_error(error) or is_env_error(getattr(error, "cause", None)):
-            self.failure = ActorError(f"{label} failed:\n{tb}")
-            return
+    def _replace_lost(self) -> None:
+        """Holding the ledger's lock: replace the actors lost since the last look, or end the
+        run (the supervisor says which)."""
+        for lost in self.supervisor.lost():
+            dropped = self.book.lost(lost.index, started=True)
+            try:
+                self.supervisor.replace(lost, dropped)
+            except ActorError as e:
+                self.failure = e
+                return
+            self.book.resume(lost.index)
+            self._send_grants()
+
+    def _respawn(self, actor: int) -> None:
         try:
-            self.restarts.charge(label, cause, tb, dropped)
-        except ActorError as e:
-            self.failure = e
-            return
-        try:
-            ray.kill(self.workers[actor], no_restart=True)
+            self.ray.kill(self.workers[actor], no_restart=True)
         except Exception:
             pass
         self.generation[actor] += 1
         self.nodes[actor] = None
         self._spawn(actor)
-        self.book.resume(actor)
-        self._send_grants()
 
     def _check_placement(self) -> None:
         """End the run if an actor has waited longer than PLACEMENT_TIMEOUT to be started."""
@@ -437,30 +434,68 @@ class RayBackend(OwnedTransport):
                     self.book.cond.notify_all()
                     return
 
-    def _kill_hung(self) -> None:
-        timeout = self.cfg.env_step_timeout
-        if not timeout:
-            return
-        now = time.perf_counter()
-        with self.book.cond:
-            long = [
-                (fut, what[1])
-                for fut, what in self.pending.items()
-                if what[0] == "rollout" and now - what[3] > timeout
-            ]
-        for fut, actor in long:
+
+class RayActors:
+    """The Ray backend's actors as the supervisor sees them: liveness from the calls that
+    failed (reported by :meth:`died`), phases asked of an actor whose rollout call has run past
+    the hang timeout (a Ray call: its ``status``), and kills by ``ray.kill`` of its handle."""
+
+    def __init__(self, backend: RayBackend):
+        self.backend = backend
+        self.deaths: list[tuple[int, str, str, bool]] = []
+
+    def indices(self) -> list[int]:
+        return [i for i, w in enumerate(self.backend.workers) if w is not None]
+
+    def label(self, index: int) -> str:
+        return self.backend._label(index)
+
+    def died(self, actor: int, error: BaseException) -> None:
+        """Holding the ledger's lock: ``actor``'s call failed with ``error``; its other calls'
+        results, if any still come, are ignored."""
+        b = self.backend
+        if isinstance(error, b.ray.exceptions.RayTaskError):
+            cause, tb = "raised", str(error)
+        else:  # its process or its node is gone
+            cause, tb = f"was lost ({type(error).__name__})", str(error)
+        fatal = is_env_error(error) or is_env_error(getattr(error, "cause", None))
+        self._forget(actor)
+        self.deaths.append((actor, cause, tb, fatal))
+
+    def _forget(self, actor: int) -> None:
+        for fut, what in list(self.backend.pending.items()):
+            if what[1] == actor:
+                del self.backend.pending[fut]
+
+    def dead(self) -> list[tuple[int, str, str, bool]]:
+        out, self.deaths = self.deaths, []
+        return out
+
+    def busy(self, actor: int, pauses: Pauses) -> tuple[int, float] | None:
+        """Its phase and seconds in it, if a rollout call of it has run past the timeout (its
+        own clock: a pause of the driver is not one of a remote actor)."""
+        b = self.backend
+        timeout, now = b.cfg.env_step_timeout, time.perf_counter()
+        with b.book.cond:
+            long = any(
+                what[0] == "rollout" and what[1] == actor and now - what[3] > timeout
+                for what in b.pending.values()
+            )
+            worker = b.workers[actor]
+        if not long:
+            return None
+        try:
+            return b.ray.get(worker.status.remote(), timeout=POLL * 5)
+        except Exception:  # gone or not answering: its call will fail, or be asked again
+            return None
+
+    def kill(self, actor: int) -> None:
+        """Kill it and report it dead at once (its call's failure, when it comes, is ignored)."""
+        b = self.backend
+        with b.book.cond:
             try:
-                phase, busy = self.ray.get(self.workers[actor].status.remote(), timeout=POLL * 5)
-            except Exception:  # gone or not answering: its call will fail, or be asked again
-                continue
-            if phase == ActorStatus.STEPPING and busy > timeout:
-                with self.book.cond:
-                    if self.pending.pop(fut, None) is None:
-                        continue
-                    self._lost(
-                        actor,
-                        TimeoutError(
-                            f"hung: one env step took over {busy:.1f} s "
-                            f"(--env-step-timeout {timeout:g}); killed"
-                        ),
-                    )
+                b.ray.kill(b.workers[actor], no_restart=True)
+            except Exception:
+                pass
+            self._forget(actor)
+            self.deaths.append((actor, "was killed", "", False))
