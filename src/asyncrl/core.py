@@ -188,7 +188,8 @@ class Algorithm(Protocol):
     def acting(self, cfg: Any, spec: Any, module: Any, generator: Any) -> Acting: ...
 
     def joint_acting(self, actings: list[Any]) -> JointActing | None:
-        """One forward for a population's ``actings``, or None (each acts in turn)."""
+        """One forward for a population's ``actings``, or None (each acts in turn; one policy
+        acts alone)."""
 
     def learner(self, cfg: Any, spec: Any) -> Learner: ...
 

@@ -250,6 +250,12 @@ def policy_config(cfg: Any, policy: int) -> Any:
     )
 
 
+def acting_mapping(cfg: Any) -> str:
+    """The policy mapping a run's actors follow: ``policy_mapping``, but fixed for one policy
+    (a random draw among one policy is that policy, and its slots mark no steps)."""
+    return cfg.policy_mapping if cfg.policies > 1 else "fixed"
+
+
 def policy_configs(cfg: Any) -> list[Any]:
     return [policy_config(cfg, p) for p in range(cfg.policies)]
 
@@ -292,7 +298,7 @@ def _validate_population(cfg: Any) -> None:
     algo = algorithm(cfg.algo)
     fixed = set(RUN_FIXED_ON_RESUME) | set(algo.fixed_on_resume)
     need(
-        cfg.policy_mapping == "fixed" or cfg.policies == 1 or algo.masked_slots,
+        acting_mapping(cfg) == "fixed" or algo.masked_slots,
         f"policy_mapping: random gives an env's episodes to different policies within one "
         f"rollout, which {cfg.algo}'s replay cannot split; use the fixed mapping",
     )

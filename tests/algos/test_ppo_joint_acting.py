@@ -82,3 +82,10 @@ def test_recurrent_and_image_policies_act_in_turn():
     cnn = build_policy(pixels, [512], "relu", False, "cnn")
     acting = PPOActing(cnn, torch.Generator(), np.dtype("uint8"))
     assert JointPPOActing.of([acting, acting]) is None
+
+
+def test_one_policy_acts_alone():
+    """Nothing to join: one policy's own forward is the exact one (a one-policy run's actions
+    stay bit for bit those of ActorCritic.act)."""
+    assert JointPPOActing.of(_actings(True, 1, "tanh", 0.0)) is None
+    assert JointPPOActing.of(_actings(True, 2, "tanh", 0.0)) is not None

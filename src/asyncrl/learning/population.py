@@ -1,5 +1,5 @@
 """What a population of policies shares below the runtime: which envs of an actor each policy
-acts on under the fixed mapping, whether the random one draws, and PBT's perturbation of
+acts on under the fixed mapping, and PBT's perturbation of
 hyperparameters (docs: Guides, populations)."""
 
 from __future__ import annotations
@@ -24,12 +24,6 @@ def policy_envs(envs_per_actor: int, policies: int, policy: int) -> slice:
 def envs_of_policy(envs_per_actor: int, policies: int, policy: int) -> int:
     """How many of an actor's K envs the fixed mapping gives ``policy``."""
     return len(range(envs_per_actor)[policy_envs(envs_per_actor, policies, policy)])
-
-
-def draws_policies(policy_mapping: str, policies: int) -> bool:
-    """Whether an actor draws the policy of each env's episodes (the random mapping); one
-    policy acts on every env, whatever the mapping says."""
-    return policy_mapping == "random" and policies > 1
 
 
 def _clip(value: float, low: float, high: float) -> float:

@@ -24,14 +24,13 @@ from asyncrl.envs import (
     restart_seed,
     set_env_state,
 )
-from asyncrl.learning.population import policy_envs
 from asyncrl.nets import FlatParams
+from asyncrl.runtime.mapping import Group, policy_mapping
 from asyncrl.runtime.supervisor import ActorStatus
 from asyncrl.runtime.transport import PolicyStore, Slot
-from asyncrl.settings import TrainConfig
+from asyncrl.settings import TrainConfig, acting_mapping
 
 POLICY_SEED_STRIDE = 7919  # policy p acts with generator seed + 7919 p (policy 0: the seed)
-MAPPING_SEED = 31337  # the random mapping's draws: an actor's first seed + this
 
 
 class Actor:
@@ -40,12 +39,11 @@ class Actor:
     else with a copy per version. ``generation``: how many actors held this id before (restarts); it
     moves the env seeds on. ``status``: a row the actor keeps its phase in (see ActorStatus).
 
-    A population (``store`` a list: one policy store per policy) acts with each policy on its
-    envs, in one forward for all where the algorithm offers it (``joint_acting``), else one
-    batched forward per policy, and a rollout fills one slot per policy: under the
-    fixed mapping each policy's slot holds its envs (env k: policy k mod P), under the random
-    mapping every env, the steps of the policy that acted marked ``own`` (docs: Guides,
-    populations)."""
+    ``store`` is one policy's store, or a population's (a list: one per policy); a rollout fills
+    one slot per policy. Which policy acts for which env is the run's :class:`PolicyMapping`
+    (asyncrl.runtime.mapping), asked at every step: each policy acts on its envs, in one forward
+    for all where the algorithm offers it (``joint_acting``), else one batched forward per
+    policy (docs: Guides, populations)."""
 
     def __init__(
         self,
@@ -59,7 +57,6 @@ class Actor:
         self.actor_id, self.cfg, self.spec = actor_id, cfg, spec
         self.stores = list(store) if isinstance(store, list) else [store]
         self.store = self.stores[0]
-        self.P = len(self.stores)
         self.K = cfg.envs_per_actor
         self.status = status
         self.envs = make_vector_env(
@@ -94,21 +91,13 @@ class Actor:
         self.policy, self.flat, self.in_place = self.policies[0], self.flats[0], self.in_places[0]
         self.generator, self.acting = self.generators[0], self.actings[0]
         # a population's policies in one forward where the algorithm can (else each in turn)
-        self.joint = algo.joint_acting(self.actings) if self.P > 1 else None
-        self.versions = [-1] * self.P
-        # the fixed mapping: each policy's envs, and where env k lies in its policy's slot
-        self.parts = [policy_envs(self.K, self.P, p) for p in range(self.P)]
-        self.part_envs = [np.arange(self.K)[part] for part in self.parts]
-        self.env_policy = np.arange(self.K) % self.P
-        self.env_column = np.arange(self.K) // self.P
-        # the random mapping: the policy of each env's episode, drawn at its start
-        self.mapping_rng: np.random.Generator | None = None
-        self.owner: np.ndarray | None = None
-        if self.P > 1 and cfg.policy_mapping == "random":
-            self.mapping_rng = np.random.default_rng(first_seed + MAPPING_SEED)
-            self.owner = self.mapping_rng.integers(self.P, size=self.K)
-            extra = algo.slot_fields(spec, 1, 1)
-            self.row_fields = [(name, shape[2:], dtype) for name, shape, dtype in extra]
+        self.joint = algo.joint_acting(self.actings)
+        self.versions = [-1] * len(self.stores)
+        self.mapping = policy_mapping(acting_mapping(cfg), self.K, len(self.stores), first_seed)
+        # what the algorithm records of one step of one env (under a mapping that marks own
+        # steps it writes them into a row of their own, copied into the slot: see _act)
+        extra = algo.slot_fields(spec, 1, 1)
+        self.row_fields = [(name, shape[2:], dtype) for name, shape, dtype in extra]
         obs, _ = self.envs.reset(seed=[first_seed + i for i in range(self.K)])
         self.obs_dtype = np.dtype(spec.obs_dtype)  # uint8 frames stay uint8 (nets.as_float)
         self.obs = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype))
@@ -146,178 +135,140 @@ class Actor:
             s.ep_lengths.fill(0)
             s.versions.fill(self.versions[p])
             self.actings[p].start_rollout(s, self.versions[p])
-        if self.owner is not None:
-            self._random_rollout(slots)
-        else:
-            self._fixed_rollout(slots)
+        samples = self._rollout(slots)
         restarts = env_restarts(self.envs)
         new_restarts, self.env_restarts = restarts - self.env_restarts, restarts
-        for s in slots:
+        for s, n in zip(slots, samples, strict=True):
             s.env_restarts[0] = new_restarts
             s.actor[0] = self.actor_id
             s.rollout_seconds[0] = time.perf_counter() - t0
             s.wait_seconds[0] = waited
-            if self.owner is None:
-                s.env_steps[0] = self.cfg.rollout * s.rewards.shape[1]
-            else:
-                s.env_steps[0] = int(s.own.sum())
+            s.env_steps[0] = n
         ActorStatus.set(status, ActorStatus.WAITING)
 
-    def _fixed_rollout(self, slots: list[Slot]) -> None:
-        """Env k acts with policy k mod P, its steps in that policy's slot (one policy: every
-        env's, in the one slot, with no copy)."""
-        status, envs, T = self.status, self.envs, self.cfg.rollout
-        one = self.P == 1
-        groups = list(zip(self.actings, slots, self.parts, strict=True))
-        env_action = None
-        if not one:
-            dtype = slots[0].actions.dtype
-            env_action = np.empty((self.K, *slots[0].actions.shape[2:]), dtype=dtype)
+    def _rollout(self, slots: list[Slot]) -> list[int]:
+        """T steps of every env: act, step, write, keep the episode books. The mapping says at
+        every step which policy acts for which env and where it lies in that policy's slot.
+        Returns the steps each policy acted (its slot's samples)."""
+        T, mapping = self.cfg.rollout, self.mapping
+        samples = [0] * len(slots)
+        if mapping.marks_own:
+            for slot in slots:
+                slot.own.fill(False)
+        actions = np.empty((self.K, *slots[0].actions.shape[2:]), dtype=slots[0].actions.dtype)
         for t in range(T):
-            obs_np, actable = self.obs.numpy(), _actable(self.obs)
-            for _, slot, part in groups:
-                slot.obs[t] = obs_np if one else obs_np[part]
-            if self.joint is not None:
-                jobs = [(envs, slot, t) for envs, slot in zip(self.part_envs, slots, strict=True)]
-                acted = self.joint.act(actable, jobs)
-            else:
-                acted = [a.act(actable if one else actable[part], t, s) for a, s, part in groups]
-            for (_, slot, part), action in zip(groups, acted, strict=True):
-                if one:
-                    env_action = slot.actions[t] = action.numpy()
-                else:
-                    env_action[part] = slot.actions[t] = action.numpy()
-            if not self.spec.discrete:
-                env_action = np.clip(env_action, self.low, self.high)
-            elif self.spec.action_start:  # the slot keeps the network's 0..n-1
-                env_action = env_action + self.spec.action_start
-            ActorStatus.set(status, ActorStatus.STEPPING)
-            obs, reward, terminated, truncated, info = envs.step(env_action)
-            ActorStatus.set(status, ActorStatus.ACTING)
-            for _, slot, part in groups:
-                slot.rewards[t] = reward[part]
-                slot.terminated[t] = terminated[part]
-                slot.truncated[t] = truncated[part]
-            self.ep_return += reward
-            self.ep_length += 1
-            done = terminated | truncated
-            if "episode_score" in info:  # the env logs whole games (Atari: all lives, unclipped)
-                scored = np.flatnonzero(~np.isnan(info["episode_score"]))
-                for p, envs_of, cols in self._by_policy(scored):
-                    slots[p].ep_returns[t, cols] = info["episode_score"][envs_of]
-                    slots[p].ep_lengths[t, cols] = info["episode_steps"][envs_of]
-            if done.any():
-                idx = np.flatnonzero(done)
-                trunc = np.asarray(truncated)
-                for p, envs_of, cols in self._by_policy(idx):
-                    slot = slots[p]
-                    if "episode_score" not in info:
-                        slot.ep_returns[t, cols] = self.ep_return[envs_of]
-                        slot.ep_lengths[t, cols] = self.ep_length[envs_of]
-                    part = self.parts[p]
-                    final = info["final_obs"] if one else info["final_obs"][part]
-                    self.actings[p].episodes_ended(slot, t, cols, trunc[part], final)
-                self.ep_return[idx] = 0.0
-                self.ep_length[idx] = 0
+            groups = mapping.groups()
+            self._act(slots, t, groups, actions)
+            obs, reward, terminated, truncated, info = self._step(actions)
+            for g in groups:
+                slot = slots[g.policy]
+                _write(slot.rewards, t, g, reward)
+                _write(slot.terminated, t, g, terminated)
+                _write(slot.truncated, t, g, truncated)
+                samples[g.policy] += g.ids.size
+            self._keep_books(slots, t, reward, terminated, truncated, info)
             self.obs = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype))
         obs_np = self.obs.numpy()
-        for _, slot, part in groups:
-            slot.obs[T] = obs_np[part]
+        for g in mapping.groups():  # the observation after the rollout (its bootstrap)
+            _write(slots[g.policy].obs, T, g, obs_np)
+        return samples
 
-    def _by_policy(self, envs: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """``envs`` (indices) by the policy the fixed mapping gives them: (policy, its envs,
-        their columns in its slot)."""
-        if self.P == 1:
-            return [(0, envs, envs)] if envs.size else []
-        out = []
-        for p in np.unique(self.env_policy[envs]):
-            mine = envs[self.env_policy[envs] == p]
-            out.append((int(p), mine, self.env_column[mine]))
+    def _act(self, slots: list[Slot], t: int, groups: list[Group], actions: np.ndarray) -> None:
+        """Step ``t``'s actions of each policy's envs, into ``actions`` (env order) and its slot,
+        with the observations they saw and what the algorithm records beside them."""
+        obs_np, actable = self.obs.numpy(), _actable(self.obs)
+        marks_own = self.mapping.marks_own
+        jobs = []  # per policy: its envs, and where its algorithm writes their fields
+        for g in groups:
+            _write(slots[g.policy].obs, t, g, obs_np)
+            # under a mapping that marks own steps, the slot's row t holds other policies'
+            # envs too: the algorithm writes into a row of their own, copied below
+            jobs.append(
+                (g.ids, self._row(g.ids.size), 0) if marks_own else (g.ids, slots[g.policy], t)
+            )
+        if self.joint is not None:
+            acted = self.joint.act(actable, jobs)
+        else:
+            acted = [
+                self.actings[g.policy].act(actable if g.whole else actable[g.rows], row, into)
+                if g.ids.size
+                else None
+                for g, (_, into, row) in zip(groups, jobs, strict=True)
+            ]
+        for g, (_, into, _), action in zip(groups, jobs, acted, strict=True):
+            if action is None:  # a policy that acts on no env at this step
+                continue
+            slot = slots[g.policy]
+            actions[g.rows] = slot.actions[t, g.columns] = action.numpy()
+            if marks_own:
+                slot.own[t, g.columns] = True
+                for name, _, _ in self.row_fields:
+                    getattr(slot, name)[t, g.columns] = getattr(into, name)[0]
+
+    def _row(self, envs: int) -> SimpleNamespace:
+        """A zeroed row of the algorithm's fields for ``envs`` envs (the slot layout of T=1)."""
+        return SimpleNamespace(
+            **{
+                name: np.zeros((1, envs, *shape), dtype=dtype)
+                for name, shape, dtype in self.row_fields
+            }
+        )
+
+    def _step(self, actions: np.ndarray) -> tuple:
+        """One step of every env with the network's ``actions``: a Box's clipped to its bounds,
+        a Discrete's moved to its first action (the slot keeps the network's 0..n-1)."""
+        if not self.spec.discrete:
+            actions = np.clip(actions, self.low, self.high)
+        elif self.spec.action_start:
+            actions = actions + self.spec.action_start
+        ActorStatus.set(self.status, ActorStatus.STEPPING)
+        out = self.envs.step(actions)
+        ActorStatus.set(self.status, ActorStatus.ACTING)
         return out
 
-    def _random_rollout(self, slots: list[Slot]) -> None:
-        """Each env acts with the policy its episode drew; every policy's slot holds all K envs,
-        the steps it acted marked ``own`` (the others' are left as they were: its learner
-        drops them). A policy draws again for an env when that env's episode ends."""
-        status, envs, T, owner = self.status, self.envs, self.cfg.rollout, self.owner
-        assert owner is not None and self.mapping_rng is not None
-        for slot in slots:
-            slot.own.fill(False)
-        env_action = np.empty((self.K, *slots[0].actions.shape[2:]), dtype=slots[0].actions.dtype)
-        for t in range(T):
-            obs_np, actable = self.obs.numpy(), _actable(self.obs)
-            every = [np.flatnonzero(owner == p) for p in range(self.P)]
-            # the algorithm writes its fields of the acting envs into a row of their own
-            rows = [
-                SimpleNamespace(
-                    **{
-                        name: np.zeros((1, idx.size, *shape), dtype=dtype)
-                        for name, shape, dtype in self.row_fields
-                    }
-                )
-                for idx in every
-            ]
-            if self.joint is not None:
-                acted = self.joint.act(
-                    actable, [(idx, row, 0) for idx, row in zip(every, rows, strict=True)]
-                )
-            else:
-                acted = [
-                    self.actings[p].act(actable[idx], 0, rows[p]) if idx.size else None
-                    for p, idx in enumerate(every)
-                ]
-            groups = [(p, idx) for p, idx in enumerate(every) if idx.size]
-            for p, idx in groups:
-                slot = slots[p]
-                slot.obs[t, idx] = obs_np[idx]
-                for name, _, _ in self.row_fields:
-                    getattr(slot, name)[t, idx] = getattr(rows[p], name)[0]
-                env_action[idx] = slot.actions[t, idx] = acted[p].numpy()
-                slot.own[t, idx] = True
-            step_action = env_action
-            if not self.spec.discrete:
-                step_action = np.clip(env_action, self.low, self.high)
-            elif self.spec.action_start:  # the slot keeps the network's 0..n-1
-                step_action = env_action + self.spec.action_start
-            ActorStatus.set(status, ActorStatus.STEPPING)
-            obs, reward, terminated, truncated, info = envs.step(step_action)
-            ActorStatus.set(status, ActorStatus.ACTING)
-            for p, idx in groups:
-                slot = slots[p]
-                slot.rewards[t, idx] = reward[idx]
-                slot.terminated[t, idx] = terminated[idx]
-                slot.truncated[t, idx] = truncated[idx]
-            self.ep_return += reward
-            self.ep_length += 1
-            done = terminated | truncated
-            if "episode_score" in info:
-                for k in np.flatnonzero(~np.isnan(info["episode_score"])):
-                    slots[owner[k]].ep_returns[t, k] = info["episode_score"][k]
-                    slots[owner[k]].ep_lengths[t, k] = info["episode_steps"][k]
-            if done.any():
-                idx = np.flatnonzero(done)
-                trunc = np.asarray(truncated)
-                for p in np.unique(owner[idx]):
-                    ended = idx[owner[idx] == p]
-                    slot = slots[p]
-                    if "episode_score" not in info:
-                        slot.ep_returns[t, ended] = self.ep_return[ended]
-                        slot.ep_lengths[t, ended] = self.ep_length[ended]
-                    self.actings[p].episodes_ended(slot, t, ended, trunc, info["final_obs"])
-                self.ep_return[idx] = 0.0
-                self.ep_length[idx] = 0
-                owner[idx] = self.mapping_rng.integers(self.P, size=idx.size)
-            self.obs = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype))
-        obs_np = self.obs.numpy()
-        for p in range(self.P):
-            idx = np.flatnonzero(owner == p)
-            slots[p].obs[T, idx] = obs_np[idx]
+    def _keep_books(
+        self,
+        slots: list[Slot],
+        t: int,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        info: dict,
+    ) -> None:
+        """Episode returns, lengths and scores. Each env's running return and length; where an
+        episode ends, they go into the slot of the policy that acted at step ``t`` (an env that
+        logs whole games reports its own instead, whenever a game ends: Atari's over every life,
+        unclipped), that policy's algorithm hears of the end (a bootstrap value, a final
+        observation), and the env's next episode starts from 0, its policy drawn again by the
+        mapping."""
+        self.ep_return += reward
+        self.ep_length += 1
+        mapping, scores = self.mapping, info.get("episode_score")
+        if scores is not None:
+            for g in mapping.of(np.flatnonzero(~np.isnan(scores))):
+                slots[g.policy].ep_returns[t, g.columns] = scores[g.rows]
+                slots[g.policy].ep_lengths[t, g.columns] = info["episode_steps"][g.rows]
+        done = terminated | truncated
+        if not done.any():
+            return
+        ended, trunc = np.flatnonzero(done), np.asarray(truncated)
+        for g in mapping.of(ended):
+            slot = slots[g.policy]
+            if scores is None:
+                slot.ep_returns[t, g.columns] = self.ep_return[g.rows]
+                slot.ep_lengths[t, g.columns] = self.ep_length[g.rows]
+            held = mapping.slot_rows(g.policy)  # what the policy's slot columns are
+            final = info["final_obs"][held]
+            self.actings[g.policy].episodes_ended(slot, t, g.columns, trunc[held], final)
+        self.ep_return[ended] = 0.0
+        self.ep_length[ended] = 0
+        mapping.episodes_ended(ended)
 
     # ---------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
         """Where this actor is, between rollouts: its envs' episodes, their observations and
-        running returns, and its random generator -- what a resumed run needs to go on exactly
-        as if it had not stopped (see :func:`asyncrl.envs.env_state`)."""
+        running returns, its random generators and its mapping's -- what a resumed run needs to
+        go on exactly as if it had not stopped (see :func:`asyncrl.envs.env_state`)."""
         state = {
             "generator": self.generator.get_state(),
             "obs": self.obs.clone(),
@@ -329,20 +280,18 @@ class Actor:
             "envs": [env_state(e) for e in _env_list(self.envs)],
             "acting": self.acting.state_dict(),  # a recurrent policy's hidden states
         }
-        if self.P > 1:  # a population: every policy's generator, and the random mapping's
+        # a population's checkpoints hold every policy's generator too (one policy's never did:
+        # its "generator" is the only one)
+        if len(self.generators) > 1:
             state["generators"] = [g.get_state() for g in self.generators]
-            if self.owner is not None and self.mapping_rng is not None:
-                state["owner"] = self.owner.copy()
-                state["mapping_rng"] = self.mapping_rng.bit_generator.state
+        state.update(self.mapping.state_dict())
         return state
 
     def load_state_dict(self, state: dict) -> None:
         self.generator.set_state(state["generator"])
         for g, saved in zip(self.generators, state.get("generators") or [], strict=False):
             g.set_state(saved)
-        if self.owner is not None and "owner" in state and self.mapping_rng is not None:
-            self.owner = _array(state["owner"], np.int64)
-            self.mapping_rng.bit_generator.state = state["mapping_rng"]
+        self.mapping.load_state_dict(state)
         self.obs = torch.as_tensor(_array(state["obs"], self.obs_dtype))
         self.ep_return = _array(state["ep_return"], np.float64)
         self.ep_length = _array(state["ep_length"], np.int64)
@@ -360,6 +309,15 @@ class Actor:
         self.policy = self.flat = self.status = None
         self.policies, self.flats, self.actings = [], [], []
         self.acting = None
+
+
+def _write(field: np.ndarray, t: int, group: Group, values: np.ndarray) -> None:
+    """The group's rows of ``values`` (one per env) into row ``t`` of a slot's ``field``, at its
+    columns; a whole group's without indexing (the hot path of one policy)."""
+    if group.whole:
+        field[t] = values
+    else:
+        field[t, group.columns] = values[group.rows]
 
 
 def _actable(obs: torch.Tensor) -> torch.Tensor:

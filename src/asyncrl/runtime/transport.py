@@ -97,11 +97,11 @@ def rollout_layout(cfg: Any, spec: EnvSpec) -> SlotLayout:
     one policy of a population pass its config (``settings.policy_config``): its slots hold the
     envs it acts on, and under the random mapping every env with its own steps marked."""
     from asyncrl.algos import algorithm
-    from asyncrl.learning.population import draws_policies
+    from asyncrl.settings import acting_mapping
 
     T, K = cfg.rollout, cfg.envs_per_actor
     extra = algorithm(cfg.algo).slot_fields(spec, T, K, cfg)
-    if draws_policies(cfg.policy_mapping, cfg.policies):
+    if acting_mapping(cfg) == "random":
         extra = (*extra, ("own", (T, K), "bool"))  # the steps this policy acted
     return SlotLayout.for_rollout(spec, T, K, extra)
 

@@ -83,7 +83,8 @@ class JointPPOActing:
     """A population's feed-forward MLP policies acting in one batched forward: their layers
     stacked (one ``baddbmm`` per layer for all policies), each policy's envs gathered into its
     row of the batch, then each policy samples with its own generator as
-    :meth:`ActorCritic.act` does. Recurrent and image policies act in turn (``of`` gives None)."""
+    :meth:`ActorCritic.act` does. Recurrent and image policies act in turn, one policy alone
+    (``of`` gives None)."""
 
     def __init__(self, actings: list[PPOActing]):
         self.actings = actings
@@ -95,7 +96,9 @@ class JointPPOActing:
 
     @classmethod
     def of(cls, actings: list[PPOActing]) -> JointPPOActing | None:
-        if any(a.recurrence for a in actings) or actings[0].module.encoder is not None:
+        # one policy has nothing to join (its own forward is the exact one)
+        recurrent = any(a.recurrence for a in actings)
+        if len(actings) < 2 or recurrent or actings[0].module.encoder is not None:
             return None
         return cls(actings)
 

@@ -1,0 +1,143 @@
+"""Which policy acts for which of an actor's rows, asked by its rollout loop at every step.
+
+A row is one acting seat of the actor's batch: today one env (with many agents in an env, one
+agent of it). Every policy has a rollout slot, whose columns are rows; the mapping says which
+rows each policy acts for now (:meth:`PolicyMapping.groups`), where they lie in its slot, and
+draws again where episodes end. A one-policy run is the fixed mapping of one policy: its slot
+holds every row, in order, and nothing is ever drawn (docs: Concepts, actors, learner, slots).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from asyncrl.learning.population import policy_envs
+
+MAPPING_SEED = 31337  # the random mapping's draws: an actor's first env seed + this
+
+
+class Group(NamedTuple):
+    """The rows one policy acts for."""
+
+    policy: int
+    rows: slice | np.ndarray  # the actor's rows (a slice where it can be: views, no copies)
+    columns: slice | np.ndarray  # where those rows lie in the policy's slot
+    ids: np.ndarray  # ``rows`` as indices (what a joint forward gathers by)
+    # every row, in order, into every column: arrays may go whole (no indexing); False is safe
+    whole: bool
+
+
+class PolicyMapping:
+    """Which policy acts for each of ``rows`` rows, among ``policies``. ``policy[r]`` is row
+    ``r``'s policy now and ``column[r]`` its column in that policy's slot.
+
+    ``marks_own``: a policy's slot holds every row, also at steps another policy acted for it;
+    the steps it acted are marked in its slot's ``own`` (its learner drops the rest). Else a
+    policy's slot holds exactly the rows it acts for, at every step."""
+
+    marks_own = False
+
+    def __init__(self, rows: int, policies: int, policy: np.ndarray, column: np.ndarray):
+        self.rows, self.policies = rows, policies
+        self.policy, self.column = policy, column
+
+    def groups(self) -> list[Group]:
+        """Each policy's rows at this step, every policy in order (a group may be empty)."""
+        raise NotImplementedError
+
+    def slot_rows(self, policy: int) -> slice:
+        """The rows ``policy``'s slot holds, in the order of its columns."""
+        raise NotImplementedError
+
+    def of(self, rows: np.ndarray) -> list[Group]:
+        """``rows`` (indices) by the policy acting for them now, policies in order (none
+        empty)."""
+        if not rows.size:
+            return []
+        policy = self.policy[rows]
+        out = []
+        for p in range(self.policies):
+            mine = rows[policy == p]
+            if mine.size:
+                out.append(Group(p, mine, self.column[mine], mine, False))
+        return out
+
+    def episodes_ended(self, rows: np.ndarray) -> None:
+        """The episodes of ``rows`` (indices) ended at this step: their next ones may start
+        with other policies."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed actor needs to map as this one would go on (its part of the actor's
+        checkpoint state)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class FixedMapping(PolicyMapping):
+    """Row k to policy k mod P, for good (``--policy-mapping fixed``): policy p's slot holds
+    rows p, p + P, p + 2P, ...; one policy's holds them all."""
+
+    def __init__(self, rows: int, policies: int):
+        index = np.arange(rows)
+        super().__init__(rows, policies, index % policies, index // policies)
+        parts = [policy_envs(rows, policies, p) for p in range(policies)]
+        self._groups = [
+            Group(p, part, slice(None), index[part], index[part].size == rows)
+            for p, part in enumerate(parts)
+        ]
+
+    def groups(self) -> list[Group]:
+        return self._groups
+
+    def slot_rows(self, policy: int) -> slice:
+        return self._groups[policy].rows  # type: ignore[return-value]
+
+
+class RandomMapping(PolicyMapping):
+    """A policy drawn for each row at the start of each of its episodes (``--policy-mapping
+    random``), uniformly, from the mapping's own generator (seeded with ``seed``): every
+    policy's slot holds every row, the steps it acted marked ``own``."""
+
+    marks_own = True
+
+    def __init__(self, rows: int, policies: int, seed: int):
+        self.rng = np.random.default_rng(seed)
+        super().__init__(rows, policies, self.rng.integers(policies, size=rows), np.arange(rows))
+        self._groups: list[Group] | None = None  # until the next draw
+
+    def groups(self) -> list[Group]:
+        if self._groups is None:
+            every = [np.flatnonzero(self.policy == p) for p in range(self.policies)]
+            K = self.rows
+            self._groups = [Group(p, r, r, r, r.size == K) for p, r in enumerate(every)]
+        return self._groups
+
+    def slot_rows(self, policy: int) -> slice:
+        return slice(None)
+
+    def episodes_ended(self, rows: np.ndarray) -> None:
+        self.policy[rows] = self.rng.integers(self.policies, size=rows.size)
+        self._groups = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"owner": self.policy.copy(), "mapping_rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "owner" in state:  # a checkpoint of a run with this mapping
+            # a copy, as int64 (a checkpoint holds numpy arrays as tensors)
+            self.policy = torch.as_tensor(state["owner"]).numpy().astype(np.int64)
+            self.rng.bit_generator.state = state["mapping_rng"]
+            self._groups = None
+
+
+def policy_mapping(kind: str, rows: int, policies: int, seed: int) -> PolicyMapping:
+    """The mapping ``kind`` names (fixed or random: ``settings.acting_mapping``) of an actor's
+    ``rows`` to ``policies``; ``seed``: the actor's first env seed."""
+    if kind == "random":
+        return RandomMapping(rows, policies, seed + MAPPING_SEED)
+    return FixedMapping(rows, policies)
