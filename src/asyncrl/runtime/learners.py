@@ -1,6 +1,6 @@
 """A population's learners: each policy's learner as the training loop holds it -- in the
 driver's own process (:class:`LocalLearner`: one policy, or the inline and thread backends) or
-in a process of its own (:class:`RemoteLearner`: the process and Ray backends with P > 1, so
+in a process of its own (:class:`RemoteLearner`: the process and Ray backends with a population, so
 that the learners train at the same time on a machine with the cores).
 
 A learner process attaches its policy's slots and policy store (shared memory), builds its
