@@ -151,7 +151,8 @@ def test_compile_is_derived_for_recurrent_steps_whose_sequences_it_can_unroll():
     from asyncrl.algos.ppo.config import COMPILE_MAX_RECURRENCE, gradient_steps, recurrence
     from asyncrl.settings import for_env
 
-    long = dict(env="HalfCheetah-v5", recurrent="lstm", total_steps=4_000_000)
+    # a minibatch of whole 128-step sequences for both (a preset's 64 is derived up to them)
+    long = dict(env="HalfCheetah-v5", recurrent="lstm", total_steps=4_000_000, minibatch_size=128)
     short_seq = resolve(TrainConfig(**long, recurrence=32), "mujoco")
     assert recurrence(short_seq) <= COMPILE_MAX_RECURRENCE and short_seq.compile is True
     long_seq = resolve(TrainConfig(**long, recurrence=128), "mujoco")

@@ -168,6 +168,10 @@ class Algorithm(Protocol):
     def validate(self, cfg: Any) -> None:
         """Raise ConfigError for settings it cannot run with (``cfg`` resolved)."""
 
+    def agree(self, cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
+        """New values for the settings in ``filled`` (those a preset or default filled, not
+        the user) that would contradict others of ``cfg``, so that defaults never conflict."""
+
     def derived(self, cfg: Any) -> dict[str, Any]:
         """Settings derived from others (its own, and ``log_every``'s default)."""
 

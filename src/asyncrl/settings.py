@@ -168,10 +168,11 @@ def _warmup(name: str, value: Any, algo: str, budget: int) -> Any:
     return value.of(budget) if algo in FIELDS[name].metadata["owners"] else value.steps
 
 
-def resolve(cfg: Any, family: str | None = None) -> Any:
+def resolve(cfg: Any, family: str | None = None, agree: bool = True) -> Any:
     """Fill what was left unset (see the module doc; ``family``: the env's, from
-    ``asyncrl.envs.env_family``, for preset ``auto``), then the settings derived from others.
-    A resolved config resolves to itself (its preset is a name, not auto)."""
+    ``asyncrl.envs.env_family``, for preset ``auto``), make the values filled agree with the
+    others (``agree``; see :func:`agreed`), then the settings derived from others. A resolved
+    config resolves to itself (its preset is a name, not auto)."""
     lists = {n: getattr(cfg, n) for n in FIELDS if n != "population" and _listed(n, cfg)}
     if lists:  # per-policy values given to TrainConfig itself: as from_dict takes them
         cfg = from_dict(lists, cfg)
@@ -192,11 +193,26 @@ def resolve(cfg: Any, family: str | None = None) -> Any:
     budget = changes.get("total_steps", cfg.total_steps)
     changes.update((n, _warmup(n, v, cfg.algo, budget)) for n, v in changes.items())
     cfg = dataclasses.replace(cfg, **changes)
+    if agree:
+        cfg = dataclasses.replace(cfg, **agreed(cfg, frozenset(changes) - {"preset"}))
     changes = {}
     if cfg.actor_restarts == -1:
         changes["actor_restarts"] = 3 * (cfg.hogwild or cfg.actors)
     changes.update(algorithm(cfg.algo).derived(cfg))
     return _drawn_population(dataclasses.replace(cfg, **changes))
+
+
+def agreed(cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
+    """New values of settings in ``filled`` (a preset's or a default's, not the user's) that
+    would contradict others of ``cfg``, so that only settings given can conflict: the fixed
+    mapping's envs per actor, at least one per policy (SAC's presets have one env); then the
+    algorithm's own (see Algorithm.agree)."""
+    changes = {}
+    if "envs_per_actor" in filled and acting_mapping(cfg) == "fixed":
+        if cfg.envs_per_actor < cfg.policies:
+            changes["envs_per_actor"] = cfg.policies
+    own = algorithm(cfg.algo).agree(dataclasses.replace(cfg, **changes), filled)
+    return {**changes, **own}
 
 
 POPULATION_SEED = 104_729  # added to the run's seed: the draws of --population-init perturb
@@ -409,8 +425,10 @@ def preset_line(given: Any, resolved: Any) -> str | None:
     env = tuned_env(resolved.preset, algo, given.env if given.preset == "auto" else None)
     tuned = TUNED[resolved.preset][algo][1] if env else {}
     table = {**PRESETS[resolved.preset][algo], **tuned}
-    filled = [name for name in table if getattr(given, name) is None]
-    if not filled:
+    unset = frozenset(name for name in FIELDS if getattr(given, name) is None)
+    made_to_agree = agreed(resolve(given, resolved.preset, agree=False), unset) if unset else {}
+    filled = [name for name in table if name in unset and name not in made_to_agree]
+    if not filled and not made_to_agree:
         return None
     why = f" (auto: {given.env})" if given.preset == "auto" else ""
 
@@ -421,6 +439,8 @@ def preset_line(given: Any, resolved: Any) -> str | None:
     line += values([n for n in filled if n not in tuned])
     if any(n in tuned for n in filled):
         line += f"; tuned on {env}: " + values([n for n in filled if n in tuned])
+    if made_to_agree:  # e.g. a minibatch of whole recurrent sequences
+        line += "; derived to agree with the others: " + values(list(made_to_agree))
     return line
 
 

@@ -67,6 +67,24 @@ def make_learner(cfg: TrainConfig, spec) -> Learner:
     return algorithm(cfg.algo).learner(cfg, spec)
 
 
+def prepare(cfg: TrainConfig) -> tuple[TrainConfig, Any, Any, list[str]]:
+    """``cfg`` as given resolved, validated and fitted to its env's spec, before any process,
+    segment or file exists: (given, resolved, spec, the lines for_env prints). A setting that
+    cannot work raises ConfigError here."""
+    family = env_family(cfg.env)
+    given, cfg = cfg, resolve(cfg, family)
+    validate(cfg)
+    spec = env_spec(cfg)
+    if env_family(cfg.env, spec) != family:  # image observations: known once the env is made
+        cfg = resolve(given, env_family(cfg.env, spec))
+        validate(cfg)
+    cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
+    check_shared_memory(cfg, spec)
+    if not cfg.hogwild:  # e.g. a Ray cluster too small: before --overwrite deletes anything
+        pipeline.check_backend(cfg)
+    return given, cfg, spec, env_lines
+
+
 def train(
     cfg: TrainConfig,
     resume: bool = False,
@@ -83,18 +101,7 @@ def train(
     thread; leaves the process's settings as they were (:func:`process_state_kept`).
     Settings left unset (None) are filled from ``cfg.preset`` (auto: the env's family), and
     one line says which and with what."""
-    family = env_family(cfg.env)
-    given, cfg = cfg, resolve(cfg, family)
-    validate(cfg)
-    # before any process or segment exists
-    spec = env_spec(cfg)
-    if env_family(cfg.env, spec) != family:  # image observations: known once the env is made
-        cfg = resolve(given, env_family(cfg.env, spec))
-        validate(cfg)
-    cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
-    check_shared_memory(cfg, spec)
-    if not cfg.hogwild:  # e.g. a Ray cluster too small: before --overwrite deletes anything
-        pipeline.check_backend(cfg)
+    given, cfg, spec, env_lines = prepare(cfg)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg, create=True)
     cfg.run_dir = str(run_dir)
     if resume:  # before anything is written: a refused resume leaves the run as it was

@@ -28,6 +28,9 @@ class DQNAlgorithm(offpolicy.ReplayAlgorithm):
     def validate(self, cfg: Any) -> None:
         config.validate(cfg)
 
+    def agree(self, cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
+        return {}  # its presets agree with every run-level setting as they are
+
     def acting_module(self, cfg: Any, spec: Any) -> Any:
         from asyncrl.algos.dqn.networks import QNetwork
         from asyncrl.nets import choose_encoder, encoder_of

@@ -15,7 +15,7 @@ class PPOAlgorithm:
     presets = config.PRESETS
     tuned = config.TUNED
     fixed_on_resume = config.FIXED_ON_RESUME
-    derive_markers: dict[str, Any] = {"compile": None}
+    derive_markers: dict[str, Any] = {"compile": None, "recurrence": 0}
     # PBT's perturbations stay within these (docs: Guides, populations)
     mutable = {
         "lr": (1e-5, 1e-2, "log"),
@@ -31,6 +31,9 @@ class PPOAlgorithm:
 
     def validate(self, cfg: Any) -> None:
         config.validate(cfg)
+
+    def agree(self, cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
+        return config.agree(cfg, filled)
 
     def derived(self, cfg: Any) -> dict[str, Any]:
         return config.derived(cfg)

@@ -3,11 +3,14 @@ and what it refuses. Where the presets' values come from: docs, Guides: presets.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from asyncrl.config import Hyperparameters, need, preset_setting, setting
 from asyncrl.envs.registry import is_image
+from asyncrl.learning.population import envs_of_policy
 
 CORRECTIONS = ("none", "vtrace", "decoupled")
 # Gradient steps from which --compile is on by default: a first compilation on a machine (an
@@ -97,7 +100,8 @@ class PPOConfig(Hyperparameters):
     recurrence: int = setting(
         0,
         "--recurrent: env steps per backpropagation-through-time chunk, whose starting hidden "
-        "state each slot stores (0: the rollout length; must divide it)",
+        "state each slot stores (0: the rollout length, or gcd(rollout, minibatch_size) for a "
+        "--minibatch-size given that holds no whole rollout; must divide the rollout)",
         owners_only=True,
     )
 
@@ -223,6 +227,38 @@ def gradient_steps(cfg: Any) -> int:
     if batch < 1 or cfg.minibatch_size < 1 or cfg.epochs < 1 or cfg.total_steps < 1:
         return 0
     return cfg.total_steps // batch * cfg.epochs * max(batch // cfg.minibatch_size, 1)
+
+
+def _smallest_batch(cfg: Any) -> int:
+    """The training batch of the policy with the fewest envs (a population's policies train
+    on their own envs' share of each rollout under the fixed mapping)."""
+    envs = cfg.envs_per_actor
+    if cfg.policies > 1 and cfg.policy_mapping == "fixed":
+        envs = min(envs_of_policy(envs, cfg.policies, p) for p in range(cfg.policies))
+    return train_batch(dataclasses.replace(cfg, envs_per_actor=envs))
+
+
+def agree(cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
+    """The filled (not given) settings a recurrent policy's sequences or the training batch
+    contradict, made to agree (docs, Guides: presets, derived settings): a rollout of whole
+    --recurrence chunks; a minibatch of whole sequences and no larger than the batch; and for
+    a minibatch given that no rollout-long sequence fits, sequences of gcd(rollout, minibatch)
+    steps. What the user gave stays; only values given together can still conflict."""
+    out: dict[str, Any] = {}
+    rollout, minibatch, recurrent = cfg.rollout, cfg.minibatch_size, cfg.recurrent != "none"
+    if recurrent and cfg.recurrence > 0 and "rollout" in filled and rollout % cfg.recurrence:
+        rollout = out["rollout"] = -(-rollout // cfg.recurrence) * cfg.recurrence
+    chunk = (cfg.recurrence or rollout) if recurrent else 1
+    if "minibatch_size" in filled:
+        minibatch = -(-minibatch // chunk) * chunk
+        if not cfg.hogwild:  # a Hogwild! worker's batch is its own (checked on its config)
+            batch = _smallest_batch(dataclasses.replace(cfg, rollout=rollout))
+            minibatch = max(chunk, min(minibatch, batch // chunk * chunk))
+        if minibatch != cfg.minibatch_size:
+            out["minibatch_size"] = minibatch
+    elif recurrent and cfg.recurrence == 0 and minibatch % rollout:
+        out["recurrence"] = math.gcd(rollout, minibatch)
+    return out
 
 
 def derived(cfg: Any) -> dict[str, Any]:

@@ -39,6 +39,9 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
     def validate(self, cfg: Any) -> None:
         config.validate(cfg)
 
+    def agree(self, cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
+        return {}  # its presets agree with every run-level setting as they are
+
     def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
         changes, lines = super().for_env(cfg, spec, given)
         # saved resolved, each policy's too: PBT perturbs by a factor, which leaves 0 at 0
