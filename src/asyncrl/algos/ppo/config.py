@@ -229,13 +229,13 @@ def gradient_steps(cfg: Any) -> int:
     return cfg.total_steps // batch * cfg.epochs * max(batch // cfg.minibatch_size, 1)
 
 
-def _smallest_batch(cfg: Any) -> int:
+def _smallest_batch(cfg: Any, rollout: int) -> int:
     """The training batch of the policy with the fewest envs (a population's policies train
     on their own envs' share of each rollout under the fixed mapping)."""
     envs = cfg.envs_per_actor
     if cfg.policies > 1 and cfg.policy_mapping == "fixed":
         envs = min(envs_of_policy(envs, cfg.policies, p) for p in range(cfg.policies))
-    return train_batch(dataclasses.replace(cfg, envs_per_actor=envs))
+    return train_batch(dataclasses.replace(cfg, envs_per_actor=envs, rollout=rollout))
 
 
 def agree(cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
@@ -251,9 +251,9 @@ def agree(cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
     chunk = (cfg.recurrence or rollout) if recurrent else 1
     if "minibatch_size" in filled:
         minibatch = -(-minibatch // chunk) * chunk
-        if not cfg.hogwild:  # a Hogwild! worker's batch is its own (checked on its config)
-            batch = _smallest_batch(dataclasses.replace(cfg, rollout=rollout))
-            minibatch = max(chunk, min(minibatch, batch // chunk * chunk))
+        # a Hogwild! worker trains on its own K envs' rollout
+        batch = cfg.envs_per_actor * rollout if cfg.hogwild else _smallest_batch(cfg, rollout)
+        minibatch = max(chunk, min(minibatch, batch // chunk * chunk))
         if minibatch != cfg.minibatch_size:
             out["minibatch_size"] = minibatch
     elif recurrent and cfg.recurrence == 0 and minibatch % rollout:
