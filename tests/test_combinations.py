@@ -180,6 +180,7 @@ def test_a_setting_left_unset_is_derived_to_agree_and_the_preset_line_says_so():
     [
         (dict(recurrent="lstm", rollout=128, recurrence=48), ("recurrence", "rollout")),
         (dict(recurrent="gru", recurrence=32, minibatch_size=48), ("minibatch_size", "recurrence")),
+        (dict(recurrent="gru", rollout=128, minibatch_size=64), ("minibatch_size", "the rollout")),
         (
             dict(envs_per_actor=2, rollout=16, minibatch_size=64),
             ("minibatch_size", "envs_per_actor"),

@@ -101,7 +101,7 @@ class PPOConfig(Hyperparameters):
         0,
         "--recurrent: env steps per backpropagation-through-time chunk, whose starting hidden "
         "state each slot stores (0: the rollout length, or gcd(rollout, minibatch_size) for a "
-        "--minibatch-size given that holds no whole rollout; must divide the rollout)",
+        "--minibatch-size given that holds no whole preset rollout; must divide the rollout)",
         owners_only=True,
     )
 
@@ -242,7 +242,7 @@ def agree(cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
     """The filled (not given) settings a recurrent policy's sequences or the training batch
     contradict, made to agree (docs, Guides: presets, derived settings): a rollout of whole
     --recurrence chunks; a minibatch of whole sequences and no larger than the batch; and for
-    a minibatch given that no rollout-long sequence fits, sequences of gcd(rollout, minibatch)
+    a minibatch given that holds no whole filled rollout, sequences of gcd(rollout, minibatch)
     steps. What the user gave stays; only values given together can still conflict."""
     out: dict[str, Any] = {}
     rollout, minibatch, recurrent = cfg.rollout, cfg.minibatch_size, cfg.recurrent != "none"
@@ -256,7 +256,7 @@ def agree(cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
         minibatch = max(chunk, min(minibatch, batch // chunk * chunk))
         if minibatch != cfg.minibatch_size:
             out["minibatch_size"] = minibatch
-    elif recurrent and cfg.recurrence == 0 and minibatch % rollout:
+    elif recurrent and cfg.recurrence == 0 and "rollout" in filled and minibatch % rollout:
         out["recurrence"] = math.gcd(rollout, minibatch)
     return out
 
@@ -326,7 +326,8 @@ def _validate_recurrent(cfg: Any) -> None:
     need(
         cfg.minibatch_size % chunk == 0,
         f"minibatch_size: with --recurrent a minibatch is whole sequences of recurrence "
-        f"({chunk}) steps; {cfg.minibatch_size} is not a multiple of {chunk}",
+        f"({'0: the rollout, ' if not cfg.recurrence else ''}{chunk}) steps; "
+        f"{cfg.minibatch_size} is not a multiple of {chunk}",
     )
 
 
