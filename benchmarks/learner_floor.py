@@ -335,7 +335,7 @@ def main() -> None:
             print(r)
         print(f"  ({threads} thread(s); load average now {os.getloadavg()[0]:.2f})")
         if bf16:
-            print(f"  bf16 matmul {bf16[2] / 1e9:.0f} GFLOP/s, {bf16[3] / 1e9:.0f} per CPU s")
+            print(f"  bf16 matmul {bf16[2] / 1e9:.2f} GFLOP/s, {bf16[3] / 1e9:.2f} per CPU s")
     results["loadavg_end"] = os.getloadavg()
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"learner_floor-{time.strftime('%Y%m%d-%H%M%S')}.json"

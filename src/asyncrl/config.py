@@ -599,11 +599,11 @@ def _validate_precision(cfg: Any) -> None:
         return
     from asyncrl.system import bf16_support
 
-    ok, asked = bf16_support(cfg.device)
+    ok, why = bf16_support(cfg.device)
     need(
         ok,
         f"precision: bf16 needs native bfloat16 on the learner's device ({cfg.device}; "
-        f"{asked} says no); use --precision fp32 (allowed: {', '.join(PRECISIONS)})",
+        f"{why}); use --precision fp32 (allowed: {', '.join(PRECISIONS)})",
     )
 
 
