@@ -3,6 +3,7 @@
     python benchmarks/learner_floor.py                      # all cases
     python benchmarks/learner_floor.py --cases classic,mujoco --rounds 9
     python benchmarks/learner_floor.py --cold               # compile into an empty cache
+    python benchmarks/learner_floor.py --precision fp32,bf16  # bf16 rows beside fp32's
 
 Cases, each at its preset's sizes (issue 35):
   classic  PPO, CartPole-v1: 64x64 tanh MLPs, minibatch 64, 10 epochs of 256 samples
@@ -31,6 +32,10 @@ apply); ``fused`` the
 step of fused.py, eager; ``compiled`` the same, torch.compile'd. A compiled variant's first call,
 compilation included, is reported apart: --cold compiles into an empty cache directory, else the
 machine's cache answers.
+
+``--precision fp32,bf16``: every variant also under ``--precision bf16`` (rows ``<variant>+bf16``:
+PPO(precision="bf16"), SAC(precision="bf16")), and every row's ratio to a second floor, the
+step's FLOPs at the rate of a 1024^3 bfloat16 matmul measured in this run ("x bf16").
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from asyncrl.algos.ppo.config import PPOConfig  # noqa: E402
 from asyncrl.algos.ppo.networks import build_policy  # noqa: E402
-from asyncrl.algos.ppo.update import PPO  # noqa: E402
+from asyncrl.algos.ppo.update import PPO, step_hyperparameters  # noqa: E402
 from asyncrl.algos.sac.config import SACConfig  # noqa: E402
 from asyncrl.algos.sac.update import SAC  # noqa: E402
 from asyncrl.config import learner_threads  # noqa: E402
@@ -72,12 +77,14 @@ ENVS = {
 }
 
 
-def matmul_rate(threads: int, n: int = 1024, repeats: int = 15) -> tuple[float, float]:
-    """FLOP/s of an n x n x n float32 matmul on ``threads`` torch threads (median): per second
-    of wall time, and per second of this process's CPU time."""
+def matmul_rate(
+    threads: int, n: int = 1024, repeats: int = 15, dtype: torch.dtype = torch.float32
+) -> tuple[float, float]:
+    """FLOP/s of an n x n x n matmul of ``dtype`` on ``threads`` torch threads (median): per
+    second of wall time, and per second of this process's CPU time."""
     torch.set_num_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    out = torch.empty(n, n)
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    out = torch.empty(n, n, dtype=dtype)
     torch.mm(a, b, out=out)
     wall, cpu = [], []
     for _ in range(repeats):
@@ -116,7 +123,9 @@ class Variant:
         self.cpu_per_step.append((time.process_time() - c0) / steps)
 
 
-def ppo_case(name: str, env: str, variants: list[str]) -> tuple[list[Variant], Callable, int]:
+def ppo_case(
+    name: str, env: str, variants: list[str], precision: str = "fp32"
+) -> tuple[list[Variant], Callable, int]:
     cfg = resolve(TrainConfig(env=env, algo="ppo"), env_family(env))
     spec = check_env(env)
     hp = PPOConfig.of(cfg)
@@ -151,7 +160,7 @@ def ppo_case(name: str, env: str, variants: list[str]) -> tuple[list[Variant], C
         fused, compile = not v.startswith("old"), v.endswith("compiled")
         if fused != _fused_applies(policy) and v != "old":
             continue  # the CNN: old and old-compiled; MLPs: all but old-compiled by default
-        algo = PPO(copy.deepcopy(policy), hp, cfg.lr, compile=compile, fused=fused)
+        algo = PPO(copy.deepcopy(policy), hp, cfg.lr, compile, fused, precision)
         gen = torch.Generator().manual_seed(2)
         steps = hp.epochs * (n // hp.minibatch_size)
 
@@ -159,12 +168,12 @@ def ppo_case(name: str, env: str, variants: list[str]) -> tuple[list[Variant], C
             algo.update(batch, cfg.lr, gen)
             return steps
 
-        made.append(Variant(v, run))
+        made.append(Variant(_named(v, precision), run))
     ref = PPO(copy.deepcopy(policy), hp, cfg.lr, fused=False)
     mb = [batch[k][: hp.minibatch_size] for k in ("features", "actions", "logp", "weight")]
     mb += [batch[k][: hp.minibatch_size] for k in ("adv", "returns", "values")]
-    clip = torch.tensor(hp.clip_coef)
-    flops = flops_of(lambda: ref._minibatch_step(clip, *mb))
+    step_hp = step_hyperparameters(hp, cfg.lr)  # [clip, lr, ent_coef], as an update passes it
+    flops = flops_of(lambda: ref._minibatch_step(step_hp, *mb))
     return made, flops, learner_threads(cfg, 1)
 
 
@@ -174,7 +183,11 @@ def _fused_applies(policy) -> bool:
     return supports(policy)
 
 
-def sac_case(variants: list[str]) -> tuple[list[Variant], int, int]:
+def _named(variant: str, precision: str) -> str:
+    return variant if precision == "fp32" else f"{variant}+{precision}"
+
+
+def sac_case(variants: list[str], precision: str = "fp32") -> tuple[list[Variant], int, int]:
     env = ENVS["sac"][1]
     cfg = resolve(TrainConfig(env=env, algo="sac"), env_family(env))
     spec = check_env(env)
@@ -199,6 +212,7 @@ def sac_case(variants: list[str]) -> tuple[list[Variant], int, int]:
             hp,
             generator=torch.Generator().manual_seed(7),
             hidden=tuple(cfg.hidden),
+            precision=precision,
         )
 
     made = []
@@ -207,9 +221,26 @@ def sac_case(variants: list[str]) -> tuple[list[Variant], int, int]:
             continue  # SAC's update is the autograd one: as it is, and under torch.compile
         sac = make()
         update = torch.compile(sac.update) if v == "old-compiled" else sac.update
-        made.append(Variant(v, lambda update=update: (update(b), 1)[1]))
+        made.append(Variant(_named(v, precision), lambda update=update: (update(b), 1)[1]))
     ref = make()
     return made, flops_of(lambda: ref.update(b)), learner_threads(cfg, 1)
+
+
+BF16_HEADER = f" {'x bf16':>6s} {'CPU':>5s}"
+
+
+def bf16_floor(threads: int, flops: int) -> tuple[float, float, float, float]:
+    """The step's floor at the bfloat16 matmul rate measured now: wall and CPU seconds, and
+    the two rates."""
+    rate, cpu_rate = matmul_rate(threads, dtype=torch.bfloat16)
+    return flops / rate, flops / cpu_rate, rate, cpu_rate
+
+
+def bf16_columns(bf16: tuple | None, ms: float, cpu: float) -> str:
+    """A row's ratios to the bf16 floor (blank without --precision bf16)."""
+    if bf16 is None:
+        return f" {'':>6s} {'':>5s}"
+    return f" {ms / bf16[0]:6.1f} {cpu / bf16[1]:5.1f}"
 
 
 def main() -> None:
@@ -223,8 +254,14 @@ def main() -> None:
     )
     p.add_argument("--rounds", type=int, default=7, help="timed rounds (each variant once)")
     p.add_argument("--cold", action="store_true", help="compile into an empty cache directory")
+    p.add_argument(
+        "--precision",
+        default="fp32",
+        help="fp32, bf16 or fp32,bf16: the learners' --precision of each variant's rows",
+    )
     args = p.parse_args()
     variants = args.variants.split(",")
+    precisions = args.precision.split(",")
     results: dict = {
         "torch": torch.__version__,
         "argv": sys.argv[1:],
@@ -234,15 +271,18 @@ def main() -> None:
     header = (
         f"{'case':8s} {'variant':12s} {'first call':>10s} {'ms/step':>8s} {'CPU ms':>7s} "
         f"{'MFLOP':>7s} {'GFLOP/s':>7s} {'CPU':>5s} {'floor ms':>8s} {'x floor':>7s} {'CPU':>5s} "
-        f"{'vs old':>6s} {'CPU':>5s}"
+        f"{'vs old':>6s} {'CPU':>5s}" + BF16_HEADER
     )
     rows = []
     for case in args.cases.split(","):
         algo, env = ENVS[case]
-        if algo == "ppo":
-            made, flops, threads = ppo_case(case, env, variants)
-        else:
-            made, flops, threads = sac_case(variants)
+        made = []
+        for precision in precisions:
+            if algo == "ppo":
+                mine, flops, threads = ppo_case(case, env, variants, precision)
+            else:
+                mine, flops, threads = sac_case(variants, precision)
+            made += mine
         torch.set_num_threads(threads)
         for v in made:
             v.first()
@@ -253,6 +293,7 @@ def main() -> None:
                 v.timed()
         rate, cpu_rate = matmul_rate(threads)
         floor, cpu_floor = flops / rate, flops / cpu_rate
+        bf16 = bf16_floor(threads, flops) if "bf16" in precisions else None
         old = next((v for v in made if v.name == "old"), None)
         old_ms = statistics.median(old.per_step) if old else float("nan")
         old_cpu = statistics.median(old.cpu_per_step) if old else float("nan")
@@ -263,6 +304,8 @@ def main() -> None:
             "matmul_flops_per_cpu_s": cpu_rate,
             "variants": {},
         }
+        if bf16:
+            out["bf16_matmul_flops_per_s"], out["bf16_matmul_flops_per_cpu_s"] = bf16[2:]
         for v in made:
             ms, cpu = statistics.median(v.per_step), statistics.median(v.cpu_per_step)
             out["variants"][v.name] = {
@@ -276,11 +319,14 @@ def main() -> None:
                 "speedup_vs_old": old_ms / ms,
                 "speedup_vs_old_cpu": old_cpu / cpu,
             }
+            if bf16:
+                out["variants"][v.name]["x_bf16_floor"] = ms / bf16[0]
+                out["variants"][v.name]["x_bf16_floor_cpu"] = cpu / bf16[1]
             rows.append(
                 f"{case:8s} {v.name:12s} {v.first_seconds:9.1f}s {ms * 1e3:8.3f} "
                 f"{cpu * 1e3:7.3f} {flops / 1e6:7.1f} {rate / 1e9:7.0f} {cpu_rate / 1e9:5.0f} "
                 f"{floor * 1e3:8.3f} {ms / floor:7.1f} {cpu / cpu_floor:5.1f} "
-                f"{old_ms / ms:5.2f}x {old_cpu / cpu:4.2f}x"
+                f"{old_ms / ms:5.2f}x {old_cpu / cpu:4.2f}x" + bf16_columns(bf16, ms, cpu)
             )
         results[case] = out
         if len(rows) == len(made):
@@ -288,6 +334,8 @@ def main() -> None:
         for r in rows[-len(made) :]:
             print(r)
         print(f"  ({threads} thread(s); load average now {os.getloadavg()[0]:.2f})")
+        if bf16:
+            print(f"  bf16 matmul {bf16[2] / 1e9:.2f} GFLOP/s, {bf16[3] / 1e9:.2f} per CPU s")
     results["loadavg_end"] = os.getloadavg()
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"learner_floor-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -18,13 +18,18 @@ from asyncrl.algos.ppo.learner import PPOLearner
 from asyncrl.algos.ppo.networks import build_policy
 from asyncrl.config import ConfigError
 from asyncrl.envs import AtariTraining, check_env, env_family
+from asyncrl.learning.offpolicy import MEMORY_SHARE
 from asyncrl.nets import ImageEncoder, choose_encoder
+from asyncrl.replay import FrameReplay
 from asyncrl.runtime.actor import Actor
 from asyncrl.runtime.transport import PolicyStore, SlotStore, rollout_layout
 from asyncrl.settings import TrainConfig, for_env, resolve
 
 DOT = "fake_envs:DotSide-v0"
 DOT_BYTES = 12 * 12  # one uint8 observation
+# a replay row of DotSideContinuous: the observation once (the frames layout), a float32 action,
+# a float32 reward and five one-byte fields (replay.frames)
+DOT_ROW = DOT_BYTES + 4 + 4 + 5
 
 
 def _resolved(env: str, **kw) -> tuple[TrainConfig, object]:
@@ -116,10 +121,10 @@ def test_sac_replay_keeps_uint8_and_trains_on_it():
         hidden=[32],
     )
     learner = SACLearner(cfg, spec)
-    assert learner.replay.obs.dtype == np.uint8 and learner.replay.next_obs.dtype == np.uint8
-    # two observations, a float32 action, a float32 reward, two bool flags
-    assert learner.replay.bytes_per_transition == 2 * DOT_BYTES + 4 + 4 + 2
-    assert learner.replay.obs.nbytes == 64 * DOT_BYTES
+    # image observations are stored once, as uint8 frames (next observations are later rows)
+    assert isinstance(learner.replay, FrameReplay) and learner.replay.frames.dtype == np.uint8
+    assert learner.replay.bytes_per_transition == DOT_ROW
+    assert learner.replay.frames.nbytes == 64 * DOT_BYTES
     layout = rollout_layout(cfg, spec)
     assert dict((n, d) for n, _, d in layout.fields)["final_obs"] == "uint8"
     slots = SlotStore(layout, 1, shared=False)
@@ -145,7 +150,7 @@ def test_a_replay_buffer_larger_than_the_memory_available_is_refused_before_the_
 ):
     import asyncrl.system as system
 
-    per = 2 * DOT_BYTES + 4 + 4 + 2  # as the buffer allocates it (see the test above)
+    per = DOT_ROW  # as the buffer allocates it (see the test above)
     monkeypatch.setattr(system, "available_memory", lambda: (1000 * per - 1, "MemAvailable"))
     kw = dict(algo="sac", backend="inline", actors=1, envs_per_actor=2, batch_size=8)
     kw.update(learning_starts=8, total_steps=64)
@@ -158,9 +163,9 @@ def test_a_replay_buffer_larger_than_the_memory_available_is_refused_before_the_
         )
     msg = str(e.value)
     assert (
-        msg.startswith("buffer_size: 1,000 transitions of 298 B need 298,000 B") and "\n" not in msg
+        msg.startswith("buffer_size: 1,000 transitions of 157 B need 157,000 B") and "\n" not in msg
     )
-    assert "297,999 B (0.00 GB) is available (MemAvailable)" in msg
+    assert "156,999 B (0.00 GB) is available (MemAvailable)" in msg
     assert not (tmp_path / "r").exists()  # refused before the run dir, let alone a process
     # one transition fewer than the memory holds is accepted
     cfg, _ = _resolved(DOT.replace("DotSide", "DotSideContinuous"), buffer_size=999, **kw)
@@ -173,17 +178,16 @@ def test_a_presets_replay_buffer_that_does_not_fit_is_reduced_to_what_fits(tmp_p
     import asyncrl.system as system
 
     env = DOT.replace("DotSide", "DotSideContinuous")
-    per = 2 * DOT_BYTES + 4 + 4 + 2
-    monkeypatch.setattr(system, "available_memory", lambda: (5000 * per, "MemAvailable"))
+    monkeypatch.setattr(system, "available_memory", lambda: (5000 * DOT_ROW, "MemAvailable"))
     given = TrainConfig(env=env, algo="sac", learning_starts=100)
     spec = check_env(env)
     cfg, lines = for_env(resolve(given, env_family(env)), spec, given)
-    assert cfg.buffer_size == 4000  # 80% of what is available
-    assert len(lines) == 1 and lines[0].startswith("asyncrl: buffer_size 1,000,000 -> 4,000: ")
-    assert "(--buffer-size sets it)" in lines[0]
+    assert cfg.buffer_size == int(MEMORY_SHARE * 5000) == 2500  # half of what is available
+    assert len(lines) == 1 and lines[0].startswith("asyncrl: buffer_size 1,000,000 -> 2,500: ")
+    assert "buffer takes 50% of it (--buffer-size sets it)" in lines[0]
     # fewer than learning_starts would fit: refused, naming the way out
-    small = TrainConfig(env=env, algo="sac", learning_starts=4500)
-    with pytest.raises(ConfigError, match="fewer than learning_starts 4,500"):
+    small = TrainConfig(env=env, algo="sac", learning_starts=2600)
+    with pytest.raises(ConfigError, match="fewer than learning_starts 2,600"):
         for_env(resolve(small, env_family(env)), spec, small)
 
 
@@ -196,7 +200,7 @@ def test_a_populations_replay_buffers_are_checked_together_against_the_memory(
     import asyncrl.system as system
 
     env = DOT.replace("DotSide", "DotSideContinuous")
-    per = 2 * DOT_BYTES + 4 + 4 + 2  # as the buffer allocates it (see the tests above)
+    per = DOT_ROW  # as the buffer allocates it (see the tests above)
     monkeypatch.setattr(system, "available_memory", lambda: (2000 * per - 1, "MemAvailable"))
     kw = dict(algo="sac", backend="inline", actors=1, envs_per_actor=2, batch_size=8)
     kw.update(learning_starts=8, total_steps=64, policies=2)
@@ -204,21 +208,112 @@ def test_a_populations_replay_buffers_are_checked_together_against_the_memory(
         asyncrl.train(env, buffer_size=1000, run_dir=str(tmp_path / "r"), **kw)
     msg = str(e.value)
     assert msg.startswith(
-        "buffer_size: 1,000 transitions of 298 B in each of 2 policies' replay buffers "
-        "(policies 2) need 596,000 B"
+        "buffer_size: 1,000 transitions of 157 B in each of 2 policies' replay buffers "
+        "(policies 2) need 314,000 B"
     ), msg
-    assert "595,999 B (0.00 GB) is available (MemAvailable)" in msg and "\n" not in msg
+    assert "313,999 B (0.00 GB) is available (MemAvailable)" in msg and "\n" not in msg
     assert msg.endswith("lower --buffer-size or --policies"), msg
     assert not (tmp_path / "r").exists()  # refused before the run dir, let alone a process
     cfg, _ = _resolved(env, buffer_size=999, **kw)  # two of 999 fit
     assert cfg.buffer_size == 999
-    # a preset's: 80% of what is available, shared by the two buffers
+    # a preset's: half of what is available, shared by the two buffers
     monkeypatch.setattr(system, "available_memory", lambda: (5000 * per, "MemAvailable"))
     given = TrainConfig(env=env, algo="sac", learning_starts=100, policies=2, envs_per_actor=2)
     cfg, lines = for_env(resolve(given, env_family(env)), check_env(env), given)
-    assert cfg.buffer_size == 2000
-    assert len(lines) == 1 and lines[0].startswith("asyncrl: buffer_size 1,000,000 -> 2,000: ")
+    assert cfg.buffer_size == 1250
+    assert len(lines) == 1 and lines[0].startswith("asyncrl: buffer_size 1,000,000 -> 1,250: ")
     assert "in each of 2 policies' replay buffers" in lines[0]
+
+
+CAR_BYTES = 96 * 96 * 3 + 3 * 4 + 4 + 5  # one RGB frame, 3 float32 actions, reward, 5 flags
+
+
+def _car_racing_spec():
+    """CarRacing-v3's spec: read off the env where Box2D is installed, else built from the
+    spaces Gymnasium declares for it (CI installs no Box2D)."""
+    try:
+        import Box2D  # noqa: F401
+    except ImportError:
+        from asyncrl.envs.spec import spec_from_spaces
+
+        obs = gym.spaces.Box(0, 255, (96, 96, 3), np.uint8)
+        act = gym.spaces.Box(np.array([-1, 0, 0], np.float32), np.ones(3, np.float32))
+        return spec_from_spaces("CarRacing-v3", obs, act)
+    return check_env("CarRacing-v3")
+
+
+def test_car_racing_sac_stores_each_observation_once_with_no_flag(monkeypatch):
+    """#57: SAC on CarRacing-v3 stored two 96x96x3 copies a transition (55,314 B); with no flag
+    it stores one frame (at most ~27.7 kB), as the start-up line and the replay both say, and a
+    preset's buffer reduced to fit takes half of the memory available."""
+    import asyncrl.system as system
+    from asyncrl.replay import make_replay
+    from asyncrl.runtime.transport import memory_line
+
+    avail = 10**9
+    monkeypatch.setattr(system, "available_memory", lambda: (avail, "MemAvailable"))
+    spec = _car_racing_spec()
+    assert spec.obs_shape == (96, 96, 3) and spec.obs_dtype == "uint8" and spec.frame_stack == 1
+    given = TrainConfig(env="CarRacing-v3", algo="sac")
+    cfg = resolve(given, env_family("CarRacing-v3", spec))
+    cfg, lines = for_env(cfg, spec, given)
+    assert CAR_BYTES <= 27_700
+    assert cfg.buffer_size == int(MEMORY_SHARE * avail) // CAR_BYTES
+    assert f"of {CAR_BYTES:,} B need" in lines[0] and "buffer takes 50% of it" in lines[0]
+    line = memory_line(cfg, spec)
+    assert f"replay {CAR_BYTES:,} B per transition" in line
+    assert "(each frame stored once; 55,314 B with whole observations)" in line
+    replay = make_replay(cfg, spec)
+    assert isinstance(replay, FrameReplay) and replay.bytes_per_transition == CAR_BYTES
+    assert replay.nbytes <= (cfg.buffer_size + 1) * CAR_BYTES  # rounded up to whole rows
+
+
+def test_car_racing_spec_is_the_one_gymnasium_makes():
+    pytest.importorskip("Box2D")
+    assert _car_racing_spec() == check_env("CarRacing-v3")
+
+
+def test_an_unstacked_image_env_stores_each_observation_once_and_learns_from_the_first_insert(
+    tmp_path, capsys
+):
+    """Any image env, stacked or not, gets the frames layout: the start-up line and the replay
+    say one observation per transition; and a transition is drawable as soon as it is inserted
+    (learning_starts of one env step's transitions: the first update follows the first insert)."""
+    from asyncrl.algos.sac.learner import SACLearner
+
+    seen: list = []
+    real = SACLearner.train
+
+    def keep(self, slots):
+        seen.append(self.replay)
+        return real(self, slots)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(SACLearner, "train", keep)
+    try:
+        result = asyncrl.train(
+            "fake_envs:DotSideContinuous-v0",
+            algo="sac",
+            backend="inline",
+            mode="sync",
+            actors=1,
+            envs_per_actor=2,
+            hidden=[16],
+            batch_size=2,
+            learning_starts=1,
+            buffer_size=64,
+            total_steps=32,
+            progress=False,
+            tensorboard=False,
+            run_dir=str(tmp_path / "run"),
+        )
+    finally:
+        mp.undo()
+    assert isinstance(seen[-1], FrameReplay) and seen[-1].bytes_per_transition == DOT_ROW
+    out = capsys.readouterr().out
+    assert f"replay {DOT_ROW:,} B per transition" in out
+    assert f"each frame stored once; {2 * DOT_BYTES + 4 + 4 + 2:,} B with whole" in out
+    assert result.summary["gradient_steps"] == 32 - 1  # replay ratio 1 from the first insert
 
 
 def test_available_memory_is_a_positive_figure_with_its_source():

@@ -27,6 +27,7 @@ SYNC_MODES = ("shared", "synced")
 ON_ENV_ERROR = ("raise", "restart")
 ON_NONFINITE = ("raise", "skip")
 DEVICES = ("cpu", "cuda", "auto")
+PRECISIONS = ("fp32", "bf16")
 ENCODERS = ("auto", "mlp", "cnn")
 VECTORIZERS = ("gymnasium", "envpool")
 POLICY_MAPPINGS = ("fixed", "random")
@@ -298,6 +299,13 @@ class RunConfig(ConfigMethods):
         "one); actors always act on the CPU and policy versions travel as CPU tensors",
         choices=DEVICES,
     )
+    precision: str = setting(
+        "fp32",
+        "the learners' arithmetic: fp32, or bf16 (bfloat16 autocast for the matrix products of "
+        "PPO's and SAC's updates; weights, optimizer state and losses' reductions stay float32; "
+        "refused where the CPU or GPU has no native bfloat16); never derived on",
+        choices=PRECISIONS,
+    )
     # --- evaluation during training
     eval_every: int = setting(
         0,
@@ -484,6 +492,7 @@ def validate_run(cfg: Any) -> None:
     )
     need(cfg.threads_actor >= 1, f"threads_actor: must be >= 1, got {cfg.threads_actor}")
     _validate_device(cfg)
+    _validate_precision(cfg)
 
 
 def need_wandb() -> None:
@@ -580,6 +589,21 @@ def _validate_device(cfg: Any) -> None:
         "device: cuda asked for, but this torch sees no CUDA device ("
         + ("no GPU or driver found" if torch.version.cuda else "it is a CPU-only build")
         + "); use --device cpu or auto",
+    )
+
+
+def _validate_precision(cfg: Any) -> None:
+    """bf16 where the learner's device has no native bfloat16 would be emulated, slower than
+    fp32: refused before anything starts."""
+    if cfg.precision != "bf16":
+        return
+    from asyncrl.system import bf16_support
+
+    ok, why = bf16_support(cfg.device)
+    need(
+        ok,
+        f"precision: bf16 needs native bfloat16 on the learner's device ({cfg.device}; "
+        f"{why}); use --precision fp32 (allowed: {', '.join(PRECISIONS)})",
     )
 
 

@@ -12,7 +12,9 @@ statistics of the version it acts with, and the learner recomputes log-probs wit
 
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +32,15 @@ NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 # the detail a few pixels carry.
 SMALL_CONVS = ((16, 3, 1), (32, 3, 1))
 NATURE_MIN_SIDE = 36
+
+
+def autocast(precision: str, device: torch.device | str) -> Any:
+    """Where an update's matrix products run in ``precision`` (``--precision``): bf16, a
+    bfloat16 autocast (weights, gradients' accumulation in the optimizer and everything but
+    the matmuls and convolutions stay float32); fp32, nothing changes."""
+    if precision == "bf16":
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def choose_encoder(name: str, spec: EnvSpec) -> str:

@@ -294,6 +294,11 @@ def validate(cfg: Any, family: str | None = None) -> None:
     Checks ``cfg`` as :func:`resolve` completes it (``family``: for preset auto)."""
     cfg = resolve(cfg, family)
     validate_run(cfg)
+    precisions = getattr(algorithm(cfg.algo), "precisions", ("fp32",))
+    need(
+        cfg.precision in precisions,
+        f"precision: {cfg.algo} trains in {' or '.join(precisions)} (got {cfg.precision})",
+    )
     _refuse_others_settings(cfg)
     _validate_population(cfg)
     if cfg.policies == 1:

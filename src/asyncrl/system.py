@@ -38,3 +38,23 @@ def available_memory() -> tuple[int, str]:
     except (OSError, ValueError):
         pass
     return avail, source
+
+
+def bf16_support(device: str) -> tuple[bool, str]:
+    """Whether ``device`` (cpu, cuda or auto) multiplies bfloat16 natively, and what says so:
+    on CUDA torch's answer; on a CPU the flags ``avx512_bf16`` or ``amx_bf16`` (/proc/cpuinfo,
+    else torch's AVX-512 BF16 check). Without them torch still runs bfloat16, emulated and
+    slower than float32."""
+    import torch
+
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        ok = bool(torch.cuda.is_bf16_supported())
+        return ok, f"torch.cuda.is_bf16_supported() is {ok}"
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((row.split(":", 1)[1].split() for row in f if row.startswith("flags")), [])
+        found = sorted({"avx512_bf16", "amx_bf16"} & set(flags))
+        return bool(found), f"CPU flags: {', '.join(found) or 'neither avx512_bf16 nor amx_bf16'}"
+    except OSError:
+        ok = bool(torch.cpu._is_avx512_bf16_supported())
+        return ok, f"torch's AVX-512 BF16 check is {ok}"

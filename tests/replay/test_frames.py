@@ -1,22 +1,32 @@
 """The frame-once replay gives back exactly the transitions the whole-observation layout
 stores: stacked observations and next observations rebuilt from the streams' rows, across
-rollouts, episode ends with and without resets, and restarts that break a stream."""
+rollouts, episode ends with and without resets, and restarts that break a stream; and the same
+for unstacked images (RGB frames, as CarRacing's), where a row is the whole observation."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import pytest
 
-from asyncrl.replay.buffer import nstep_window, rollout_transitions
+from asyncrl.replay.buffer import ReplayBuffer, rollout_transitions
 from asyncrl.replay.frames import FrameReplay
+
+RGB = 3  # channels of an unstacked image
+
+
+def _shape(stack: int, side: int) -> tuple[int, ...]:
+    """A stack of ``stack`` grey frames, or (stack 1) one RGB image, channels last."""
+    return (stack, side, side) if stack > 1 else (side, side, RGB)
 
 
 class FakeSlot:
     """A rollout slot's fields, as an actor writes them."""
 
     def __init__(self, T: int, K: int, stack: int, side: int, actor: int):
-        self.obs = np.zeros((T + 1, K, stack, side, side), np.uint8)
-        self.final_obs = np.zeros((T, K, stack, side, side), np.uint8)
+        self.obs = np.zeros((T + 1, K, *_shape(stack, side)), np.uint8)
+        self.final_obs = np.zeros((T, K, *_shape(stack, side)), np.uint8)
         self.actions = np.zeros((T, K), np.int64)
         self.rewards = np.zeros((T, K), np.float32)
         self.terminated = np.zeros((T, K), bool)
@@ -26,24 +36,35 @@ class FakeSlot:
 
 class StackedEnv:
     """Frames of a stacked-frame env: a reset pads the stack with its first frame repeated (or
-    zeros); a life loss ends a training episode without a reset; truncations reset."""
+    zeros); a life loss ends a training episode without a reset; truncations reset. Stack 1:
+    each observation is one RGB image, as an env that stacks nothing gives it."""
 
-    def __init__(self, rng, stack: int, side: int, zero_pad: bool):
+    def __init__(self, rng, stack: int, side: int, zero_pad: bool = False):
         self.rng, self.stack, self.side, self.zero_pad = rng, stack, side, zero_pad
         self.reset()
 
     def frame(self):
-        return self.rng.integers(0, 256, (self.side, self.side), dtype=np.uint8)
+        shape = (self.side, self.side) if self.stack > 1 else _shape(1, self.side)
+        return self.rng.integers(0, 256, shape, dtype=np.uint8)
 
     def reset(self):
         first = self.frame()
+        if self.stack == 1:
+            return first
         pad = np.zeros_like(first) if self.zero_pad else first
         self.frames = [pad] * (self.stack - 1) + [first]
         return np.stack(self.frames)
 
     def step(self):
+        if self.stack == 1:
+            return self.frame()
         self.frames = self.frames[1:] + [self.frame()]
         return np.stack(self.frames)
+
+
+def _replay(capacity: int, stack: int, side: int, streams: int, **kw) -> FrameReplay:
+    return FrameReplay(capacity, _shape(stack, side), np.uint8, (), np.int64, streams=streams,
+                       stack=stack, **kw)  # fmt: skip
 
 
 def _fill(slots, envs, obs, rng, p_end: float = 0.08):
@@ -98,78 +119,80 @@ def _all_rows(buf: FrameReplay) -> np.ndarray:
     return np.array(out, np.int64)
 
 
-@pytest.mark.parametrize("zero_pad", [False, True])
+STACKS = [(4, False), (4, True), (1, False)]  # (frames stacked, zero padding)
+
+
+def _counts(tr) -> Counter:
+    return Counter(_key(tr, i) for i in range(len(tr["reward"])))
+
+
+@pytest.mark.parametrize("stack,zero_pad", STACKS)
 @pytest.mark.parametrize("n_step", [1, 3])
-def test_frames_stored_once_give_back_every_transition_exactly(zero_pad, n_step):
+def test_frames_stored_once_give_back_every_transition_exactly(stack, zero_pad, n_step):
+    """Two actors of three envs, five rollouts each: the rings hold exactly the transitions the
+    whole-observation buffer holds for the same inserts (as a multiset), each drawable as soon
+    as it is inserted, and draws give back only those."""
     rng = np.random.default_rng(0)
-    T, K, stack, side = 6, 3, 4, 5
-    envs = [StackedEnv(rng, stack, side, zero_pad) for _ in range(K)]
-    obs = [env.reset() for env in envs]
-    slots = [FakeSlot(T, K, stack, side, actor=0) for _ in range(5)]
-    _fill(slots, envs, obs, rng)
-    buf = FrameReplay(10_000, (stack, side, side), np.uint8, (), np.int64, streams=K,
-                      stack=stack, seed=1, n_step=n_step, gamma=0.9)  # fmt: skip
-    buf.add_slots(slots)
-    naive = {}
+    T, K, side = 6, 3, 5
+    envs = {a: [StackedEnv(rng, stack, side, zero_pad) for _ in range(K)] for a in (0, 1)}
+    obs = {a: [env.reset() for env in envs[a]] for a in (0, 1)}
+    slots = []
+    for _ in range(5):
+        for a in (0, 1):
+            slots.append(FakeSlot(T, K, stack, side, actor=a))
+            obs[a] = _fill(slots[-1:], envs[a], obs[a], rng)
+    buf = _replay(10_000, stack, side, 2 * K, seed=1, n_step=n_step, gamma=0.9)
+    whole = ReplayBuffer(10_000, _shape(stack, side), np.uint8, (), np.int64, n_step=n_step,
+                         gamma=0.9)  # fmt: skip
     for slot in slots:
-        tr = rollout_transitions(slot, n_step, 0.9)
-        for i in range(len(tr["reward"])):
-            key = _key(tr, i)
-            naive[key] = naive.get(key, 0) + 1
-    got = buf.take(_all_rows(buf))
-    seen = {}
-    for i in range(len(got["reward"])):
-        key = _key(got, i)
-        seen[key] = seen.get(key, 0) + 1
-    # all but those whose next observation comes with the next rollout
-    _, _, last = nstep_window(slots[-1].rewards, slots[-1].terminated, slots[-1].truncated,
-                              n_step, 0.9)  # fmt: skip
-    ends = slots[-1].terminated | slots[-1].truncated
-    waiting = sum(int((last[:, k] == T - 1).sum()) for k in range(K) if not ends[T - 1, k])
-    assert waiting >= K
-    assert sum(seen.values()) == len(slots) * T * K - waiting
-    for key, count in seen.items():
-        assert naive.get(key, 0) >= count
-    assert len(buf) == len(slots) * T * K
+        buf.add_slots([slot])
+        whole.add_slots([slot])
+        assert _counts(buf.take(_all_rows(buf))) == _counts(whole.take(np.arange(len(whole))))
+    assert len(buf) == len(whole) == len(slots) * T * K
+    if stack == 1:  # a row is the observation, as it came
+        assert buf.frames.shape[2:] == (side, side, RGB)
     # sampling draws from those only
-    idx = buf.draw_indices(256)
-    sampled = buf.take(idx)
-    assert all(_key(sampled, i) in seen for i in range(256))
+    sampled = buf.take(buf.draw_indices(256))
+    assert set(_counts(sampled)) <= set(_counts(whole.take(np.arange(len(whole)))))
 
 
-def test_a_broken_stream_completes_its_last_transition_and_starts_anew():
-    """A replaced actor's envs start from new episodes: the stream's pending observation is
-    written, so the previous rollout's last transition is whole, and nothing links across."""
+@pytest.mark.parametrize("stack", [4, 1])
+def test_a_broken_stream_completes_its_last_transition_and_starts_anew(stack):
+    """A replaced actor's envs start from new episodes: the stream's open row stays the end of
+    the previous rollout's last transition, and nothing links across."""
     rng = np.random.default_rng(1)
-    T, K, stack, side = 4, 1, 4, 3
-    env = StackedEnv(rng, stack, side, zero_pad=False)
+    T, K, side = 4, 1, 3
+    env = StackedEnv(rng, stack, side)
     first = FakeSlot(T, K, stack, side, actor=2)
     _fill([first], [env], [env.reset()], rng, p_end=0.0)
-    fresh = StackedEnv(rng, stack, side, zero_pad=False)
+    fresh = StackedEnv(rng, stack, side)
     second = FakeSlot(T, K, stack, side, actor=2)
     _fill([second], [fresh], [fresh.reset()], rng, p_end=0.0)
-    buf = FrameReplay(100, (stack, side, side), np.uint8, (), np.int64, streams=1, stack=stack)
+    buf = _replay(100, stack, side, 1)
     buf.add_slots([first, second])
     got = buf.take(_all_rows(buf))
-    expected = {_key(rollout_transitions(s), i) for s in (first, second) for i in range(T)}
-    keys = [_key(got, i) for i in range(len(got["reward"]))]
-    assert len(keys) == 2 * T - 1 and set(keys) <= expected
+    expected = Counter(_key(rollout_transitions(s), i) for s in (first, second) for i in range(T))
+    assert _counts(got) == expected and sum(expected.values()) == 2 * T
 
 
-def test_overwritten_rows_are_never_read_and_memory_is_a_frame_per_transition():
+@pytest.mark.parametrize("stack", [4, 1])
+def test_overwritten_rows_are_never_read_and_memory_is_a_frame_per_transition(stack):
     rng = np.random.default_rng(2)
-    T, K, stack, side = 8, 2, 4, 6
-    envs = [StackedEnv(rng, stack, side, zero_pad=False) for _ in range(K)]
+    T, K, side = 8, 2, 6
+    envs = [StackedEnv(rng, stack, side) for _ in range(K)]
     slots = [FakeSlot(T, K, stack, side, actor=0) for _ in range(6)]
     _fill(slots, envs, [e.reset() for e in envs], rng)
-    buf = FrameReplay(20, (stack, side, side), np.uint8, (), np.int64, streams=K, stack=stack)
+    buf = _replay(20, stack, side, K)
     buf.add_slots(slots)  # 96 transitions into 10 rows per stream
     naive = {_key(rollout_transitions(s), i) for s in slots for i in range(T * K)}
     got = buf.take(buf.draw_indices(500))
     assert all(_key(got, i) in naive for i in range(500))
     assert len(buf) <= 20
-    whole = 2 * stack * side * side + 8 + 4 + 2  # two stacks, action, reward, two flags
-    assert buf.bytes_per_transition == side * side + 8 + 4 + 5 < whole / 5
+    frame = side * side * (1 if stack > 1 else RGB)  # the newest frame, or the whole image
+    whole = 2 * stack * frame + 8 + 4 + 2  # two observations, action, reward, two flags
+    assert buf.bytes_per_transition == frame + 8 + 4 + 5 and buf.frames.nbytes == 20 * frame
+    if stack > 1:
+        assert buf.bytes_per_transition < whole / 5
 
 
 def test_observations_that_are_not_frame_stacks_are_refused():
@@ -180,18 +203,18 @@ def test_observations_that_are_not_frame_stacks_are_refused():
         buf.add_slots([slot])
 
 
-def test_the_rings_survive_a_checkpoint_and_go_on_drawing_the_same(tmp_path):
+@pytest.mark.parametrize("stack", [4, 1])
+def test_the_rings_survive_a_checkpoint_and_go_on_drawing_the_same(tmp_path, stack):
     from asyncrl.rundir import load_checkpoint, save_checkpoint
 
     rng = np.random.default_rng(3)
-    T, K, stack, side = 5, 2, 4, 4
-    envs = [StackedEnv(rng, stack, side, zero_pad=False) for _ in range(K)]
+    T, K, side = 5, 2, 4
+    envs = [StackedEnv(rng, stack, side) for _ in range(K)]
     slots = [FakeSlot(T, K, stack, side, actor=1) for _ in range(3)]
     _fill(slots, envs, [e.reset() for e in envs], rng)
 
     def made():
-        return FrameReplay(64, (stack, side, side), np.uint8, (), np.int64, streams=K,
-                           stack=stack, seed=4)  # fmt: skip
+        return _replay(64, stack, side, K, seed=4)
 
     buf = made()
     buf.add_slots(slots[:2])

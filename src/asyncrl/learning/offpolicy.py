@@ -36,14 +36,16 @@ class ReplaySettings(Hyperparameters):
         "auto",
         "how transitions are stored: transitions (observation and next observation each), "
         "frames (each image frame once, stacks and next observations rebuilt from the stream), "
-        "or auto (frames for stacked frames, as the Atari preprocessing makes them)",
+        "or auto (frames for image observations, stacked or not)",
         choices=("auto", "transitions", "frames"),
     )
 
 
 REPLAY_DERIVED = {"ratio_tolerance": 0}
 REPLAY_FIXED_ON_RESUME = ("buffer_size", "replay_layout")
-MEMORY_SHARE = 0.8  # of the memory available, what a preset's replay buffer may take
+# of the memory available, what a preset's replay buffer may take: half, so that the run's
+# processes (each with torch), its slots, evaluation and the rest of the machine keep the other
+MEMORY_SHARE = 0.5
 
 
 def insert_batch(cfg: Any) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from asyncrl.envs.registry import is_image
 from asyncrl.replay.buffer import ReplayBuffer, transition_bytes
 from asyncrl.replay.frames import FrameReplay, frame_row_bytes
 
@@ -14,10 +15,10 @@ def action_dtype(spec: Any) -> str:
 
 
 def layout(cfg: Any, spec: Any) -> str:
-    """``transitions`` or ``frames`` (see ``--replay-layout``; auto: frames for stacked
-    frames)."""
+    """``transitions`` or ``frames`` (see ``--replay-layout``; auto: frames for image
+    observations, stacked or not, so that each is stored once)."""
     if cfg.replay_layout == "auto":
-        return "frames" if spec.frame_stack > 1 else "transitions"
+        return "frames" if is_image(spec) else "transitions"
     return cfg.replay_layout
 
 

@@ -5,7 +5,10 @@ one observation and that step's action, reward and ends. A sampled transition re
 stacked observation from the rows before it in the stream, and its next observation is a later
 row of the same stream -- so neither the frame stack nor the next observation is a second copy
 (SB3's ``optimize_memory_usage``, kept per stream so that vector envs and episode ends stay
-exact). Where an episode ends and the env resets, one more row holds the final observation.
+exact). Where an episode ends and the env resets, one more row holds the final observation. A
+rollout's last observation is written with it, as the stream's *open* row: the next rollout's
+first step fills in its action (or, where the stream broke, it stays the previous transition's
+next observation), so every transition inserted can be drawn at once, as in ``ReplayBuffer``.
 
 Frame stacks are read, not assumed: a row whose older frames are not the previous row's starts
 a new chain, whose missing older frames must be the stack's padding (its first frame repeated,
@@ -75,7 +78,7 @@ class FrameReplay:
         self.ahead = np.zeros((S, C), np.uint8)  # rows to its next observation
         self.written = np.zeros(S, np.int64)  # rows ever written to each stream
         self.last: list[np.ndarray | None] = [None] * S  # each stream's newest row, whole
-        self.pending: list[np.ndarray | None] = [None] * S  # its observation after the rollout
+        self.open = np.zeros(S, bool)  # its newest row is a rollout's last obs, awaiting its step
         self.keys: dict[tuple[int, int], int] = {}  # (actor, env) -> stream
         self.stored = 0  # transitions in the rings now
         self.total = 0  # transitions ever inserted
@@ -117,8 +120,9 @@ class FrameReplay:
             return True
         return bool(np.array_equal(obs[:-1], last[1:]))
 
-    def _write(self, s: int, obs: np.ndarray, valid: bool) -> int:
-        """Write ``obs`` as stream ``s``'s next row; returns its absolute row number."""
+    def _write(self, s: int, obs: np.ndarray) -> int:
+        """Write ``obs`` as stream ``s``'s next row, no transition's start yet; returns its
+        absolute row number."""
         r = int(self.written[s])
         p = r % self.rows
         if r >= self.rows and self.valid[s, p]:
@@ -130,8 +134,7 @@ class FrameReplay:
         else:
             depth, pad_zero = 0, self._padding(obs)
         self.frames[s, p] = obs[-1] if self.stack > 1 else obs
-        self.depth[s, p], self.pad_zero[s, p], self.valid[s, p] = depth, pad_zero, valid
-        self.stored += valid
+        self.depth[s, p], self.pad_zero[s, p], self.valid[s, p] = depth, pad_zero, False
         self.last[s] = np.array(obs)
         self.written[s] = r + 1
         return r
@@ -169,26 +172,29 @@ class FrameReplay:
         s = self._stream(actor, k)
         obs = slot.obs[:, k]
         T = len(reward)
-        pending = self.pending[s]
-        if pending is not None and not np.array_equal(obs[0], pending):
-            self._write(s, pending, valid=False)  # the end of the stream's last transition
-        rows = np.empty(T, np.int64)
+        rows = np.empty(T + 1, np.int64)
+        if self.open[s] and np.array_equal(obs[0], self.last[s]):
+            rows[0] = self.written[s] - 1  # the stream goes on from its open row
+        else:  # a new stream, or a broken one (the open row ends its last transition)
+            rows[0] = self._write(s, obs[0])
         for t in range(T):
-            rows[t] = self._write(s, obs[t], valid=True)
             p = rows[t] % self.rows
             self.action[s, p] = slot.actions[t, k]
             self.reward[s, p] = reward[t]
+            self.valid[s, p] = True
+            self.stored += 1
             if done[t]:
                 final = slot.final_obs[t, k]
                 if not np.array_equal(final, obs[t + 1]):  # a reset followed: keep the last
-                    self._write(s, final, valid=False)
+                    self._write(s, final)
+            rows[t + 1] = self._write(s, obs[t + 1])
+        self.open[s] = True
         for t in range(T):
             p = rows[t] % self.rows
             e = last[t]
             self.terminated[s, p] = slot.terminated[e, k]
             self.truncated[s, p] = slot.truncated[e, k] and done[e]
             self.ahead[s, p] = rows[e] + 1 - rows[t]
-        self.pending[s] = np.array(obs[T])
         self.total += T
 
     # ------------------------------------------------------------------ reading
@@ -249,7 +255,7 @@ class FrameReplay:
             **{f: getattr(self, f) for f in META},
             "written": self.written,
             "last": [np.zeros(0) if x is None else x for x in self.last],
-            "pending": [np.zeros(0) if x is None else x for x in self.pending],
+            "open": self.open,
             "keys": [[a, e, s] for (a, e), s in self.keys.items()],
             "counts": [self.stored, self.total],
             "rng_state": self._rng.bit_generator.state,
@@ -264,9 +270,9 @@ class FrameReplay:
             getattr(self, f)[...] = _numpy(state[f])
         self.written[...] = _numpy(state["written"])
         self.last = [None if len(x) == 0 else _numpy(x).copy() for x in state["last"]]
-        self.pending = [None if len(x) == 0 else _numpy(x).copy() for x in state["pending"]]
         self.keys = {(int(a), int(e)): int(s) for a, e, s in state["keys"]}
         self.stored, self.total = (int(x) for x in state["counts"])
+        self.open[...] = _numpy(state["open"])
         self._rng.bit_generator.state = state["rng_state"]
 
 

@@ -13,6 +13,7 @@ class PPOAlgorithm:
     name = "ppo"
     hyperparameters = config.PPOConfig
     presets = config.PRESETS
+    precisions = ("fp32", "bf16")  # --precision: its update autocasts to bfloat16
     tuned = config.TUNED
     fixed_on_resume = config.FIXED_ON_RESUME
     derive_markers: dict[str, Any] = {"compile": None, "recurrence": 0}

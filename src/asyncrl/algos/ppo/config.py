@@ -281,6 +281,11 @@ def validate(cfg: Any) -> None:
         + "); lower it or raise the batch",
     )
     need(cfg.lr > 0, f"lr: must be > 0, got {cfg.lr}")
+    need(
+        cfg.precision == "fp32" or cfg.recurrent == "none",
+        f"precision: bf16 trains feed-forward policies; a recurrent one (--recurrent "
+        f"{cfg.recurrent}) trains in fp32",
+    )
     need(0 <= cfg.gamma <= 1, f"gamma: must be in [0, 1], got {cfg.gamma}")
     need(0 <= cfg.gae_lambda <= 1, f"gae_lambda: must be in [0, 1], got {cfg.gae_lambda}")
     need(cfg.clip_coef > 0, f"clip_coef: must be > 0, got {cfg.clip_coef}")

@@ -28,7 +28,7 @@ from asyncrl.algos.ppo.masked_rnn import (
 )
 from asyncrl.algos.ppo.networks import unroll_core
 from asyncrl.compiling import compiled
-from asyncrl.nets import LOG_2PI
+from asyncrl.nets import LOG_2PI, autocast
 
 # inductor's per-call checks of every input's size and alignment cost more than this graph's
 # elementwise work; the inputs are checked once, in MLPStep.pack
@@ -96,9 +96,12 @@ class FusedStep:
         optimizer: torch.optim.Adam,
         keys: dict[int, tuple],
         compile: bool = False,
+        precision: str = "fp32",
     ):
-        """``keys``: each parameter's key (by ``id``) in ``self.index``."""
-        self.cfg = cfg
+        """``keys``: each parameter's key (by ``id``) in ``self.index``. ``precision`` bf16:
+        ``_grads`` under a bfloat16 autocast, its gradients then float32 for the clip and
+        Adam."""
+        self.cfg, self.precision = cfg, precision
         self.optimizer = optimizer
         group = optimizer.param_groups[0]
         if len(optimizer.param_groups) != 1 or group["weight_decay"] or group["amsgrad"]:
@@ -237,8 +240,9 @@ class FusedStep:
         # eager, ent_coef 0 leaves the entropy's gradient out (a few small ops a step); not
         # compiled, where a test of the value would be a guard, failed whenever PBT moves it
         ent_coef = hp[2] if self.compiled or self.cfg.ent_coef else None
-        grads, stats = self._grads(params, hp[0], ent_coef, *batch)
-        grad = torch.cat([g.reshape(-1) for g in grads])
+        with autocast(self.precision, flat_p.device):
+            grads, stats = self._grads(params, hp[0], ent_coef, *batch)
+        grad = torch.cat([g.reshape(-1).float() for g in grads])  # float32 for clip and Adam
         norm = torch.linalg.vector_norm(grad)
         # A NaN or inf gradient is not applied (parameters, moments and step counts stay as
         # they were), and counted in the statistics: no host sync here.
@@ -278,6 +282,7 @@ class MLPStep(FusedStep):
         cfg: PPOConfig,
         optimizer: torch.optim.Adam,
         compile: bool = False,
+        precision: str = "fp32",
     ):
         self.discrete = policy.discrete
         pi, v = _linears(policy.pi), _linears(policy.v)
@@ -292,7 +297,7 @@ class MLPStep(FusedStep):
                 keys[id(m.weight)], keys[id(m.bias)] = (name, i, 0), (name, i, 1)
         if not self.discrete:
             keys[id(policy.log_std)] = ("log_std", 0, 0)
-        super().__init__(cfg, optimizer, keys, compile)
+        super().__init__(cfg, optimizer, keys, compile, precision)
 
     # ------------------------------------------------------------------ forward and backward
     def _grads(self, w, clip, ent_coef, x, actions, old_logp, weight, adv, returns, old_values):
@@ -300,6 +305,7 @@ class MLPStep(FusedStep):
         order) and the statistics but the gradient norm. Activations are feature-major,
         [units, B]."""
         pi_out, value, acts, hidden_w = self._forward(w, x)
+        pi_out, value = pi_out.float(), value.float()  # the loss in float32 (bf16: autocast)
         log_std = None if self.discrete else w[self.index["log_std", 0, 0]]
         d_out, d_value, d_log_std, stats = loss_grads(
             self.cfg, clip, ent_coef, pi_out, value, log_std, actions, old_logp, weight, adv,

@@ -62,7 +62,9 @@ class PPOLearner(LearnerBase):
             )
             self.fields += ("rnn_states",)
         else:
-            self.algo = PPO(self.policy, self.hp, cfg.lr, compile=bool(cfg.compile))
+            self.algo = PPO(
+                self.policy, self.hp, cfg.lr, bool(cfg.compile), precision=cfg.precision
+            )
         self.flat = FlatParams(self.policy)
         # One statistic for the run, whatever N and K: the learner sees every env's rewards.
         self.reward_norm = RewardNormalizer(cfg.gamma, cfg.reward_clip) if cfg.norm_reward else None

@@ -104,8 +104,10 @@ class ActorCritic(nn.Module):
         self, x: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x = self._trunk(x)
-        out = self.pi(x)
-        value = self.v(x).squeeze(-1)
+        # the heads' outputs in float32 (bf16 autocast: the layers ran in bfloat16), so that
+        # log-probs, ratios and losses are float32 reductions
+        out = self.pi(x).float()
+        value = self.v(x).squeeze(-1).float()
         if self.discrete:
             logits = out.log_softmax(-1)
             logp = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)

@@ -16,6 +16,7 @@ from asyncrl.algos.ppo.fused import MLPStep, supports
 from asyncrl.algos.ppo.networks import ActorCritic
 from asyncrl.algos.ppo.returns import gae, vtrace
 from asyncrl.compiling import compiled
+from asyncrl.nets import autocast
 
 STATS = (
     "loss/policy",
@@ -35,10 +36,13 @@ class PPO:
         lr: float,
         compile: bool = False,
         fused: bool = True,
+        precision: str = "fp32",
     ):
         """``fused``: MLP policies take the fused step of fused.py (False: the autograd step
-        for every network, the reference the fused step is tested and benchmarked against)."""
-        self.policy, self.cfg = policy, cfg
+        for every network, the reference the fused step is tested and benchmarked against).
+        ``precision`` bf16: each step's forward (and the fused step's written-out backward)
+        under a bfloat16 autocast; losses, gradients, weights and Adam's state float32."""
+        self.policy, self.cfg, self.precision = policy, cfg, precision
         params = [p for p in policy.parameters() if p.requires_grad]
         self.device = params[0].device
         self.params = params
@@ -46,7 +50,7 @@ class PPO:
         # MLP policies: the step with its gradients written out (fused.py), the same numbers
         # as _minibatch_step up to rounding; other networks: autograd
         fused = fused and supports(policy)
-        self.fused = MLPStep(policy, cfg, self.optimizer, compile) if fused else None
+        self.fused = MLPStep(policy, cfg, self.optimizer, compile, precision) if fused else None
         # the step an update takes: the fused one, else autograd's (its loss compiled with
         # --compile; the optimizer's step is not, as it reads the lr as a float, which would be
         # a guard of the graph, failed whenever the schedule or PBT moves it)
@@ -99,7 +103,8 @@ class PPO:
 
     def _minibatch_step(self, hp, *minibatch) -> torch.Tensor:
         """One step on a minibatch; ``hp``: :func:`step_hyperparameters`."""
-        loss, pg_loss, v_loss, ent, log_ratio = self._loss(hp, *minibatch)
+        with autocast(self.precision, self.device):  # the backward outside, as autocast asks
+            loss, pg_loss, v_loss, ent, log_ratio = self._loss(hp, *minibatch)
         return descend(
             self.optimizer,
             self.params,

@@ -15,6 +15,7 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
     name = "sac"
     hyperparameters = config.SACConfig
     presets = config.PRESETS
+    precisions = ("fp32", "bf16")  # --precision: its update autocasts to bfloat16
     tuned = config.TUNED
     mutable = {
         "policy_lr": (1e-5, 1e-2, "log"),

@@ -39,6 +39,7 @@ class SACLearner(ReplayLearner):
                 encoder=lambda: make_encoder(kind, spec, ()),
                 hidden=tuple(cfg.hidden),
                 target_entropy=target_entropy(cfg.target_entropy, spec.n_actions),
+                precision=cfg.precision,
             )
         self.policy = self.sac.actor  # what actors act with
         self.flat = FlatParams(self.sac.actor)

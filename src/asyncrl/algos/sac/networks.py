@@ -59,8 +59,9 @@ class SquashedGaussianActor(nn.Module):
         with_logp: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         x = self.trunk(self.encoder(obs))
-        mu = self.mu(x)
-        log_std = torch.clamp(self.log_std(x), LOG_STD_MIN, LOG_STD_MAX)
+        # float32 from here (bf16 autocast: only the layers above ran in bfloat16)
+        mu = self.mu(x).float()
+        log_std = torch.clamp(self.log_std(x).float(), LOG_STD_MIN, LOG_STD_MAX)
         if deterministic:
             u, log_n = mu, -log_std
         else:
@@ -143,4 +144,4 @@ class QEnsemble(nn.Module):
             x = torch.baddbmm(b.mT, w.mT, x)
             if i < last:
                 x = torch.relu(x)
-        return x.squeeze(1)
+        return x.squeeze(1).float()  # float32 Q values under a bf16 autocast too

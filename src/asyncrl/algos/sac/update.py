@@ -22,7 +22,7 @@ from torch import nn
 
 from asyncrl.algos.sac.config import SACConfig
 from asyncrl.algos.sac.networks import QEnsemble, SquashedGaussianActor
-from asyncrl.nets import floating_state
+from asyncrl.nets import autocast, floating_state
 
 
 def _fused_adam(params, lr: float) -> torch.optim.Adam:
@@ -45,11 +45,14 @@ class SAC:
         encoder: Callable[[], nn.Module] | None = None,
         hidden: tuple[int, ...] = (256, 256),
         target_entropy: float | None = None,
+        precision: str = "fp32",
     ):
         """``encoder()`` makes a fresh observation encoder (one for the actor, one shared by the
         critics, one for the target critics); None: observations are flattened vectors of
-        ``obs_dim``."""
+        ``obs_dim``. ``precision`` bf16: the networks' passes under a bfloat16 autocast,
+        their outputs, losses, gradients, weights and Adam's state float32."""
         self.cfg = cfg
+        self.precision = precision
         # draws the policy's samples in updates (None: torch's global generator); a learner
         # passes its own, so that training leaves the global random state alone
         self.generator = generator
@@ -99,16 +102,19 @@ class SAC:
         """
         cfg = self.cfg
         alpha = self.log_alpha.detach().exp()
+        device = self.log_alpha.device
         # --- critic
-        target = self.critic_target(b, alpha)
-        q = self.q(b["obs"], self._critic_action(b["action"]))
+        with autocast(self.precision, device):
+            target = self.critic_target(b, alpha)
+            q = self.q(b["obs"], self._critic_action(b["action"]))
         q_loss = 0.5 * (q - target).square().mean(1).sum()
         self.q_opt.zero_grad(set_to_none=True)
         q_loss.backward()
         self.q_opt.step()
         # --- actor: alpha log pi(a|s) - min_i Q_i(s, a), critic weights detached
-        a, logp = self._sample(b["obs"])
-        q_pi = self.q(b["obs"], a, frozen=True).min(0).values
+        with autocast(self.precision, device):
+            a, logp = self._sample(b["obs"])
+            q_pi = self.q(b["obs"], a, frozen=True).min(0).values
         actor_loss = (alpha * logp - q_pi).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
