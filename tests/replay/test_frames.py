@@ -6,6 +6,7 @@ for unstacked images (RGB frames, as CarRacing's), where a row is the whole obse
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -225,6 +226,43 @@ def test_the_rings_survive_a_checkpoint_and_go_on_drawing_the_same(tmp_path, sta
         b.add_slots(slots[2:])
     a, b = buf.take(buf.draw_indices(64)), again.take(again.draw_indices(64))
     assert all(np.array_equal(a[f], b[f]) for f in a)
+
+
+def old_replay_inserts() -> tuple[FrameReplay, list[FakeSlot]]:
+    """A stacked-frame replay after two of three rollouts (episode ends among them), and the
+    three: what tests/data/replay/make.py saved with the code before open rows."""
+    rng = np.random.default_rng(11)
+    T, K, stack, side = 5, 2, 4, 4
+    envs = [StackedEnv(rng, stack, side) for _ in range(K)]
+    slots = [FakeSlot(T, K, stack, side, actor=0) for _ in range(3)]
+    _fill(slots, envs, [e.reset() for e in envs], rng, p_end=0.2)
+    buf = _replay(64, stack, side, K, seed=5)
+    buf.add_slots(slots[:2])
+    return buf, slots
+
+
+def test_a_replay_saved_before_open_rows_loads_and_goes_on_as_one_saved_now():
+    from asyncrl.rundir import load_checkpoint
+
+    now, slots = old_replay_inserts()
+    saved = Path(__file__).parents[1] / "data" / "replay" / "frames-63a1706"
+    old = _replay(64, 4, 4, 2, seed=0)
+    old.load_state_dict(load_checkpoint(saved)["replay"])
+    for b in (now, old):
+        b.add_slots(slots[2:])
+    a, b = now.state_dict(), old.state_dict()
+    assert sorted(a) == sorted(b)
+    for key in a:
+        if key == "rng_state":
+            assert a[key] == b[key]
+        elif key in ("last", "keys", "counts"):
+            assert [np.asarray(x).tolist() for x in a[key]] == [
+                np.asarray(x).tolist() for x in b[key]
+            ], key
+        else:
+            assert np.array_equal(a[key], b[key]), key
+    x, y = now.take(now.draw_indices(32)), old.take(old.draw_indices(32))
+    assert all(np.array_equal(x[f], y[f]) for f in x)
 
 
 def test_sac_on_pixels_trains_from_the_frame_layout(tmp_path):

@@ -272,7 +272,14 @@ class FrameReplay:
         self.last = [None if len(x) == 0 else _numpy(x).copy() for x in state["last"]]
         self.keys = {(int(a), int(e)): int(s) for a, e, s in state["keys"]}
         self.stored, self.total = (int(x) for x in state["counts"])
-        self.open[...] = _numpy(state["open"])
+        if "open" in state:
+            self.open[...] = _numpy(state["open"])
+        else:  # saved before open rows: a stream's observation after its rollout becomes one
+            self.open[...] = False
+            for s, pending in enumerate(state["pending"]):
+                if len(pending):
+                    self._write(s, _numpy(pending))
+                    self.open[s] = True
         self._rng.bit_generator.state = state["rng_state"]
 
 
