@@ -24,7 +24,7 @@ import torch
 
 from asyncrl.algos import algorithm
 from asyncrl.config import learner_threads, worker_config
-from asyncrl.core import NonFiniteError
+from asyncrl.core import NonFiniteError, SharesParameters
 from asyncrl.envs import EnvSpec
 from asyncrl.learning.schedule import continue_schedule
 from asyncrl.metrics import EpisodeStats, Throughput
@@ -162,6 +162,14 @@ def _ranges(slices: list[slice]) -> list[slice]:
     return out
 
 
+def sharing(learner: Any) -> Any:
+    """``learner`` as Hogwild! workers share it: its algorithm must offer sharing (a
+    capability, :class:`~asyncrl.core.SharesParameters`)."""
+    if not isinstance(learner, SharesParameters):
+        raise TypeError(f"{learner.cfg.algo}: its learner offers no Hogwild! sharing")
+    return learner
+
+
 def _stopping(stop: Any, parent: int) -> bool:
     return stop.is_set() or os.getppid() != parent
 
@@ -192,7 +200,7 @@ def worker_main(
     actor = slots = learner = sync = row = None
     try:
         wcfg = worker_config(cfg, worker)
-        learner = algorithm(cfg.algo).learner(wcfg, spec)
+        learner = sharing(algorithm(cfg.algo).learner(wcfg, spec))
         row = counters.array[worker]
         # a resumed run's (or a replaced worker's) schedules go on where they were
         learner.env_steps = steps_before // cfg.hogwild + int(row[STEPS])
@@ -288,7 +296,7 @@ def train_hogwild(
     M = cfg.hogwild
     ctx = mp.get_context("spawn")
     # The global network starts as the first worker would have: seeded like a single learner.
-    holder = algorithm(cfg.algo).learner(worker_config(cfg, 0), spec)
+    holder = sharing(algorithm(cfg.algo).learner(worker_config(cfg, 0), spec))
     earlier_seconds, resumed_from, first_generation = 0.0, None, 0
     if resume:
         state, resumed_from = restore_learner(run_dir, holder)
