@@ -8,7 +8,7 @@ backends, the training loop, Hogwild! and evaluation hold these and never an alg
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -88,8 +88,12 @@ class JointActing(Protocol):
 
 
 class Learner(Saveable, Protocol):
-    """What a learner offers the training loop. ``train`` is one iteration on a batch of
-    slots; ``publish`` hands the current parameters to the actors as ``version``."""
+    """What the training loop holds of a learner: the runtime's host of an algorithm's update
+    (:class:`asyncrl.learning.base.LearnerBase`). ``train`` is one iteration on a batch of
+    slots -- the algorithm's update between the bookkeeping every learner shares (version, env
+    steps, lag, timings, the non-finite guard, the row's figures); ``publish`` hands the
+    current parameters to the actors as ``version``. Hogwild! and PBT ask for more by
+    capability: :class:`SharesParameters`, :class:`Adoptable`."""
 
     policy: Any  # the acting module a published version holds
     version: int
@@ -113,10 +117,15 @@ class Learner(Saveable, Protocol):
     def policy_vector(self) -> np.ndarray:
         """A copy of the policy as a published version holds it (for evaluations)."""
 
-    def summary_fields(self, wall: float) -> dict[str, Any]: ...
+    def summary_fields(self, wall: float) -> dict[str, Any]:
+        """Its figures for summary.json, the non-finite guard's counters among them."""
 
-    def nonfinite_counts(self) -> dict[str, int]:
-        """Rollouts dropped and gradient steps skipped for NaN or inf (--on-nonfinite)."""
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class SharesParameters(Protocol):
+    """An algorithm whose learner Hogwild! workers can share (asked for by capability)."""
 
     def shared_tensors(self) -> list[Any]:
         """Everything an update changes: what Hogwild! workers share."""
@@ -131,6 +140,11 @@ class Learner(Saveable, Protocol):
     def changes_outside_steps(self) -> bool:
         """Whether ``train`` also changes shared tensors outside its gradient steps."""
 
+
+@runtime_checkable
+class Adoptable(Protocol):
+    """An algorithm whose learner PBT can perturb and copy (asked for by capability)."""
+
     def set_hyperparameters(self, values: dict[str, Any]) -> None:
         """Train on with these values of its settings from now on (PBT: its ``mutable``)."""
 
@@ -143,8 +157,6 @@ class Learner(Saveable, Protocol):
     def adoptable_state(self) -> dict[str, Any]:
         """What another learner's ``adopt`` takes of this one: its ``state_dict`` without
         what each learner keeps of its own (a replay buffer, which is never copied)."""
-
-    def close(self) -> None: ...
 
 
 class Algorithm(Protocol):

@@ -99,6 +99,8 @@ def test_what_a_policy_does_not_own_never_reaches_its_update(env, correction, ba
     own = torch.from_numpy(poisoned.own)
 
     learners = [PPOLearner(cfg, spec) for _ in range(2)]
+    for learner in learners:
+        learner.marks_own = True  # as the population tells it under the random mapping
     start = learners[0].flat.tensors[0].clone()
     advantages = []
     for learner, slot in zip(learners, (poisoned, finite), strict=True):

@@ -1,15 +1,16 @@
-"""What every learner shares: its counters and the episodes its batches finished, the
-schedules' leg, and publishing its acting module's parameters as a policy version."""
+"""The runtime's host of an algorithm's update: what every learner does whatever its algorithm
+-- the iteration's bookkeeping (version, env steps, lag, timings, the row's figures), the
+non-finite guard and its counters, the schedules' leg, publishing the acting module's
+parameters as a policy version -- around what the algorithm implements (:meth:`LearnerBase.update`
+on a batch, its state). Hogwild! sharing and PBT's adoption are capabilities an algorithm adds
+(:mod:`asyncrl.learning.capabilities`)."""
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import dataclasses
 import functools
 import math
 import sys
-from collections.abc import Callable
+import time
 from typing import Any
 
 import numpy as np
@@ -19,11 +20,7 @@ from asyncrl.core import NonFiniteError, PolicySink
 from asyncrl.learning.guard import nonfinite_in_rollout
 from asyncrl.learning.schedule import continue_schedule, linear, schedule_state
 from asyncrl.metrics import EpisodeStats
-from asyncrl.nets import FlatParams, RunningNorm
-
-
-def _nothing() -> None:
-    pass
+from asyncrl.nets import FlatParams
 
 
 def _finite(grads: list[torch.Tensor]) -> bool:
@@ -35,14 +32,24 @@ def _finite(grads: list[torch.Tensor]) -> bool:
 
 
 class LearnerBase:
-    """Counters a checkpoint keeps (``version``, ``env_steps``, ``iterations``,
-    ``learn_seconds``, the finished episodes' returns in ``episode_stats``), the linear
-    schedules' current leg, and the published vector of ``self.policy`` (``self.flat``).
-    Subclasses set ``cfg``, ``policy`` and ``flat``, and record each batch's episodes."""
+    """The host (see the module doc): counters a checkpoint keeps (``version``, ``env_steps``,
+    ``iterations``, ``learn_seconds``, the finished episodes' returns in ``episode_stats``),
+    the linear schedules' current leg, the published vector of ``self.policy``
+    (``self.flat``), and :meth:`train`, one iteration written once for every algorithm.
+
+    An algorithm's learner subclasses it: it sets ``cfg``, ``policy`` and ``flat``, names the
+    slot fields checked for NaN and inf (``CHECKED``, ``CHECKED_AT_ENDS``), and implements
+    :meth:`update` (and :meth:`iteration_fields`, :meth:`own_summary` where it has figures of
+    its own), ``state_dict`` and ``load_state_dict``."""
 
     cfg: Any
     policy: torch.nn.Module
     flat: FlatParams
+    CHECKED: tuple[str, ...] = ()  # slot fields that must be finite
+    CHECKED_AT_ENDS: tuple[str, ...] = ()  # ... and those written only where episodes ended
+    # whether its slots hold other policies' steps too, its own marked ``own``: the population
+    # tells it (--policy-mapping random)
+    marks_own = False
 
     def __init__(self) -> None:
         self.version = 0
@@ -53,8 +60,6 @@ class LearnerBase:
         # the linear schedules' leg: from (env steps, fraction remaining) down to 0 at
         # cfg.total_steps; a fresh run's is (0, 1)
         self.schedule_from: tuple[int, float] = (0, 1.0)
-        self.before_step: Callable[[], None] = _nothing
-        self.after_step: Callable[[], None] = _nothing
         # --on-nonfinite skip: rollouts dropped and gradient steps not applied, for NaN or inf
         self.skipped_rollouts = 0
         self.skipped_steps = 0
@@ -63,6 +68,60 @@ class LearnerBase:
     @property
     def numel(self) -> int:
         return self.flat.numel
+
+    # ---------------------------------------------------------------- one iteration
+    def train(self, slots: list[Any]) -> dict[str, float]:
+        """One training iteration on ``slots`` (joined along the env axis): the algorithm's
+        :meth:`update` on the finite ones, then the counters, the batch's episodes and the
+        row's figures. The caller publishes the new version before the slots are refilled."""
+        t0 = time.perf_counter()
+        lag = self.policy_lag(slots)
+        steps = int(sum(s.env_steps[0] for s in slots))
+        good = self.finite_rollouts(slots, self.CHECKED, self.CHECKED_AT_ENDS)
+        stats = self.update(good, steps)
+        self.env_steps += steps
+        self.iterations += 1
+        self.episode_stats.record(good)
+        seconds = self.iteration_seconds(t0)
+        stats.update(
+            {
+                "learn_seconds": seconds,
+                "samples": float(steps),
+                "policy_lag_mean": float(lag.mean()),
+                "policy_lag_max": float(lag.max()),
+                "rollout_seconds": float(sum(s.rollout_seconds[0] for s in slots)),
+                "actor_wait_seconds": float(sum(s.wait_seconds[0] for s in slots)),
+                **self.iteration_fields(steps, seconds),
+                **self.nonfinite_counts(),
+            }
+        )
+        return stats
+
+    def update(self, slots: list[Any], steps: int) -> dict[str, float]:
+        """The algorithm's update on ``slots`` (their fields finite; ``steps`` env steps in
+        the batch as it came, dropped rollouts among them); its figures. It moves ``version``
+        on for each new set of parameters it makes."""
+        raise NotImplementedError
+
+    def policy_lag(self, slots: list[Any]) -> np.ndarray:
+        """Versions between the one each sample was acted with and the one the update starts
+        from; under a mapping that marks own steps, of this policy's own steps only."""
+        versions = np.concatenate([s.versions.reshape(-1) for s in slots])
+        lag = self.version - versions
+        if self.marks_own:
+            acted = np.concatenate([s.own.reshape(-1) for s in slots])
+            lag = lag[acted] if acted.any() else np.zeros(1, dtype=lag.dtype)
+        return lag
+
+    def iteration_seconds(self, t0: float) -> float:
+        """This iteration's learning time (since ``t0``), added to ``learn_seconds``."""
+        seconds = time.perf_counter() - t0
+        self.learn_seconds += seconds
+        return seconds
+
+    def iteration_fields(self, steps: int, seconds: float) -> dict[str, float]:
+        """The algorithm's own figures in each iteration's row (after the counters moved)."""
+        return {}
 
     def remaining(self, schedule: str = "linear", env_steps: int | None = None) -> float:
         """The fraction a schedule leaves at ``env_steps`` (default: now): 1 for ``constant``;
@@ -169,73 +228,20 @@ class LearnerBase:
             "nonfinite_skipped_steps": self.skipped_steps,
         }
 
-    def running_norms(self) -> list[RunningNorm]:
-        """The running statistics among the shared tensors (Hogwild! merges them, not adds)."""
-        return [m for m in self.policy.modules() if isinstance(m, RunningNorm)]
-
     def work_ahead(self) -> None:
         """Nothing by default: an update needs the batch it waits for."""
 
-    def set_step_hooks(self, before: Callable[[], None], after: Callable[[], None]) -> None:
-        self.before_step, self.after_step = before, after
-
-    @property
-    def changes_outside_steps(self) -> bool:
-        return False
-
     def summary_fields(self, wall: float) -> dict[str, Any]:
+        return {**self.own_summary(wall), **self.nonfinite_counts()}
+
+    def own_summary(self, wall: float) -> dict[str, Any]:
+        """The algorithm's own figures for summary.json."""
         return {}
 
     def close(self) -> None:
         """Stop what the learner runs beside the loop (an optimizer thread); else nothing."""
 
-    # ---------------------------------------------------------------- populations (PBT)
-    # what a learner keeps of its own when it adopts another's state: its counters (the
-    # episodes its own batches finished among them) and the random streams its updates draw
-    OWN_COUNTERS = (
-        "version", "env_steps", "iterations", "learn_seconds", "schedule_from",
-        "updates", "_updates_at_load", "_samples_at_load", "skipped_rollouts", "skipped_steps",
-    )  # fmt: skip
-
-    def random_streams(self) -> list[torch.Generator]:
-        """The generators its updates draw from (minibatch order, SAC's noise): a policy that
-        copies another keeps drawing its own, or the pair would draw alike from then on."""
-        return []
-
-    def set_hyperparameters(self, values: dict[str, Any]) -> None:
-        """Train on with ``values`` of its settings (PBT's mutable ones)."""
-        self.cfg = dataclasses.replace(self.cfg, **values)
-        self.hyperparameters_changed()
-
-    def hyperparameters_changed(self) -> None:
-        """Where a subclass hands changed settings to what read them at construction."""
-
-    def adopt(self, state: dict[str, Any], values: dict[str, Any]) -> None:
-        """PBT's exploit (see asyncrl.core.Learner.adopt); ``state`` without a replay buffer
-        keeps this learner's own replay."""
-        # The one copy as a state passes from one learner to another: an inline population's
-        # source hands over live tensors, and torch's load_state_dict keeps tensors that
-        # already match (the two would share Adam's moments and step).
-        state = copy.deepcopy(state)
-        lock = getattr(self, "_update_lock", None)  # an async optimizer thread updates meanwhile
-        with lock if lock is not None else contextlib.nullcontext():
-            own = {k: getattr(self, k) for k in self.OWN_COUNTERS if hasattr(self, k)}
-            episodes = self.episode_stats.state_dict()
-            streams = [(g, g.get_state()) for g in self.random_streams()]
-            self.load_state_dict(state)
-            for k, v in own.items():
-                setattr(self, k, v)
-            self.episode_stats.load_state_dict(episodes)  # in place: handles hold this object
-            for generator, stream in streams:
-                generator.set_state(stream)
-            self.version += 1  # a new version: actors read it although the step count stays
-            self.set_hyperparameters(values)
-
     # ---------------------------------------------------------------- checkpoint state
-    def adoptable_state(self) -> dict[str, Any]:
-        """What another learner adopts of this one (see asyncrl.core.Learner): all of it."""
-        return self.state_dict()
-
     def counters_state(self) -> dict[str, Any]:
         return {
             "counters": {

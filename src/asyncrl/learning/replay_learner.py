@@ -23,6 +23,7 @@ import torch
 from asyncrl.config import learner_threads
 from asyncrl.core import NonFiniteError
 from asyncrl.learning.base import LearnerBase
+from asyncrl.learning.capabilities import HogwildSharing, PBTAdoption
 from asyncrl.learning.offpolicy import insert_batch
 from asyncrl.replay.rate_limiter import LimiterClosed, RateLimiter
 
@@ -33,11 +34,7 @@ class OptimizerFailed(RuntimeError):
     """The async optimizer thread raised; the message carries its error."""
 
 
-def _nothing() -> None:
-    pass
-
-
-class ReplayLearner(LearnerBase):
+class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
     """A learner that inserts what actors collected into a replay buffer and trains on samples
     of it. A subclass sets ``rule`` (``update(batch) -> stats tensor``, ``STATS``, ``LOSSES``,
     ``optimizers()``, ``state_dict``, ``load_state_dict``, ``state_tensors``), ``policy`` (the
@@ -50,6 +47,8 @@ class ReplayLearner(LearnerBase):
     flat: Any
     replay: Any
     name = "off-policy"
+    CHECKED = CHECKED
+    CHECKED_AT_ENDS = ("final_obs",)
 
     def _start(self) -> None:
         LearnerBase.__init__(self)
@@ -165,15 +164,16 @@ class ReplayLearner(LearnerBase):
             )
             self._thread.start()
 
-    def train(self, slots: list[Any]) -> dict[str, float]:
-        t0 = time.perf_counter()
-        ahead, self._ahead = self._ahead, 0
+    def policy_lag(self, slots: list[Any]) -> np.ndarray:
         # updates done ahead did not see this batch: its lag counts from before them
-        lag = self.version - ahead - np.concatenate([s.versions.reshape(-1) for s in slots])
-        n = int(sum(s.rewards.size for s in slots))
-        if (ahead or self._drawn is not None) and n != self._step_inserts:
-            raise RuntimeError(f"sync batch of {n} transitions, expected {self._step_inserts}")
-        steps, slots = n, self.finite_rollouts(slots, CHECKED, ("final_obs",))
+        return super().policy_lag(slots) - self._ahead
+
+    def update(self, slots: list[Any], steps: int) -> dict[str, float]:
+        """The batch into the replay; sync: the gradient steps now due, async: the optimizer
+        thread's since the last batch. The mean of their figures."""
+        ahead, self._ahead = self._ahead, 0
+        if (ahead or self._drawn is not None) and steps != self._step_inserts:
+            raise RuntimeError(f"sync batch of {steps} transitions, expected {self._step_inserts}")
         n = int(sum(s.rewards.size for s in slots))
         if n < steps:  # skipped: indices drawn for the next update may name rows left unwritten
             self._drawn = None
@@ -202,33 +202,26 @@ class ReplayLearner(LearnerBase):
                 self.limiter.record_samples(due)
             if self._drawn is not None:
                 raise RuntimeError("indices drawn for an update that is not due")
-        self.env_steps += steps
-        self.iterations += 1
-        self.episode_stats.record(slots)
         stats = self._drain_stats()
         self.check_losses(stats, self.rule.LOSSES)
-        stats.update(
-            {
-                "learn_seconds": self._learn_seconds_of_step(t0),
-                "samples": float(steps),
-                "policy_lag_mean": float(lag.mean()),
-                "policy_lag_max": float(lag.max()),
-                "rollout_seconds": float(sum(s.rollout_seconds[0] for s in slots)),
-                "actor_wait_seconds": float(sum(s.wait_seconds[0] for s in slots)),
-                "gradient_steps": float(self.updates),
-                "replay_ratio_achieved": self.limiter.achieved_ratio,
-                "insert_blocked_seconds": self.limiter.insert_blocked_seconds,
-                "sample_blocked_seconds": self.limiter.sample_blocked_seconds,
-                "replay_size": float(len(self.replay)),
-                # what its filled part holds: the process's memory grows with it, legitimately
-                "memory/replay_mb": self.replay.nbytes
-                * len(self.replay)
-                / self.replay.capacity
-                / 2**20,
-                **self.nonfinite_counts(),
-            }
-        )
         return stats
+
+    def iteration_seconds(self, t0: float) -> float:
+        return self._learn_seconds_of_step(t0)  # its updates count their own learn_seconds
+
+    def iteration_fields(self, steps: int, seconds: float) -> dict[str, float]:
+        return {
+            "gradient_steps": float(self.updates),
+            "replay_ratio_achieved": self.limiter.achieved_ratio,
+            "insert_blocked_seconds": self.limiter.insert_blocked_seconds,
+            "sample_blocked_seconds": self.limiter.sample_blocked_seconds,
+            "replay_size": float(len(self.replay)),
+            # what its filled part holds: the process's memory grows with it, legitimately
+            "memory/replay_mb": self.replay.nbytes
+            * len(self.replay)
+            / self.replay.capacity
+            / 2**20,
+        }
 
     def _learn_seconds_of_step(self, t0: float) -> float:
         """The loop's time in this step's learning, updates done ahead included (async: 0, the
@@ -265,7 +258,7 @@ class ReplayLearner(LearnerBase):
         t0, steps0 = self.learning_began
         return (self.env_steps - steps0) / max(time.perf_counter() - t0, 1e-9)
 
-    def summary_fields(self, wall: float) -> dict:
+    def own_summary(self, wall: float) -> dict:
         lim = self.limiter
         return {
             "gradient_steps": self.updates,

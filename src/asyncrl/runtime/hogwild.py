@@ -24,7 +24,7 @@ import torch
 
 from asyncrl.algos import algorithm
 from asyncrl.config import learner_threads, worker_config
-from asyncrl.core import NonFiniteError
+from asyncrl.core import NonFiniteError, SharesParameters
 from asyncrl.envs import EnvSpec
 from asyncrl.learning.schedule import continue_schedule
 from asyncrl.metrics import EpisodeStats, Throughput
@@ -162,6 +162,14 @@ def _ranges(slices: list[slice]) -> list[slice]:
     return out
 
 
+def sharing(learner: Any) -> Any:
+    """``learner`` as Hogwild! workers share it: its algorithm must offer sharing (a
+    capability, :class:`~asyncrl.core.SharesParameters`)."""
+    if not isinstance(learner, SharesParameters):
+        raise TypeError(f"{learner.cfg.algo}: its learner offers no Hogwild! sharing")
+    return learner
+
+
 def _stopping(stop: Any, parent: int) -> bool:
     return stop.is_set() or os.getppid() != parent
 
@@ -192,7 +200,7 @@ def worker_main(
     actor = slots = learner = sync = row = None
     try:
         wcfg = worker_config(cfg, worker)
-        learner = algorithm(cfg.algo).learner(wcfg, spec)
+        learner = sharing(algorithm(cfg.algo).learner(wcfg, spec))
         row = counters.array[worker]
         # a resumed run's (or a replaced worker's) schedules go on where they were
         learner.env_steps = steps_before // cfg.hogwild + int(row[STEPS])
@@ -285,176 +293,205 @@ def train_hogwild(
     global network is never half-updated from the parent's view, so every ending but an abort
     keeps it. Returns the summary (also written to summary.json)."""
     signals = signals if signals is not None else StopSignals()
-    M = cfg.hogwild
-    ctx = mp.get_context("spawn")
     # The global network starts as the first worker would have: seeded like a single learner.
-    holder = algorithm(cfg.algo).learner(worker_config(cfg, 0), spec)
+    holder = sharing(algorithm(cfg.algo).learner(worker_config(cfg, 0), spec))
     earlier_seconds, resumed_from, first_generation = 0.0, None, 0
     if resume:
-        state, resumed_from = restore_learner(run_dir, holder)
-        earlier_seconds = state.get("wall_seconds", 0.0)
-        # the workers' envs go on to seeds no earlier worker had, not the first ones again
-        generations = (state.get("actors") or {}).get("generations") or [-1]
-        first_generation = max(generations) + 1
-        # PPO's schedules go on without a jump, in a worker's share of the steps (the saved
-        # leg is in those units: the holder's total is a worker's share)
-        saved = state["learner"].get("schedule")
-        if saved is not None:
-            share = holder.cfg.total_steps
-            holder.schedule_from = continue_schedule(saved, share, holder.env_steps // M)
-        save_config(run_dir, cfg)  # the checkpoint loaded: the run goes on with these
-    steps_before = holder.env_steps
-    schedule_from = holder.schedule_from
-    flat = FlatParams.of(holder.shared_tensors())
-    params = SharedArray((flat.numel,), "float32")
-    counters = SharedArray((M, COUNTERS), "int64")
-    status = SharedArray((M, 2), "float64")
-    children = ChildProcesses(ctx, "hogwild worker", cfg)
-    stop = StopFlag(ctx)  # tells the workers to push their work and say goodbye
-    episodes = holder.episode_stats
-    shell: RunShell | None = None
+        earlier_seconds, resumed_from, first_generation = _restore(cfg, run_dir, holder)
+    run = HogwildRun(cfg, spec, holder, first_generation)
     try:
-        flat.write_to(params.array)
-        shell = RunShell(
-            cfg, spec, run_dir, signals, resume, steps_before, resumed_from, earlier_seconds,
-            callback,
+        run.shell = shell = RunShell(
+            cfg, spec, run_dir, signals, resume, run.steps_before, resumed_from,
+            earlier_seconds, callback,
         )  # fmt: skip
-        meter, end = shell.meter, shell.end
-
-        def spawn(w: int, generation: int) -> None:
-            status.array[w] = (ActorStatus.WAITING, time.monotonic())
-            args = (w, cfg, spec, params, counters, status, steps_before, stop, os.getpid())
-            children.start(worker_main, (*args, generation, schedule_from), w, generation)
-
-        # a lost worker's iteration (rollout and update) is lost; the global network holds
-        # every step it had pushed. Workers that said goodbye are its ``done``.
-        supervisor = Supervisor(
-            children,
-            cfg.env_step_timeout,
-            ActorStatus(status),
-            cfg.actor_restarts,
-            lambda w: spawn(w, children.generation[w] + 1),
-        )
-
-        def total_steps() -> int:
-            return steps_before + int(counters.array[:, STEPS].sum())
-
-        def global_policy() -> np.ndarray:
-            """The acting policy of the global network as it is now, as a published vector."""
-            flat.read_from(params.array.copy())
-            return holder.policy_vector()
-
-        def checkpoint() -> Path:
-            flat.read_from(params.array.copy())
-            holder.env_steps = total_steps()
-            holder.iterations = int(counters.array[:, ITERATIONS].sum())
-            return shell.checkpoint(
-                {
-                    "learner": holder.state_dict(),
-                    "policy": holder.policy.state_dict(),  # what acts (shares the tensors)
-                    "hogwild": counters.array.tolist(),
-                    "actors": {"generations": [children.generation.get(w, 0) for w in range(M)]},
-                }
-            )
-
-        finished = 0
-        learn_seconds = 0.0
-        first: tuple[float, int] | None = None  # (time, gradient steps) when learning began
-        t_wait = time.perf_counter()
-        deadline = math.inf
-
-        def receive() -> None:
-            """Handle reports until every worker has said it is done (or, once the run stops
-            on a signal, until a deadline: a worker ends the iteration it is in first)."""
-            nonlocal finished, learn_seconds, first, t_wait, deadline
-            while finished < M and time.perf_counter() < deadline:
-                if not stop.is_set() and shell.should_stop(total_steps()):
-                    stop.set()  # the workers push their work and say goodbye
-                    if end.kind == "signal":
-                        deadline = time.perf_counter() + 10
-                for lost in supervisor.check():
-                    supervisor.replace(lost, dropped=1)
-                try:
-                    worker, report = children.receive(timeout=POLL)
-                except queue.Empty:
-                    continue
-                if report is None:
-                    finished += 1
-                    supervisor.done.add(worker)
-                    continue
-                if isinstance(report, NonFiniteError):
-                    raise NonFiniteError(f"hogwild worker {worker}: {report}")
-                stats, ended = report
-                waited = time.perf_counter() - t_wait
-                episodes.add(*ended)
-                learn_seconds += stats["learn_seconds"]
-                steps = total_steps()
-                updates = int(counters.array[:, UPDATES].sum())
-                row = {**stats, **meter.iteration(waited, stats)}
-                if first is None and updates > 0:  # rates from the first gradient step on
-                    first = (meter.last, updates)
-                row["episodic_return"] = episodes.final_return
-                row["episodic_length"] = episodes.final_length
-                row[f"worker_env_steps/{worker}"] = int(counters.array[worker, STEPS])
-                row["gradient_steps"] = updates
-                row["wall_seconds"] = shell.wall_seconds
-                row.update(health())
-                shell.log.write(steps, row)
-                if not shell.after_iteration(steps, row, episodes, global_policy, {}):
-                    stop.set()  # the workers push their work and say goodbye
-                end.periodic(checkpoint, steps)
-                t_wait = time.perf_counter()
-
-        def health() -> dict[str, int]:
-            return {
-                "actor_restarts": supervisor.restarts.used,
-                "dropped_rollouts": supervisor.restarts.dropped,
-                "env_restarts": int(counters.array[:, ENV_RESTARTS].sum()),
-                "nonfinite_skipped_rollouts": int(counters.array[:, SKIPPED_ROLLOUTS].sum()),
-                "nonfinite_skipped_steps": int(counters.array[:, SKIPPED_STEPS].sum()),
-            }
-
+        end = shell.end
         try:
-            for w in range(M):
-                spawn(w, first_generation)
-            receive()
-            shell.should_stop(total_steps())
+            run.start()
+            run.receive()
+            shell.should_stop(run.total_steps())
         except BaseException as e:
             end.failed(e)
             if end.consistent and not isinstance(e, ActorError):
                 # let the workers push what they learned and say goodbye
-                stop.set()
-                deadline = time.perf_counter() + 10
+                run.stop.set()
+                run.deadline = time.perf_counter() + 10
                 with contextlib.suppress(Exception):
-                    receive()
-        stop.set()
-        children.close()
+                    run.receive()
+        run.stop.set()
+        run.children.close()
         shell.progress.close()  # before the line that says how the run ended
-
-        def summary(fields: dict[str, Any]) -> dict[str, Any]:
-            steady = math.nan
-            if first is not None and meter.last > first[0]:
-                steps = int(counters.array[:, UPDATES].sum()) - first[1]
-                steady = steps / (meter.last - first[0])
-            own = _summary(cfg, meter, counters.array, total_steps() - steps_before, episodes)
-            own.update(health())
-            own.update(
-                learn_seconds=learn_seconds / M,
-                gradient_steps_per_second_steady=steady,
-                env_steps=total_steps(),
-            )
-            return shell.summary(fields, own)
-
         # the global network in shared memory is intact whatever ended the run
-        return end.conclude(total_steps, checkpoint, summary)
+        return end.conclude(run.total_steps, run.checkpoint, run.summary)
     finally:
-        stop.set()
-        children.close()
-        if shell is not None:
-            shell.close()
-        params.close()
-        counters.close()
-        status.close()
+        run.close()
+
+
+def _restore(cfg: TrainConfig, run_dir: Path, holder: Any) -> tuple[float, Any, int]:
+    """A resumed run's global network, from its checkpoint: the wall seconds before, the
+    checkpoint's path, and the first generation of workers' envs."""
+    state, resumed_from = restore_learner(run_dir, holder)
+    # the workers' envs go on to seeds no earlier worker had, not the first ones again
+    generations = (state.get("actors") or {}).get("generations") or [-1]
+    # PPO's schedules go on without a jump, in a worker's share of the steps (the saved
+    # leg is in those units: the holder's total is a worker's share)
+    saved = state["learner"].get("schedule")
+    if saved is not None:
+        share = holder.cfg.total_steps
+        holder.schedule_from = continue_schedule(saved, share, holder.env_steps // cfg.hogwild)
+    save_config(run_dir, cfg)  # the checkpoint loaded: the run goes on with these
+    return state.get("wall_seconds", 0.0), resumed_from, max(generations) + 1
+
+
+class HogwildRun:
+    """The parent's side of a Hogwild! run: the global network in shared memory (``holder``
+    reads and checkpoints it), the workers' counters and statuses, the workers (spawned,
+    supervised, replaced) and their reports, each a row of the run's shell."""
+
+    shell: RunShell
+
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, holder: Any, first_generation: int):
+        self.cfg, self.spec, self.holder, self.M = cfg, spec, holder, cfg.hogwild
+        self.first_generation = first_generation
+        self.steps_before = holder.env_steps
+        self.schedule_from = holder.schedule_from
+        self.episodes = holder.episode_stats
+        self.flat = FlatParams.of(holder.shared_tensors())
+        self.params = SharedArray((self.flat.numel,), "float32")
+        self.counters = SharedArray((self.M, COUNTERS), "int64")
+        self.status = SharedArray((self.M, 2), "float64")
+        ctx = mp.get_context("spawn")
+        self.children = ChildProcesses(ctx, "hogwild worker", cfg)
+        self.stop = StopFlag(ctx)  # tells the workers to push their work and say goodbye
+        # a lost worker's iteration (rollout and update) is lost; the global network holds
+        # every step it had pushed. Workers that said goodbye are its ``done``.
+        self.supervisor = Supervisor(
+            self.children,
+            cfg.env_step_timeout,
+            ActorStatus(self.status),
+            cfg.actor_restarts,
+            lambda w: self.spawn(w, self.children.generation[w] + 1),
+        )
+        self.finished = 0  # workers that said goodbye
+        self.learn_seconds = 0.0
+        self.first: tuple[float, int] | None = None  # (time, gradient steps) learning began
+        self.t_wait = time.perf_counter()
+        self.deadline = math.inf  # once the run stops on a signal: when to stop waiting
+        self.flat.write_to(self.params.array)
+
+    def start(self) -> None:
+        self.t_wait = time.perf_counter()
+        for w in range(self.M):
+            self.spawn(w, self.first_generation)
+
+    def spawn(self, w: int, generation: int) -> None:
+        self.status.array[w] = (ActorStatus.WAITING, time.monotonic())
+        args = (w, self.cfg, self.spec, self.params, self.counters, self.status)
+        args += (self.steps_before, self.stop, os.getpid(), generation, self.schedule_from)
+        self.children.start(worker_main, args, w, generation)
+
+    def total_steps(self) -> int:
+        return self.steps_before + int(self.counters.array[:, STEPS].sum())
+
+    def global_policy(self) -> np.ndarray:
+        """The acting policy of the global network as it is now, as a published vector."""
+        self.flat.read_from(self.params.array.copy())
+        return self.holder.policy_vector()
+
+    def checkpoint(self) -> Path:
+        holder, counters = self.holder, self.counters.array
+        self.flat.read_from(self.params.array.copy())
+        holder.env_steps = self.total_steps()
+        holder.iterations = int(counters[:, ITERATIONS].sum())
+        generations = [self.children.generation.get(w, 0) for w in range(self.M)]
+        return self.shell.checkpoint(
+            {
+                "learner": holder.state_dict(),
+                "policy": holder.policy.state_dict(),  # what acts (shares the tensors)
+                "hogwild": counters.tolist(),
+                "actors": {"generations": generations},
+            }
+        )
+
+    def receive(self) -> None:
+        """Handle reports until every worker has said it is done (or, once the run stops
+        on a signal, until a deadline: a worker ends the iteration it is in first)."""
+        shell, stop = self.shell, self.stop
+        while self.finished < self.M and time.perf_counter() < self.deadline:
+            if not stop.is_set() and shell.should_stop(self.total_steps()):
+                stop.set()  # the workers push their work and say goodbye
+                if shell.end.kind == "signal":
+                    self.deadline = time.perf_counter() + 10
+            for lost in self.supervisor.check():
+                self.supervisor.replace(lost, dropped=1)
+            try:
+                worker, report = self.children.receive(timeout=POLL)
+            except queue.Empty:
+                continue
+            if report is None:
+                self.finished += 1
+                self.supervisor.done.add(worker)
+            elif isinstance(report, NonFiniteError):
+                raise NonFiniteError(f"hogwild worker {worker}: {report}")
+            else:
+                self.report(worker, *report)
+
+    def report(self, worker: int, stats: dict[str, Any], ended: tuple[list, list]) -> None:
+        """One worker iteration: its row, the run's checks after it, a periodic checkpoint."""
+        shell, counters, episodes = self.shell, self.counters.array, self.episodes
+        waited = time.perf_counter() - self.t_wait
+        episodes.add(*ended)
+        self.learn_seconds += stats["learn_seconds"]
+        steps = self.total_steps()
+        updates = int(counters[:, UPDATES].sum())
+        row = {**stats, **shell.meter.iteration(waited, stats)}
+        if self.first is None and updates > 0:  # rates from the first gradient step on
+            self.first = (shell.meter.last, updates)
+        row["episodic_return"] = episodes.final_return
+        row["episodic_length"] = episodes.final_length
+        row[f"worker_env_steps/{worker}"] = int(counters[worker, STEPS])
+        row["gradient_steps"] = updates
+        row["wall_seconds"] = shell.wall_seconds
+        row.update(self.health())
+        shell.log.write(steps, row)
+        if not shell.after_iteration(steps, row, episodes, self.global_policy, {}):
+            self.stop.set()  # the workers push their work and say goodbye
+        shell.end.periodic(self.checkpoint, steps)
+        self.t_wait = time.perf_counter()
+
+    def health(self) -> dict[str, int]:
+        counters = self.counters.array
+        return {
+            "actor_restarts": self.supervisor.restarts.used,
+            "dropped_rollouts": self.supervisor.restarts.dropped,
+            "env_restarts": int(counters[:, ENV_RESTARTS].sum()),
+            "nonfinite_skipped_rollouts": int(counters[:, SKIPPED_ROLLOUTS].sum()),
+            "nonfinite_skipped_steps": int(counters[:, SKIPPED_STEPS].sum()),
+        }
+
+    def summary(self, fields: dict[str, Any]) -> dict[str, Any]:
+        meter, counters = self.shell.meter, self.counters.array
+        steady = math.nan
+        if self.first is not None and meter.last > self.first[0]:
+            steps = int(counters[:, UPDATES].sum()) - self.first[1]
+            steady = steps / (meter.last - self.first[0])
+        new_steps = self.total_steps() - self.steps_before
+        own = _summary(self.cfg, meter, counters, new_steps, self.episodes)
+        own.update(self.health())
+        own.update(
+            learn_seconds=self.learn_seconds / self.M,
+            gradient_steps_per_second_steady=steady,
+            env_steps=self.total_steps(),
+        )
+        return self.shell.summary(fields, own)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.children.close()
+        if getattr(self, "shell", None) is not None:
+            self.shell.close()
+        self.params.close()
+        self.counters.close()
+        self.status.close()
 
 
 def _summary(

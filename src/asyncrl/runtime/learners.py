@@ -26,7 +26,7 @@ import torch
 
 from asyncrl.algos import algorithm
 from asyncrl.config import learner_process_config, learner_threads
-from asyncrl.core import NonFiniteError
+from asyncrl.core import Adoptable, NonFiniteError
 from asyncrl.metrics import EpisodeStats
 from asyncrl.runtime.faults import LearnerLost
 from asyncrl.runtime.processes import (
@@ -38,6 +38,7 @@ from asyncrl.runtime.processes import (
 )
 from asyncrl.runtime.supervisor import Supervisor
 from asyncrl.runtime.transport import PolicyStore, SlotStore
+from asyncrl.settings import acting_mapping
 
 
 def pack(value: Any) -> bytes:
@@ -52,12 +53,27 @@ def unpack(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
+def policy_learner(algo: Any, cfg: Any, spec: Any) -> Any:
+    """A population's policy's learner (``cfg``: that policy's settings), told what its slots
+    hold: under the random mapping every env's steps, its own marked ``own``."""
+    learner = algo.learner(cfg, spec)
+    learner.marks_own = acting_mapping(cfg) == "random"
+    return learner
+
+
+def adoptable(learner: Any) -> Adoptable:
+    """``learner`` as PBT uses it: its algorithm must offer adoption (a capability)."""
+    if not isinstance(learner, Adoptable):
+        raise TypeError(f"{learner.cfg.algo}: its learner offers no adoption (PBT)")
+    return learner
+
+
 def learner_state(learner: Any, replay: bool = True) -> dict[str, Any]:
     """What a checkpoint holds of a learner: its state, what acts taken from that state
     (consistent, though an optimizer thread runs on) and the values of its mutable settings
     it trains with (read with the state: an exploit changes both in one call).
     ``replay=False``: the state another learner adopts, without a replay (PBT's exploit)."""
-    state = learner.state_dict() if replay else learner.adoptable_state()
+    state = learner.state_dict() if replay else adoptable(learner).adoptable_state()
     algo = algorithm(learner.cfg.algo)
     return {
         "learner": state,
@@ -113,7 +129,7 @@ class LocalLearner:
         return learner_state(self.learner, replay)
 
     def adopt(self, state: dict[str, Any], values: dict[str, float], sink: Any) -> None:
-        self.learner.adopt(state, values)
+        adoptable(self.learner).adopt(state, values)
         self.learner.publish(sink)
 
     def policy_vector(self) -> np.ndarray:
@@ -123,7 +139,7 @@ class LocalLearner:
         self.learner.close()  # async optimizers stop first, so the counters saved are final
 
     def summary_fields(self, wall: float) -> dict[str, Any]:
-        return {**self.learner.summary_fields(wall), **self.learner.nonfinite_counts()}
+        return self.learner.summary_fields(wall)
 
     def close(self) -> None:
         self.learner.close()
@@ -149,7 +165,7 @@ def learner_main(
     torch.set_num_threads(learner_threads(cfg))
     learner = None
     try:
-        learner = algorithm(cfg.algo).learner(cfg, spec)
+        learner = policy_learner(algorithm(cfg.algo), cfg, spec)
         resumed_from = None
         if restore is not None:
             from asyncrl.rundir import restore_learner
@@ -157,7 +173,7 @@ def learner_main(
             _, path = restore_learner(Path(restore), learner)
             resumed_from = str(path)
         if hyperparameters:
-            learner.set_hyperparameters(hyperparameters)
+            adoptable(learner).set_hyperparameters(hyperparameters)
         learner.publish(store)
         # its finished episodes too: the driver's mirror of a resumed learner goes on from them
         episodes = learner.episode_stats.state_dict()
@@ -180,14 +196,14 @@ def learner_main(
             elif command == "state":
                 replies.send_bytes(pack(learner_state(learner, *args)))
             elif command == "adopt":
-                learner.adopt(unpack(args[0]), args[1])
+                adoptable(learner).adopt(unpack(args[0]), args[1])
                 learner.publish(store)
                 replies.send(("adopted", counters(learner)))
             elif command == "close":
                 learner.close()
                 fields = {}  # None: stop only (the summary's wall clock is not known yet)
                 if args[0] is not None:
-                    fields = {**learner.summary_fields(args[0]), **learner.nonfinite_counts()}
+                    fields = learner.summary_fields(args[0])
                 replies.send(("closed", fields, counters(learner)))
             elif command == "vector":
                 replies.send_bytes(learner.policy_vector().tobytes())

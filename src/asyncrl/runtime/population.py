@@ -37,7 +37,7 @@ from asyncrl.rundir import (
     save_best_checkpoint,
     save_checkpoint,
 )
-from asyncrl.runtime.learners import LocalLearner, RemoteLearner
+from asyncrl.runtime.learners import LocalLearner, RemoteLearner, adoptable, policy_learner
 from asyncrl.runtime.memory import MB, MemoryWatch, Process
 from asyncrl.runtime.pbt import PBT
 from asyncrl.runtime.shell import RunShell, run_figures
@@ -108,11 +108,11 @@ class Population:
                 )  # fmt: skip
                 cleanup.callback(handle.close)
             else:
-                learner = self.algo.learner(pcfg, self.spec)
+                learner = policy_learner(self.algo, pcfg, self.spec)
                 cleanup.callback(learner.close)
                 self.files.restore(p, learner, self.state)
                 if given:
-                    learner.set_hyperparameters(given)
+                    adoptable(learner).set_hyperparameters(given)
                 local.append(learner)
                 handle = LocalLearner(learner)
                 handle.publish(backend.sink(p))

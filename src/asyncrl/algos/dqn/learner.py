@@ -61,5 +61,5 @@ class DQNLearner(ReplayLearner):
             "discount": torch.as_tensor(discount, dtype=torch.float32).to(self.device),
         }
 
-    def summary_fields(self, wall: float) -> dict:
-        return {**super().summary_fields(wall), "epsilon": float(self.policy.epsilon)}
+    def own_summary(self, wall: float) -> dict:
+        return {**super().own_summary(wall), "epsilon": float(self.policy.epsilon)}

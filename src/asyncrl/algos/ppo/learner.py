@@ -1,7 +1,8 @@
 """PPO's learner: filled slots in, one PPO update and a new policy version out.
 
-One call of :meth:`PPOLearner.train` is one training iteration, whatever the backend: the slots
-of all actors in sync mode, of one actor in async mode. Policy lag of each sample is measured
+One call of ``train`` (the host's, :class:`~asyncrl.learning.base.LearnerBase`) is one training
+iteration, whatever the backend: the slots of all actors in sync mode, of one actor in async
+mode; :meth:`PPOLearner.update` is PPO's part of it. Policy lag of each sample is measured
 against the version the learner holds when it starts the update.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from asyncrl.algos.ppo.reward_norm import RewardNormalizer
 from asyncrl.algos.ppo.update import PPO, STATS
 from asyncrl.envs import EnvSpec
 from asyncrl.learning.base import LearnerBase
+from asyncrl.learning.capabilities import HogwildSharing, PBTAdoption
 from asyncrl.learning.guard import zero_unowned
 from asyncrl.nets import FlatParams, encoder_of, learner_device
 
@@ -29,7 +30,9 @@ CHECKED = ("obs", "actions", "rewards", "logp", "trunc_values")  # for NaN and i
 LOSSES = ("loss/policy", "loss/value", "loss/entropy")
 
 
-class PPOLearner(LearnerBase):
+class PPOLearner(LearnerBase, HogwildSharing, PBTAdoption):
+    CHECKED = CHECKED
+
     def __init__(self, cfg: Any, spec: EnvSpec):
         super().__init__()
         self.cfg, self.spec = cfg, spec
@@ -95,24 +98,16 @@ class PPOLearner(LearnerBase):
     def lr_now(self) -> float:
         return self.cfg.lr * self.remaining(self.cfg.lr_schedule)
 
-    def train(self, slots: list[Any]) -> dict[str, float]:
-        """One training iteration on ``slots`` (joined along the env axis). The caller publishes
-        the new version before the slots are refilled."""
-        t0 = time.perf_counter()
-        good = self.finite_rollouts(slots, CHECKED)  # all, or raises (skip: drops NaN ones)
-        versions = _join([s.versions for s in slots])
-        lag = self.version - versions
-        # --policy-mapping random: a slot holds every env's steps, this policy's marked "own";
-        # the others' never reach its returns (they end before, or begin after, an episode end)
-        masked = hasattr(slots[0], "own")
-        if masked:
-            acted = _join([s.own for s in slots])
-            lag = lag[acted] if acted.any() else np.zeros(1, dtype=lag.dtype)
+    def update(self, good: list[Any], steps: int) -> dict[str, float]:
+        """One PPO update on the finite slots ``good`` (none: no update), a new version."""
         stats: dict[str, float] = {}
         if good:
             rollout = self.rollout(good)
             batch = self.algo.targets(rollout)
-            own = _join([s.own for s in good]) if masked else None
+            # --policy-mapping random: a slot holds every env's steps, this policy's marked
+            # "own"; the others' never reach its returns (they end before, or begin after, an
+            # episode end)
+            own = _join([s.own for s in good]) if self.marks_own else None
             if own is not None:
                 keep = torch.from_numpy(own.reshape(-1)).to(self.device)
                 batch = {k: v[keep] for k, v in batch.items()}
@@ -128,34 +123,19 @@ class PPOLearner(LearnerBase):
                 seen = rollout["obs"][:-1]
                 self.policy.obs_norm.update(seen if own is None else seen[keep.view(own.shape)])
         self.version += 1
-        steps = int(sum(s.env_steps[0] for s in slots))
-        self.env_steps += steps
-        self.iterations += 1
-        self.episode_stats.record(good)
-        seconds = time.perf_counter() - t0
-        self.learn_seconds += seconds
-        stats.update(
-            {
-                "learn_seconds": seconds,
-                "samples": float(steps),
-                "learner_samples_per_second": steps / seconds,
-                "policy_lag_mean": float(lag.mean()),
-                "policy_lag_max": float(lag.max()),
-                "rollout_seconds": float(sum(s.rollout_seconds[0] for s in slots)),
-                "actor_wait_seconds": float(sum(s.wait_seconds[0] for s in slots)),
-                "lr": self.lr_now(),
-                **self.nonfinite_counts(),
-            }
-        )
-        if self.reward_norm is not None:
-            stats["reward_norm/return_std"] = self.reward_norm.return_std
         return stats
+
+    def iteration_fields(self, steps: int, seconds: float) -> dict[str, float]:
+        fields = {"learner_samples_per_second": steps / seconds, "lr": self.lr_now()}
+        if self.reward_norm is not None:
+            fields["reward_norm/return_std"] = self.reward_norm.return_std
+        return fields
 
     def rollout(self, slots: list[Any]) -> dict[str, torch.Tensor]:
         """The slots as the update's tensors on the learner's device. What is computed on the
         host (return normalisation) reads the slots' arrays, never a device tensor."""
         host = {k: _join([getattr(s, k) for s in slots]) for k in self.fields}
-        if hasattr(slots[0], "own"):  # the random mapping: other cells hold what was left there
+        if self.marks_own:  # the random mapping: other cells hold what was left there
             own, ended = _join([s.own for s in slots]), host["terminated"] | host["truncated"]
             for k in CHECKED:  # 0 in a copy: a NaN there would reach owned returns via the scan
                 host[k] = zero_unowned(host[k], own, ended)
