@@ -11,6 +11,8 @@ Cases, each at its preset's sizes (issue 35):
            learner threads (all CPUs)
   sac      SAC, HalfCheetah-v5: 256x256 actor and twin critics, batch 256 (one gradient step of
            critics, actor and temperature)
+  dqn      DQN, CartPole-v1: 120x84 ReLU MLP, batch 128, double DQN, the preset's loss and clip
+           (one gradient step; issue 57)
 
 Each variant of a case trains its own copy of one initial network on one fixed batch; variants
 alternate round by round, so a change in the machine's load falls on all of them. For each: the
@@ -25,12 +27,11 @@ rate), which others' load on a shared machine disturbs less: each "CPU" column i
 before it in CPU time.
 
 Variants: ``old`` is the autograd step as it was before the fused step (PPO(fused=False), whose
-step is the code of 971e76e; SAC's update, unchanged); ``old-compiled`` the same under
-torch.compile (what --compile did before; for the CNN and SAC, where the fused step does not
-apply); ``fused`` the
-step of fused.py, eager; ``compiled`` the same, torch.compile'd. A compiled variant's first call,
-compilation included, is reported apart: --cold compiles into an empty cache directory, else the
-machine's cache answers.
+step is the code of 971e76e; SAC's update, unchanged; DQN(fused=False)); ``old-compiled`` the
+same under torch.compile (what --compile did before; for the CNN and SAC, where the fused step
+does not apply); ``fused`` the step of fused.py (PPO's, DQN's), eager; ``compiled`` the same,
+torch.compile'd. A compiled variant's first call, compilation included, is reported apart:
+--cold compiles into an empty cache directory, else the machine's cache answers.
 """
 
 from __future__ import annotations
@@ -54,9 +55,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
+from asyncrl.algos.dqn.config import DQNConfig  # noqa: E402
+from asyncrl.algos.dqn.networks import QNetwork  # noqa: E402
+from asyncrl.algos.dqn.update import DQN  # noqa: E402
 from asyncrl.algos.ppo.config import PPOConfig  # noqa: E402
 from asyncrl.algos.ppo.networks import build_policy  # noqa: E402
-from asyncrl.algos.ppo.update import PPO  # noqa: E402
+from asyncrl.algos.ppo.update import PPO, step_hyperparameters  # noqa: E402
 from asyncrl.algos.sac.config import SACConfig  # noqa: E402
 from asyncrl.algos.sac.update import SAC  # noqa: E402
 from asyncrl.config import learner_threads  # noqa: E402
@@ -69,6 +73,7 @@ ENVS = {
     "mujoco": ("ppo", "HalfCheetah-v5"),
     "atari": ("ppo", "ALE/Breakout-v5"),
     "sac": ("sac", "HalfCheetah-v5"),
+    "dqn": ("dqn", "CartPole-v1"),
 }
 
 
@@ -163,8 +168,8 @@ def ppo_case(name: str, env: str, variants: list[str]) -> tuple[list[Variant], C
     ref = PPO(copy.deepcopy(policy), hp, cfg.lr, fused=False)
     mb = [batch[k][: hp.minibatch_size] for k in ("features", "actions", "logp", "weight")]
     mb += [batch[k][: hp.minibatch_size] for k in ("adv", "returns", "values")]
-    clip = torch.tensor(hp.clip_coef)
-    flops = flops_of(lambda: ref._minibatch_step(clip, *mb))
+    step_hp = step_hyperparameters(hp, cfg.lr)  # [clip, lr, ent_coef], as an update passes it
+    flops = flops_of(lambda: ref._minibatch_step(step_hp, *mb))
     return made, flops, learner_threads(cfg, 1)
 
 
@@ -212,9 +217,39 @@ def sac_case(variants: list[str]) -> tuple[list[Variant], int, int]:
     return made, flops_of(lambda: ref.update(b)), learner_threads(cfg, 1)
 
 
+def dqn_case(variants: list[str]) -> tuple[list[Variant], int, int]:
+    env = ENVS["dqn"][1]
+    cfg = resolve(TrainConfig(env=env, algo="dqn"), env_family(env))
+    spec = check_env(env)
+    hp = DQNConfig.of(cfg)
+    g = torch.Generator().manual_seed(1)
+    n = cfg.batch_size
+    b = {
+        "obs": torch.randn(n, *spec.obs_shape, generator=g),
+        "action": torch.randint(0, spec.n_actions, (n,), generator=g),
+        "reward": torch.randn(n, generator=g),
+        "next_obs": torch.randn(n, *spec.obs_shape, generator=g),
+        "discount": cfg.gamma * (torch.rand(n, generator=g) > 0.05).float(),
+    }
+    every = max(1, round(cfg.target_every * cfg.replay_ratio))  # as DQNLearner's
+
+    def make(**kw) -> DQN:
+        torch.manual_seed(0)
+        return DQN(QNetwork(spec, cfg.hidden, "mlp"), hp, every, **kw)
+
+    made = []
+    for v in variants:
+        if v == "old-compiled":
+            continue  # the MLP takes the fused step
+        dqn = make(fused=v != "old", compile=v == "compiled")
+        made.append(Variant(v, lambda dqn=dqn: (dqn.update(b), 1)[1]))
+    ref = make(fused=False)
+    return made, flops_of(lambda: ref.update(b)), learner_threads(cfg, 1)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--cases", default="classic,mujoco,atari,sac")
+    p.add_argument("--cases", default="classic,mujoco,atari,sac,dqn")
     p.add_argument(
         "--variants",
         default="old,old-compiled,fused,compiled",
@@ -241,6 +276,8 @@ def main() -> None:
         algo, env = ENVS[case]
         if algo == "ppo":
             made, flops, threads = ppo_case(case, env, variants)
+        elif algo == "dqn":
+            made, flops, threads = dqn_case(variants)
         else:
             made, flops, threads = sac_case(variants)
         torch.set_num_threads(threads)
