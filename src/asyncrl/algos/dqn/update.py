@@ -43,8 +43,9 @@ class DQN:
         self.cfg = cfg
         # the fused step's steps not applied (NaN or inf gradient) and the sum of their norms,
         # since taken (take_nonfinite); the autograd step's are caught by the optimizer's hook
-        self._nonfinite = torch.zeros(2)
-        self._lr = torch.zeros(())  # the fused step's lr, a tensor: no recompile when it moves
+        self._nonfinite = torch.zeros(2, device=self.params[0].device)
+        # the fused step's lr, a tensor: a compiled step does not recompile when it moves
+        self._lr = torch.zeros((), device=self.params[0].device)
 
     @property
     def cfg(self) -> DQNConfig:
