@@ -28,6 +28,7 @@ from asyncrl.algos.ppo.networks import unroll_core
 from asyncrl.learning.fused import PackedAdam, compile_step, flat_span
 from asyncrl.nets import LOG_2PI
 
+# flat_span stays importable from here (its home is learning/fused.py)
 __all__ = ["MLPStep", "SequenceStep", "flat_span", "supports", "supports_sequences"]
 
 
