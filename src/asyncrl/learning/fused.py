@@ -87,8 +87,13 @@ class PackedAdam:
         self.shapes = [tuple(p.shape) for p in self.params]
         self.sizes = [p.numel() for p in self.params]
         self.fused_adam = bool(group.get("fused"))
+        self.adam_per_tensor = False  # eager fused Adam: one call on the packed vectors
         self.compiled = compile
         self._flat: tuple[torch.Tensor, ...] | None = None
+
+    def _norm(self, grads: list[torch.Tensor], grad: torch.Tensor) -> torch.Tensor:
+        """The global norm of the gradients ``grads``, ``grad`` their concatenation."""
+        return torch.linalg.vector_norm(grad)
 
     def _clip(self, grad_norm: torch.Tensor) -> torch.Tensor:
         """torch.nn.utils.clip_grad_norm_'s factor on all gradients."""
@@ -173,7 +178,7 @@ class PackedAdam:
         counts stay as they were): no host sync here. Returns the clipped norm (0 without a
         clip, as before), whether the step was applied, and the gradient's norm."""
         grad = torch.cat([g.reshape(-1) for g in grads])
-        norm = torch.linalg.vector_norm(grad)
+        norm = self._norm(grads, grad)
         ok = torch.isfinite(norm)
         grad_norm = torch.zeros((), device=lr.device)  # no clip: no norm, as before
         clip = None
@@ -189,8 +194,12 @@ class PackedAdam:
             # the step, as for AMP's GradScaler
             if clip is not None:
                 grad = grad * clip
+            ps, gs, ms, vs, ss = [flat_p], [grad], [flat_m], [flat_v], [steps[0]]
+            if self.adam_per_tensor:  # as torch.optim.Adam calls it, to the last bit
+                ps, gs, ms, vs = (self._views(x) for x in (flat_p, grad, flat_m, flat_v))
+                ss = list(steps)
             torch._fused_adam_(
-                [flat_p], [grad], [flat_m], [flat_v], [], [steps[0]],
+                ps, gs, ms, vs, [], ss,
                 lr=self.optimizer.param_groups[0]["lr"], beta1=beta1, beta2=beta2,
                 weight_decay=0.0, eps=eps, amsgrad=False, maximize=False,
                 found_inf=(~ok).to(torch.float32),

@@ -51,6 +51,9 @@ class QStep(PackedAdam):
         for i, m in enumerate(linears):
             keys[id(m.weight)], keys[id(m.bias)] = (i, 0), (i, 1)
         super().__init__(cfg, optimizer, keys, compile)
+        # Adam's kernel per tensor, as the autograd step's optimizer: the same bits, so that a
+        # run does not drift from the autograd step's path (a few us a step)
+        self.adam_per_tensor = True
         # the target network's tensors in the optimizer's order (a deep copy: the same order)
         self.target = [p for p in q_target.parameters()]
         self._target_flat: torch.Tensor | None = None
@@ -75,6 +78,10 @@ class QStep(PackedAdam):
             return self._fn(*self._flat, self._target_flat, lr, *batch)
 
     # ------------------------------------------------------------------ the step
+    def _norm(self, grads: list[torch.Tensor], grad: torch.Tensor) -> torch.Tensor:
+        """As clip_grad_norm_(foreach=True) computes it (each tensor's norm, then theirs)."""
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+
     def _forward(self, w, x: torch.Tensor) -> list[torch.Tensor]:
         """The MLP over x [N, F]: each linear layer's input, then the action values [N, A]."""
         h = [x]
