@@ -12,6 +12,8 @@ Cases, each at its preset's sizes (issue 35):
            learner threads (all CPUs)
   sac      SAC, HalfCheetah-v5: 256x256 actor and twin critics, batch 256 (one gradient step of
            critics, actor and temperature)
+  dqn      DQN, CartPole-v1: 120x84 ReLU MLP, batch 128, double DQN, the preset's loss and clip
+           (one gradient step; issue 57)
 
 Each variant of a case trains its own copy of one initial network on one fixed batch; variants
 alternate round by round, so a change in the machine's load falls on all of them. For each: the
@@ -26,12 +28,11 @@ rate), which others' load on a shared machine disturbs less: each "CPU" column i
 before it in CPU time.
 
 Variants: ``old`` is the autograd step as it was before the fused step (PPO(fused=False), whose
-step is the code of 971e76e; SAC's update, unchanged); ``old-compiled`` the same under
-torch.compile (what --compile did before; for the CNN and SAC, where the fused step does not
-apply); ``fused`` the
-step of fused.py, eager; ``compiled`` the same, torch.compile'd. A compiled variant's first call,
-compilation included, is reported apart: --cold compiles into an empty cache directory, else the
-machine's cache answers.
+step is the code of 971e76e; SAC's update, unchanged; DQN(fused=False)); ``old-compiled`` the
+same under torch.compile (what --compile did before; for the CNN and SAC, where the fused step
+does not apply); ``fused`` the step of fused.py (PPO's, DQN's), eager; ``compiled`` the same,
+torch.compile'd. A compiled variant's first call, compilation included, is reported apart:
+--cold compiles into an empty cache directory, else the machine's cache answers.
 
 ``--precision fp32,bf16``: every variant also under ``--precision bf16`` (rows ``<variant>+bf16``:
 PPO(precision="bf16"), SAC(precision="bf16")), and every row's ratio to a second floor, the
@@ -59,6 +60,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
+from asyncrl.algos.dqn.config import DQNConfig  # noqa: E402
+from asyncrl.algos.dqn.networks import QNetwork  # noqa: E402
+from asyncrl.algos.dqn.update import DQN  # noqa: E402
 from asyncrl.algos.ppo.config import PPOConfig  # noqa: E402
 from asyncrl.algos.ppo.networks import build_policy  # noqa: E402
 from asyncrl.algos.ppo.update import PPO, step_hyperparameters  # noqa: E402
@@ -74,6 +78,7 @@ ENVS = {
     "mujoco": ("ppo", "HalfCheetah-v5"),
     "atari": ("ppo", "ALE/Breakout-v5"),
     "sac": ("sac", "HalfCheetah-v5"),
+    "dqn": ("dqn", "CartPole-v1"),
 }
 
 
@@ -243,9 +248,39 @@ def bf16_columns(bf16: tuple | None, ms: float, cpu: float) -> str:
     return f" {ms / bf16[0]:6.1f} {cpu / bf16[1]:5.1f}"
 
 
+def dqn_case(variants: list[str]) -> tuple[list[Variant], int, int]:
+    env = ENVS["dqn"][1]
+    cfg = resolve(TrainConfig(env=env, algo="dqn"), env_family(env))
+    spec = check_env(env)
+    hp = DQNConfig.of(cfg)
+    g = torch.Generator().manual_seed(1)
+    n = cfg.batch_size
+    b = {
+        "obs": torch.randn(n, *spec.obs_shape, generator=g),
+        "action": torch.randint(0, spec.n_actions, (n,), generator=g),
+        "reward": torch.randn(n, generator=g),
+        "next_obs": torch.randn(n, *spec.obs_shape, generator=g),
+        "discount": cfg.gamma * (torch.rand(n, generator=g) > 0.05).float(),
+    }
+    every = max(1, round(cfg.target_every * cfg.replay_ratio))  # as DQNLearner's
+
+    def make(**kw) -> DQN:
+        torch.manual_seed(0)
+        return DQN(QNetwork(spec, cfg.hidden, "mlp"), hp, every, **kw)
+
+    made = []
+    for v in variants:
+        if v == "old-compiled":
+            continue  # the MLP takes the fused step
+        dqn = make(fused=v != "old", compile=v == "compiled")
+        made.append(Variant(v, lambda dqn=dqn: (dqn.update(b), 1)[1]))
+    ref = make(fused=False)
+    return made, flops_of(lambda: ref.update(b)), learner_threads(cfg, 1)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--cases", default="classic,mujoco,atari,sac")
+    p.add_argument("--cases", default="classic,mujoco,atari,sac,dqn")
     p.add_argument(
         "--variants",
         default="old,old-compiled,fused,compiled",
@@ -280,6 +315,10 @@ def main() -> None:
         for precision in precisions:
             if algo == "ppo":
                 mine, flops, threads = ppo_case(case, env, variants, precision)
+            elif algo == "dqn":
+                if precision != "fp32":
+                    continue  # DQN trains in fp32 only (--precision)
+                mine, flops, threads = dqn_case(variants)
             else:
                 mine, flops, threads = sac_case(variants, precision)
             made += mine

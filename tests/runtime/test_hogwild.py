@@ -375,3 +375,33 @@ def test_resume_continues_the_global_network_and_the_total_step_count(tmp_path):
     before = [r["lr"] for r in rows if "lr" in r and r["env_steps"] <= first["env_steps"]]
     after = [r["lr"] for r in rows if "lr" in r and r["env_steps"] > first["env_steps"]]
     assert before and after and max(after) <= min(before[-2:]) + 1e-12, (before[-2:], after[:4])
+
+
+@pytest.mark.slow  # two worker processes: ~10-60 s with the machine's load
+def test_two_dqn_workers_train_one_global_network_with_the_fused_step(tmp_path):
+    """DQN's fused step trains its online and target networks where Hogwild! shares them
+    (state_tensors): the global networks move, as both workers' gradient steps say."""
+    cfg = _cfg(
+        tmp_path,
+        algo="dqn",
+        env="CartPole-v1",
+        hogwild=2,
+        total_steps=1_000,
+        envs_per_actor=2,
+        hidden=[16],
+        learning_starts=100,
+        batch_size=32,
+        buffer_size=1_000,
+        target_every=50,
+    )
+    summary = train(cfg)
+    assert all(n > 0 for n in summary["worker_gradient_steps"])
+    from asyncrl.settings import resolve
+
+    start = make_learner(worker_config(resolve(cfg, "classic"), 0), check_env(cfg.env))
+    assert start.rule.fused is not None  # the MLP takes the fused step
+    before = start.rule.state_dict()
+    end = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["learner"]["dqn"]
+    for net in ("q", "q_target"):
+        moved = [k for k in before[net] if k != "epsilon"]
+        assert all(not torch.equal(before[net][k], end[net][k]) for k in moved), net

@@ -1,5 +1,7 @@
 """Double DQN (van Hasselt et al. 2016) with a target network and the Huber loss: the update
-rule alone, tensors in and statistics out (no host synchronisation inside an update)."""
+rule alone, tensors in and statistics out (no host synchronisation inside an update). An MLP
+Q-network takes the step with its gradients written out (fused.py); others, and ``fused=False``
+(the reference it is tested and benchmarked against), take autograd's."""
 
 from __future__ import annotations
 
@@ -9,14 +11,22 @@ import torch
 from torch import nn
 
 from asyncrl.algos.dqn.config import DQNConfig
+from asyncrl.algos.dqn.fused import QStep, supports
 
 
 class DQN:
     STATS = ("loss/td", "charts/q_mean", "grad_norm")
     LOSSES = ("loss/td",)  # checked for NaN and inf after each update
 
-    def __init__(self, q: nn.Module, cfg: DQNConfig, target_updates_every: int):
-        self.q, self.cfg = q, cfg
+    def __init__(
+        self,
+        q: nn.Module,
+        cfg: DQNConfig,
+        target_updates_every: int,
+        fused: bool = True,
+        compile: bool = False,
+    ):
+        self.q = q
         self.q_target = copy.deepcopy(q).requires_grad_(False)
         self.params = [p for p in q.parameters() if p.requires_grad]
         self._q_state = _learned(q)
@@ -27,11 +37,56 @@ class DQN:
             self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, foreach=True)
         self.target_updates_every = target_updates_every
         self.updates = 0
+        self.fused = (
+            QStep(q, self.q_target, cfg, self.optimizer, compile) if fused and supports(q) else None
+        )
+        self.cfg = cfg
+        # the fused step's steps not applied (NaN or inf gradient) and the sum of their norms,
+        # since taken (take_nonfinite); the autograd step's are caught by the optimizer's hook
+        self._nonfinite = torch.zeros(2, device=self.params[0].device)
+        # the fused step's lr, a tensor: a compiled step does not recompile when it moves
+        self._lr = torch.zeros((), device=self.params[0].device)
+
+    @property
+    def cfg(self) -> DQNConfig:
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, cfg: DQNConfig) -> None:  # PBT's and the learner's new settings reach both
+        self._cfg = cfg
+        if self.fused is not None:
+            self.fused.cfg = cfg
 
     def update(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
         """One gradient step on a batch (obs, action, reward, next_obs, discount: gamma^steps
         where the episode goes on, 0 where it terminated). Returns [TD loss, mean Q, grad
         norm] as one tensor."""
+        if self.fused is not None:
+            stats = self._fused_step(b)
+        else:
+            stats = self._autograd_step(b)
+        self.updates += 1
+        if self.updates % self.target_updates_every == 0:
+            with torch.no_grad():
+                torch._foreach_lerp_(self._target_state, self._q_state, self.cfg.tau)
+        return stats
+
+    def _fused_step(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
+        self.fused.pack()  # cheap when packed; a loaded checkpoint or Hogwild! may move state
+        self._lr.fill_(self.optimizer.param_groups[0]["lr"])
+        keys = ("obs", "action", "reward", "next_obs", "discount")
+        out = self.fused(self._lr, *(b[k] for k in keys))
+        self._nonfinite += out[3:]
+        return out[:3]
+
+    def take_nonfinite(self) -> tuple[int, float]:
+        """The fused steps not applied since the last call and their mean gradient norm (one
+        host sync: call it where the statistics are read)."""
+        bad, norm = self._nonfinite.tolist()
+        self._nonfinite.zero_()
+        return round(bad), norm / max(bad, 1.0)
+
+    def _autograd_step(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
         cfg = self.cfg
         with torch.no_grad():
             next_q = self.q_target(b["next_obs"])
@@ -53,10 +108,6 @@ class DQN:
         else:
             norm = torch.zeros(())
         self.optimizer.step()
-        self.updates += 1
-        if self.updates % self.target_updates_every == 0:
-            with torch.no_grad():
-                torch._foreach_lerp_(self._target_state, self._q_state, cfg.tau)
         return torch.stack([loss.detach(), q.detach().mean(), norm.detach()])
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:

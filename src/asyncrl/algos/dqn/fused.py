@@ -1,0 +1,128 @@
+"""DQN's gradient step with its gradients written out, for an MLP Q-network (the mlp encoder):
+one forward of the online network over obs and next_obs together (double DQN picks the next
+actions with it), the target network's forward, the TD loss and its backward as a few tensor
+ops, then the global-norm clip and Adam on packed flat vectors (learning/fused.py, as PPO's
+fused step); with ``compile``, one inductor graph. The same numbers as ``DQN``'s autograd step
+up to float rounding. Why and how fast: docs/benchmarks/learner-floor.md.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from asyncrl.learning.fused import PackedAdam, compile_step, flat_span, move_into_one
+from asyncrl.nets import FlatEncoder
+
+
+def supports(q: nn.Module) -> bool:
+    """Whether :class:`QStep` can train ``q``: flat observations through Linear layers with a
+    ReLU between each two (``QNetwork`` with the mlp encoder)."""
+    head = getattr(q, "head", None)
+    if not isinstance(getattr(q, "encoder", None), FlatEncoder) or head is None:
+        return False
+    kinds = [type(m) for m in head]
+    want = [nn.Linear, nn.ReLU] * (len(kinds) // 2) + [nn.Linear]
+    return kinds == want
+
+
+class QStep(PackedAdam):
+    """``DQN``'s autograd step for an MLP ``QNetwork``, its gradients derived by hand.
+
+    Called as ``step(lr, obs, action, reward, next_obs, discount)`` with ``lr`` a tensor (a
+    compiled step does not recompile when the schedule or PBT moves it); returns [TD loss, mean
+    Q, clipped gradient norm, 1 if the step was not applied (NaN or inf gradient), its norm].
+    """
+
+    def __init__(
+        self,
+        q: nn.Module,
+        q_target: nn.Module,
+        cfg,
+        optimizer: torch.optim.Adam,
+        compile: bool = False,
+    ):
+        if not supports(q):
+            raise ValueError("QStep: a QNetwork with the mlp encoder")
+        self.encoder = q.encoder
+        linears = [m for m in q.head if isinstance(m, nn.Linear)]
+        self.layers = len(linears)
+        keys = {}
+        for i, m in enumerate(linears):
+            keys[id(m.weight)], keys[id(m.bias)] = (i, 0), (i, 1)
+        super().__init__(cfg, optimizer, keys, compile)
+        # Adam's kernel per tensor, as the autograd step's optimizer: the same bits, so that a
+        # run does not drift from the autograd step's path (a few us a step)
+        self.adam_per_tensor = True
+        # the target network's tensors in the optimizer's order (a deep copy: the same order)
+        self.target = [p for p in q_target.parameters()]
+        self._target_flat: torch.Tensor | None = None
+        self._fn = compile_step(self, type(self)._body) if compile else self._body
+
+    # ------------------------------------------------------------------ entry points
+    def pack(self) -> None:
+        """As :meth:`PackedAdam.pack`, and the target network's tensors as views of one flat
+        vector (where Hogwild! shares them already; else moved there, values kept)."""
+        super().pack()
+        t = self._target_flat
+        first, last = self.target[0], self.target[-1]
+        if t is not None:
+            end = t.data_ptr() + t.element_size() * (t.numel() - last.numel())
+            if first.data_ptr() == t.data_ptr() and last.data_ptr() == end:
+                return
+        flat = flat_span(self.target)
+        self._target_flat = move_into_one(self.target) if flat is None else flat
+
+    def __call__(self, lr: torch.Tensor, *batch: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self._fn(*self._flat, self._target_flat, lr, *batch)
+
+    # ------------------------------------------------------------------ the step
+    def _norm(self, grads: list[torch.Tensor], grad: torch.Tensor) -> torch.Tensor:
+        """As clip_grad_norm_(foreach=True) computes it (each tensor's norm, then theirs)."""
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+
+    def _forward(self, w, x: torch.Tensor) -> list[torch.Tensor]:
+        """The MLP over x [N, F]: each linear layer's input, then the action values [N, A]."""
+        h = [x]
+        for i in range(self.layers):
+            a = torch.addmm(w[self.index[i, 1]], h[-1], w[self.index[i, 0]].T)
+            h.append(a.relu() if i < self.layers - 1 else a)
+        return h
+
+    def _body(self, flat_p, flat_m, flat_v, steps, flat_t, lr, obs, action, reward, next_obs, disc):
+        # compiled, the graph reads the networks as views of its inputs; else they are such
+        # views already (pack)
+        w = self._views(flat_p) if self.compiled else self.params
+        tw = self._views(flat_t) if self.compiled else self.target
+        cfg, B = self.cfg, obs.shape[0]
+        x, nx = self.encoder(obs), self.encoder(next_obs)
+        # double DQN: the online network's forward over obs and next_obs at once
+        h = self._forward(w, torch.cat([x, nx]) if cfg.double else x)
+        next_q = self._forward(tw, nx)[-1]
+        if cfg.double:  # the online network picks the action, the target one values it
+            next_v = next_q.gather(-1, h[-1][B:].argmax(-1, keepdim=True)).squeeze(-1)
+        else:
+            next_v = next_q.max(-1).values
+        target = reward + disc * next_v
+        a = action.long().unsqueeze(-1)
+        q = h[-1][:B].gather(-1, a).squeeze(-1)
+        diff = q - target
+        if cfg.td_loss == "huber":  # smooth_l1_loss, beta 1
+            small = diff.abs() < 1
+            loss = torch.where(small, 0.5 * diff.square(), diff.abs() - 0.5).mean()
+            d = diff.clamp(-1.0, 1.0) / B  # as its backward: a NaN stays one
+        else:
+            loss = diff.square().mean()
+            d = diff * (2.0 / B)
+        # backward: the loss reads one action value per sample, of the obs rows only
+        d = torch.zeros_like(h[-1][:B]).scatter_(1, a, d.unsqueeze(1))
+        grads: list[torch.Tensor | None] = [None] * len(self.params)
+        for i in range(self.layers - 1, -1, -1):
+            inp = h[i][:B]
+            grads[self.index[i, 0]], grads[self.index[i, 1]] = torch.mm(d.T, inp), d.sum(0)
+            if i:
+                d = torch.ops.aten.threshold_backward(torch.mm(d, w[self.index[i, 0]]), inp, 0)
+        grad_norm, ok, norm = self.descend(flat_p, flat_m, flat_v, steps, grads, lr)
+        bad = (~ok).to(grad_norm.dtype)
+        return torch.stack([loss, q.mean(), grad_norm, bad, torch.where(ok, 0.0, norm)])
