@@ -43,6 +43,13 @@ def flat_span(tensors: list[torch.Tensor]) -> torch.Tensor | None:
     return first.new_empty(0).set_(first.untyped_storage(), start, (at - start,))
 
 
+def lies_in(flat: torch.Tensor, first: torch.Tensor, last: torch.Tensor) -> bool:
+    """Whether ``first`` starts ``flat`` and ``last`` ends it (what any swap of the tensors
+    packed there moves: a cheap test that they are still its views)."""
+    end = flat.data_ptr() + flat.element_size() * (flat.numel() - last.numel())
+    return first.data_ptr() == flat.data_ptr() and last.data_ptr() == end
+
+
 def own_code(obj: object, fn: types.FunctionType) -> types.MethodType:
     """``fn`` bound to ``obj`` with a code object of its own. Dynamo keeps its compiled graphs
     and their guards per code object: with the class's one, every step object of a process (two
@@ -135,23 +142,16 @@ class PackedAdam:
         state, first, last = self.optimizer.state, self.params[0], self.params[-1]
         if first not in state or last not in state:
             return False
-        for flat, key in zip(self._flat, (None, "exp_avg", "exp_avg_sq", "step"), strict=True):
-            a, b = (p if key is None else state[p][key] for p in (first, last))
-            end = flat.data_ptr() + flat.element_size() * (flat.numel() - b.numel())
-            if a.data_ptr() != flat.data_ptr() or b.data_ptr() != end:
-                return False
-        return True
+        return all(
+            lies_in(flat, *(p if key is None else state[p][key] for p in (first, last)))
+            for flat, key in zip(self._flat, (None, "exp_avg", "exp_avg_sq", "step"), strict=True)
+        )
 
     def check(self) -> None:
         """:meth:`pack` again if the parameters no longer lie in the packed vector (their
         ``.data`` was swapped, as FlatParams.view_into does). Cheap: it looks at the first and
         last parameter, which any such swap moves."""
-        if self._flat is None:
-            return
-        flat, first, last = self._flat[0], self.params[0], self.params[-1]
-        base = flat.data_ptr()
-        end = base + flat.element_size() * (flat.numel() - last.numel())
-        if first.data_ptr() != base or last.data_ptr() != end:
+        if self._flat is not None and not lies_in(self._flat[0], self.params[0], self.params[-1]):
             self.pack()
 
     def _init_state(self) -> None:

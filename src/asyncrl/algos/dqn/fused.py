@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from asyncrl.learning.fused import PackedAdam, compile_step, flat_span, move_into_one
+from asyncrl.learning.fused import PackedAdam, compile_step, flat_span, lies_in, move_into_one
 from asyncrl.nets import FlatEncoder
 
 
@@ -65,11 +65,8 @@ class QStep(PackedAdam):
         vector (where Hogwild! shares them already; else moved there, values kept)."""
         super().pack()
         t = self._target_flat
-        first, last = self.target[0], self.target[-1]
-        if t is not None:
-            end = t.data_ptr() + t.element_size() * (t.numel() - last.numel())
-            if first.data_ptr() == t.data_ptr() and last.data_ptr() == end:
-                return
+        if t is not None and lies_in(t, self.target[0], self.target[-1]):
+            return
         flat = flat_span(self.target)
         self._target_flat = move_into_one(self.target) if flat is None else flat
 

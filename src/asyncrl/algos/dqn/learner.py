@@ -65,6 +65,8 @@ class DQNLearner(ReplayLearner):
         """The statistics, and the fused step's steps not applied for a NaN or inf gradient
         (counted with --on-nonfinite skip, else NonFiniteError), read with them."""
         stats = super()._drain_stats()
+        if not stats or self.rule.fused is None:  # no step since, or autograd's (its own guard)
+            return stats
         with self._update_lock:
             bad, norm = self.rule.take_nonfinite()
         if bad:
