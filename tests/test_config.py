@@ -212,3 +212,14 @@ def test_an_algorithm_that_cannot_train_the_env_names_those_that_can(
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith(f"asyncrl: error: algo: {algo} needs a ")
     assert err.endswith(f"(use --algo {others})")
+
+
+def test_python_dash_m_asyncrl_is_the_command_line(tmp_path):
+    """``python -m asyncrl`` runs the CLI: the same one-line refusal and exit code as the script."""
+    cmd = [sys.executable, "-m", "asyncrl", "train", "--env", "CartPole-v1", "--envs-per-actor"]
+    cmd += ["0", "--run-dir", str(tmp_path / "r")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    err = out.stderr.strip()
+    assert out.returncode == 2 and len(err.splitlines()) == 1, (out.returncode, err[-2000:])
+    assert err.startswith("asyncrl: error: envs_per_actor"), err
+    assert not (tmp_path / "r").exists()
