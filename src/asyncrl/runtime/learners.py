@@ -38,7 +38,7 @@ from asyncrl.runtime.processes import (
 )
 from asyncrl.runtime.supervisor import Supervisor
 from asyncrl.runtime.transport import PolicyStore, SlotStore
-from asyncrl.settings import acting_mapping
+from asyncrl.settings import TrainConfig, acting_mapping
 
 
 def pack(value: Any) -> bytes:
@@ -53,7 +53,7 @@ def unpack(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
-def policy_learner(algo: Any, cfg: Any, spec: Any) -> Any:
+def policy_learner(algo: Any, cfg: TrainConfig, spec: Any) -> Any:
     """A population's policy's learner (``cfg``: that policy's settings), told what its slots
     hold: under the random mapping every env's steps, its own marked ``own``."""
     learner = algo.learner(cfg, spec)
@@ -148,7 +148,7 @@ class LocalLearner:
 def learner_main(
     outbox: Connection,
     policy: int,
-    cfg: Any,
+    cfg: TrainConfig,
     spec: Any,
     slots: SlotStore,
     store: PolicyStore,
@@ -232,7 +232,7 @@ class RemoteLearner:
         self,
         ctx: Any,
         policy: int,
-        cfg: Any,
+        cfg: TrainConfig,
         spec: Any,
         slots: SlotStore,
         store: PolicyStore,

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asyncrl.metrics import Throughput
 from asyncrl.rundir import save_config
@@ -36,6 +36,9 @@ from asyncrl.runtime.population import Population
 from asyncrl.runtime.processes import POLL
 from asyncrl.runtime.shell import Callback, RunShell
 
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
+
 __all__ = ["check_backend", "train_pipeline"]
 
 Row = tuple[int, dict[str, Any]]  # a policy and the figures of one of its iterations
@@ -46,8 +49,8 @@ class PolicyLoop:
     publish, release; the figures of each iteration as a row."""
 
     def __init__(
-        self, index: int, cfg: Any, learner: Any, backend: Any, end: RunEnd, meter: Throughput,
-        pbt: PBT,
+        self, index: int, cfg: TrainConfig, learner: Any, backend: Any, end: RunEnd,
+        meter: Throughput, pbt: PBT,
     ):  # fmt: skip
         self.index, self.cfg, self.learner, self.backend = index, cfg, learner, backend
         self.end, self.meter, self.pbt = end, meter, pbt
@@ -210,7 +213,7 @@ class Driver:
 
 
 def train_pipeline(
-    cfg: Any,
+    cfg: TrainConfig,
     spec: Any,
     run_dir: Path,
     resume: bool,

@@ -41,7 +41,7 @@ from asyncrl.runtime.learners import LocalLearner, RemoteLearner, adoptable, pol
 from asyncrl.runtime.memory import MB, MemoryWatch, Process
 from asyncrl.runtime.pbt import PBT
 from asyncrl.runtime.shell import RunShell, run_figures
-from asyncrl.settings import policy_configs
+from asyncrl.settings import TrainConfig, policy_configs
 
 NONFINITE_COUNTS = ("nonfinite_skipped_rollouts", "nonfinite_skipped_steps")
 
@@ -51,7 +51,7 @@ class Population:
     learners started on it (:meth:`start`), then wrapped in the run's shell (:meth:`attach`).
     ``best`` is the leader, ranked by the driver after each round of rows (:meth:`rank`)."""
 
-    def __init__(self, cfg: Any, spec: Any, run_dir: Path, resume: bool):
+    def __init__(self, cfg: TrainConfig, spec: Any, run_dir: Path, resume: bool):
         self.cfg, self.spec, self.run_dir = cfg, spec, run_dir
         self.configs = policy_configs(cfg)
         self.algo = algorithm(cfg.algo)
@@ -234,14 +234,14 @@ class Population:
                 h.stop_updates()
 
 
-def policy_files(cfg: Any, run_dir: Path, resume: bool) -> OnePolicyFiles | PolicyFolders:
+def policy_files(cfg: TrainConfig, run_dir: Path, resume: bool) -> OnePolicyFiles | PolicyFolders:
     """The run directory's layout for ``cfg``'s policies (the run directory decides)."""
     if policy_folders(cfg.policies):
         return PolicyFolders(cfg, run_dir, resume)
     return OnePolicyFiles(cfg, run_dir, resume)
 
 
-def _summary_head(cfg: Any, leader: Any) -> dict[str, Any]:
+def _summary_head(cfg: TrainConfig, leader: Any) -> dict[str, Any]:
     """What every summary starts with: the run's layout and its (leading) policy's returns."""
     return {
         **run_figures(cfg, leader.episode_stats),
@@ -257,7 +257,7 @@ class OnePolicyFiles:
     """One policy: its checkpoints, rows and summary are the run's, at the top of the run
     directory; its throughput is the run's."""
 
-    def __init__(self, cfg: Any, run_dir: Path, resume: bool):
+    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool):
         self.cfg, self.run_dir, self.resume = cfg, run_dir, resume
 
     def restore_dir(self, p: int) -> Path | None:
@@ -269,7 +269,7 @@ class OnePolicyFiles:
         if self.resume:
             learner.load_state_dict(state["learner"])
 
-    def meter(self, shell: RunShell, cfg: Any) -> Throughput:
+    def meter(self, shell: RunShell, cfg: TrainConfig) -> Throughput:
         return shell.meter
 
     def tag(self, p: int, handle: Any) -> dict[str, Any]:
@@ -301,7 +301,7 @@ class PolicyFolders:
     tagged with their policy; a summary of the leader's figures, the fleet's throughput and a
     row per policy, and a table of them on stdout."""
 
-    def __init__(self, cfg: Any, run_dir: Path, resume: bool):
+    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool):
         self.cfg, self.run_dir, self.resume = cfg, run_dir, resume
 
     def restore_dir(self, p: int) -> Path | None:
@@ -322,7 +322,7 @@ class PolicyFolders:
         if where is not None:
             restore_learner(where, learner)
 
-    def meter(self, shell: RunShell, cfg: Any) -> Throughput:
+    def meter(self, shell: RunShell, cfg: TrainConfig) -> Throughput:
         return Throughput(cfg.envs_per_actor)
 
     def tag(self, p: int, handle: Any) -> dict[str, Any]:

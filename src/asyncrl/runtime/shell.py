@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from asyncrl.rundir import load_wandb_run, save_checkpoint, save_wandb_run
 from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.lifecycle import RunEnd, StopSignals
 from asyncrl.tracking import Tracker
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 Callback = Callable[[dict[str, Any]], Any]
 """Called after every training iteration with that iteration's figures; returning ``False``
@@ -29,7 +32,7 @@ CALM_ENDINGS = ("budget", "time_limit", "callback")
 EXIT_CODES = {"budget": 0, "time_limit": 0, "callback": 0, "signal": 130, "aborted": 130}
 
 
-def open_tracker(cfg: Any, run_dir: Path, resume: bool) -> Tracker:
+def open_tracker(cfg: TrainConfig, run_dir: Path, resume: bool) -> Tracker:
     """The W&B run of the run in ``run_dir``: with ``resume`` the one it logged to before (its
     wandb-run.json), if any, else a new one, which wandb-run.json then names."""
     earlier = load_wandb_run(run_dir) if resume else None
@@ -50,7 +53,7 @@ class RunShell:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: TrainConfig,
         spec: Any,
         run_dir: Path,
         stop: StopSignals,
@@ -143,7 +146,7 @@ class RunShell:
         self.tracker.finish(code)
 
 
-def run_figures(cfg: Any, episodes: EpisodeStats) -> dict[str, Any]:
+def run_figures(cfg: TrainConfig, episodes: EpisodeStats) -> dict[str, Any]:
     """What every summary starts with: the run's layout and its episodes' returns."""
     return {
         "env": cfg.env,

@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
+
 if TYPE_CHECKING:  # the transport needs no env package at run time (light child imports)
     from asyncrl.core import SlotField
     from asyncrl.envs import EnvSpec
@@ -92,7 +95,7 @@ class SlotLayout:
         return out, max(pos, 1)
 
 
-def rollout_layout(cfg: Any, spec: EnvSpec) -> SlotLayout:
+def rollout_layout(cfg: TrainConfig, spec: EnvSpec) -> SlotLayout:
     """The layout of a run's slots: one actor's rollout, with what its algorithm records. For
     one policy of a population pass its config (``settings.policy_config``): its slots hold the
     envs it acts on, and under the random mapping every env with its own steps marked."""
@@ -106,14 +109,14 @@ def rollout_layout(cfg: Any, spec: EnvSpec) -> SlotLayout:
     return SlotLayout.for_rollout(spec, T, K, extra)
 
 
-def population_layouts(cfg: Any, spec: EnvSpec) -> list[SlotLayout]:
+def population_layouts(cfg: TrainConfig, spec: EnvSpec) -> list[SlotLayout]:
     """The slot layout of each policy of the run (one: the run's)."""
     from asyncrl.settings import policy_configs
 
     return [rollout_layout(c, spec) for c in policy_configs(cfg)]
 
 
-def memory_line(cfg: Any, spec: EnvSpec) -> str:
+def memory_line(cfg: TrainConfig, spec: EnvSpec) -> str:
     """The start-up line on what observations cost: their dtype and bytes, the rollout slots'
     bytes per sample, and the algorithm's own (a replay buffer's size)."""
     from asyncrl.algos import algorithm
@@ -137,7 +140,7 @@ def shm_free(path: str = SHM_DIR) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def check_shared_memory(cfg: Any, spec: EnvSpec) -> None:
+def check_shared_memory(cfg: TrainConfig, spec: EnvSpec) -> None:
     """Refuse, before any process starts, a process-backend run whose rollout slots do not fit
     in the free space of /dev/shm (Docker gives a container 64 MB): its segments are sparse, so
     they are made without complaint and an actor writing one dies of SIGBUS, again and again

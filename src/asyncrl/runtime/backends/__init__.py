@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import Backend
 from asyncrl.settings import TrainConfig
@@ -29,7 +27,7 @@ def make_backend(cfg: TrainConfig, spec: EnvSpec, numel: int) -> Backend:
     return ProcessBackend(cfg, spec, numel)
 
 
-def check_backend(cfg: Any) -> None:
+def check_backend(cfg: TrainConfig) -> None:
     """What only the backend can check (a Ray cluster's size), as a ConfigError: called before
     the run directory is claimed, so a setting that cannot work never costs the run that
     ``--overwrite`` would delete."""
