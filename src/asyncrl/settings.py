@@ -40,6 +40,7 @@ from asyncrl.config import (
 from asyncrl.learning.population import envs_of_policy, perturb
 
 if TYPE_CHECKING:
+    from asyncrl.core import Algorithm
     from asyncrl.envs import EnvSpec
 
 RUN = "run"  # the owner of run-level settings in the composed fields' metadata
@@ -193,16 +194,17 @@ def resolve(cfg: TrainConfig, family: str | None = None, agree: bool = True) -> 
     budget = changes.get("total_steps", cfg.total_steps)
     changes.update((n, _warmup(n, v, cfg.algo, budget)) for n, v in changes.items())
     cfg = dataclasses.replace(cfg, **changes)
+    algo = algorithm(cfg.algo)
     if agree:
-        cfg = dataclasses.replace(cfg, **agreed(cfg, frozenset(changes) - {"preset"}))
+        cfg = dataclasses.replace(cfg, **agreed(cfg, frozenset(changes) - {"preset"}, algo))
     changes = {}
     if cfg.actor_restarts == -1:
         changes["actor_restarts"] = 3 * (cfg.hogwild or cfg.actors)
-    changes.update(algorithm(cfg.algo).derived(cfg))
-    return _drawn_population(dataclasses.replace(cfg, **changes))
+    changes.update(algo.derived(cfg))
+    return _drawn_population(dataclasses.replace(cfg, **changes), algo)
 
 
-def agreed(cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
+def agreed(cfg: TrainConfig, filled: frozenset[str], algo: Algorithm) -> dict[str, Any]:
     """New values of settings in ``filled`` (a preset's or a default's, not the user's) that
     would contradict others of ``cfg``, so that only settings given can conflict: the fixed
     mapping's envs per actor, at least one per policy (SAC's presets have one env); then the
@@ -211,14 +213,14 @@ def agreed(cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
     if "envs_per_actor" in filled and acting_mapping(cfg) == "fixed":
         if cfg.envs_per_actor < cfg.policies:
             changes["envs_per_actor"] = cfg.policies
-    own = algorithm(cfg.algo).agree(dataclasses.replace(cfg, **changes), filled)
+    own = algo.agree(dataclasses.replace(cfg, **changes), filled)
     return {**changes, **own}
 
 
 POPULATION_SEED = 104_729  # added to the run's seed: the draws of --population-init perturb
 
 
-def _drawn_population(cfg: TrainConfig) -> TrainConfig:
+def _drawn_population(cfg: TrainConfig, algo: Algorithm) -> TrainConfig:
     """``--population-init perturb``: the mutable settings without per-policy values get them,
     policy 0 the value given and every other a perturbation of it, drawn from the run's seed
     (once: a resolved config holds the lists, and resolving it again changes nothing)."""
@@ -226,7 +228,7 @@ def _drawn_population(cfg: TrainConfig) -> TrainConfig:
         return cfg
     mutable = {
         n: b
-        for n, b in algorithm(cfg.algo).mutable.items()
+        for n, b in algo.mutable.items()
         if n not in cfg.population and getattr(cfg, n) is not None
     }
     if not mutable:
@@ -294,18 +296,19 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
     Checks ``cfg`` as :func:`resolve` completes it (``family``: for preset auto)."""
     cfg = resolve(cfg, family)
     validate_run(cfg)
-    precisions = getattr(algorithm(cfg.algo), "precisions", ("fp32",))
+    algo = algorithm(cfg.algo)
+    precisions = getattr(algo, "precisions", ("fp32",))
     need(
         cfg.precision in precisions,
         f"precision: {cfg.algo} trains in {' or '.join(precisions)} (got {cfg.precision})",
     )
     _refuse_others_settings(cfg)
-    _validate_population(cfg)
+    _validate_population(cfg, algo)
     if cfg.policies == 1:
-        algorithm(cfg.algo).validate(cfg)
+        algo.validate(cfg)
     for p, pcfg in enumerate(policy_configs(cfg) if cfg.policies > 1 else []):
         try:
-            algorithm(cfg.algo).validate(pcfg)
+            algo.validate(pcfg)
         except ConfigError as e:  # the setting named first, as every refusal does
             name, _, why = str(e).partition(": ")
             raise ConfigError(f"{name}: policy {p}: {why}") from None
@@ -313,10 +316,9 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
         validate(worker_config(cfg, 0))
 
 
-def _validate_population(cfg: TrainConfig) -> None:
+def _validate_population(cfg: TrainConfig, algo: Algorithm) -> None:
     """Per-policy values: of the algorithm's own settings, one per policy, and not of those
     the acting networks' shapes or the replay's layout depend on."""
-    algo = algorithm(cfg.algo)
     fixed = set(RUN_FIXED_ON_RESUME) | set(algo.fixed_on_resume)
     need(
         acting_mapping(cfg) == "fixed" or algo.masked_slots,
@@ -433,7 +435,8 @@ def preset_line(given: TrainConfig, resolved: TrainConfig) -> str | None:
     tuned = TUNED[resolved.preset][algo][1] if env else {}
     table = {**PRESETS[resolved.preset][algo], **tuned}
     unset = frozenset(name for name in FIELDS if getattr(given, name) is None)
-    made_to_agree = agreed(resolve(given, resolved.preset, agree=False), unset) if unset else {}
+    unagreed = resolve(given, resolved.preset, agree=False)
+    made_to_agree = agreed(unagreed, unset, algorithm(algo)) if unset else {}
     filled = [name for name in table if name in unset and name not in made_to_agree]
     if not filled and not made_to_agree:
         return None

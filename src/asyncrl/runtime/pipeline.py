@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from asyncrl.core import Algorithm
 from asyncrl.metrics import Throughput
 from asyncrl.rundir import save_config
 from asyncrl.runtime.backends import check_backend, make_backend
@@ -215,6 +216,7 @@ class Driver:
 def train_pipeline(
     cfg: TrainConfig,
     spec: Any,
+    algo: Algorithm,
     run_dir: Path,
     resume: bool,
     on_start: Callable[[Backend], None] | None,
@@ -225,15 +227,15 @@ def train_pipeline(
     ``run_dir``; it ends as :mod:`asyncrl.runtime.lifecycle` says."""
     stop = stop if stop is not None else StopSignals()
     with contextlib.ExitStack() as cleanup:  # every close runs, even if one raises
-        population = Population(cfg, spec, run_dir, resume)
-        backend = make_backend(cfg, spec, population.numel())
+        population = Population(cfg, spec, algo, run_dir, resume)
+        backend = make_backend(cfg, spec, algo, population.numel())
         cleanup.callback(backend.close)
         population.start(backend, cleanup)
         if resume:
             save_config(run_dir, cfg)  # the checkpoints loaded: the run goes on with these
         earlier_seconds = population.state.get("wall_seconds", 0.0)
         shell = RunShell(
-            cfg, spec, run_dir, stop, resume, population.env_steps(), population.resumed_from,
+            cfg, spec, algo, run_dir, stop, resume, population.env_steps(), population.resumed_from,
             earlier_seconds, callback,
         )  # fmt: skip
         cleanup.callback(shell.close)

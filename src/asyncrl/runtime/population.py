@@ -22,9 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from asyncrl.algos import algorithm
 from asyncrl.config import learners_in_processes
-from asyncrl.core import NonFiniteError
+from asyncrl.core import Algorithm, NonFiniteError
 from asyncrl.metrics import RowWindow, Throughput
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import (
@@ -51,10 +50,9 @@ class Population:
     learners started on it (:meth:`start`), then wrapped in the run's shell (:meth:`attach`).
     ``best`` is the leader, ranked by the driver after each round of rows (:meth:`rank`)."""
 
-    def __init__(self, cfg: TrainConfig, spec: Any, run_dir: Path, resume: bool):
-        self.cfg, self.spec, self.run_dir = cfg, spec, run_dir
+    def __init__(self, cfg: TrainConfig, spec: Any, algo: Algorithm, run_dir: Path, resume: bool):
+        self.cfg, self.spec, self.algo, self.run_dir = cfg, spec, algo, run_dir
         self.configs = policy_configs(cfg)
-        self.algo = algorithm(cfg.algo)
         self.in_processes = learners_in_processes(cfg)
         self.files = policy_files(cfg, run_dir, resume)
         # a resume: the run's own checkpoint (actors, PBT, clock; a population's policies each
@@ -103,8 +101,8 @@ class Population:
             given = self.values[p] if self.given else None
             if self.in_processes:
                 handle: Any = RemoteLearner(
-                    mp.get_context("spawn"), p, pcfg, self.spec, backend.slot_stores[p],
-                    backend.stores[p], self.files.restore_dir(p), given,
+                    mp.get_context("spawn"), p, pcfg, self.spec, self.algo,
+                    backend.slot_stores[p], backend.stores[p], self.files.restore_dir(p), given,
                 )  # fmt: skip
                 cleanup.callback(handle.close)
             else:
@@ -114,7 +112,7 @@ class Population:
                 if given:
                     adoptable(learner).set_hyperparameters(given)
                 local.append(learner)
-                handle = LocalLearner(learner)
+                handle = LocalLearner(learner, self.algo)
                 handle.publish(backend.sink(p))
             self.handles.append(handle)
         for handle in self.handles:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from asyncrl.core import Algorithm
 from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
 from asyncrl.rundir import load_wandb_run, save_checkpoint, save_wandb_run
 from asyncrl.runtime.evaluator import Evaluations
@@ -55,6 +56,7 @@ class RunShell:
         self,
         cfg: TrainConfig,
         spec: Any,
+        algo: Algorithm,
         run_dir: Path,
         stop: StopSignals,
         resume: bool,
@@ -76,7 +78,7 @@ class RunShell:
             resume_at = env_steps if resume else None
             self.log = MetricsLog(run_dir, cfg.tensorboard, resume_at, self.tracker)
             self._closing.callback(self.log.close)
-            self.evals = Evaluations(cfg, spec, run_dir, self.log, env_steps, resume)
+            self.evals = Evaluations(cfg, spec, algo, run_dir, self.log, env_steps, resume)
             self._closing.callback(self.evals.close)
             self.progress = ProgressDisplay(cfg.total_steps, cfg.progress, env_steps)
             self._closing.callback(self.progress.close)
