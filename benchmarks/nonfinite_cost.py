@@ -75,8 +75,8 @@ def measure(algo: str, env: str, rounds: int) -> None:
     base.LearnerBase.guard_steps = guard
     store = PolicyStore(learner.numel, shared=False, buffers=1)
     learner.publish(store)
-    actor = Actor(0, cfg, spec, store)
-    slots = SlotStore(rollout_layout(cfg, spec), 1, shared=False)
+    actor = Actor(0, cfg, spec, algorithm(cfg.algo), store)
+    slots = SlotStore(rollout_layout(cfg, spec, algorithm(cfg.algo)), 1, shared=False)
     slot = slots.slots[0]
     checked = PPO_CHECKED if algo == "ppo" else REPLAY_CHECKED
     at_ends = () if algo == "ppo" else ("final_obs",)

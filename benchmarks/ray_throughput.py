@@ -124,6 +124,7 @@ def parts(calls: int) -> dict:
     """One Ray actor collecting back to back on a local node, a new version before each call."""
     import ray
 
+    from asyncrl.algos import algorithm
     from asyncrl.runtime.backends.ray import _remote_class, connect
 
     print("\n[3] parts of the scaling model, one local Ray node")
@@ -136,7 +137,7 @@ def parts(calls: int) -> dict:
     _, slot_bytes = layout.offsets()
     owned = connect("", 1)
     try:
-        w = _remote_class().options(num_cpus=1).remote(0, 0, cfg, spec, numel)
+        w = _remote_class().options(num_cpus=1).remote(0, 0, cfg, spec, algorithm(cfg.algo), numel)
         params = np.zeros(numel, dtype=np.float32)
         flat.write_to(params)
         ray.get(w.collect.remote(0, ray.put(params), 0.0))  # start-up, first rollout

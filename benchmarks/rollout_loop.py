@@ -49,9 +49,12 @@ def measure(case: dict, env: str, K: int, T: int, rollouts: int, repeats: int) -
         store = PolicyStore(flat.numel, shared=False)
         store.publish(1, flat.write_to)
         stores.append(store)
-    slot_stores = [SlotStore(layout, 1, shared=False) for layout in population_layouts(cfg, spec)]
+    slot_stores = [
+        SlotStore(layout, 1, shared=False)
+        for layout in population_layouts(cfg, spec, algorithm(cfg.algo))
+    ]
     slots = [s.slots[0] for s in slot_stores]
-    actor = Actor(0, cfg, spec, stores)
+    actor = Actor(0, cfg, spec, algorithm(cfg.algo), stores)
     rates, cpu = [], []
     try:
         for _ in range(2):  # warm-up

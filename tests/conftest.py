@@ -101,7 +101,7 @@ def runs_seen(monkeypatch) -> list:
     it -- by a recorder: each run appends ``(cfg, resume, files in its run directory)``."""
     seen: list = []
 
-    def record(cfg, spec, run_dir, resume, on_start, callback, stop=None):
+    def record(cfg, spec, algo, run_dir, resume, on_start, callback, stop=None):
         seen.append((cfg, resume, sorted(p.name for p in run_dir.iterdir())))
         return {"run_dir": str(run_dir)}
 

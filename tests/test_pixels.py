@@ -15,6 +15,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 import asyncrl
+from asyncrl.algos import algorithm
 from asyncrl.algos.ppo.learner import PPOLearner
 from asyncrl.algos.ppo.networks import build_policy
 from asyncrl.config import ConfigError
@@ -82,12 +83,12 @@ def test_hwc_and_chw_images_give_the_same_features():
 def test_uint8_observations_reach_the_network_unconverted_in_actor_and_learner():
     cfg, spec = _resolved(DOT, envs_per_actor=4, rollout=8, actors=1, minibatch_size=32)
     assert spec.obs_dtype == "uint8" and cfg.encoder == "cnn"
-    layout = rollout_layout(cfg, spec)
+    layout = rollout_layout(cfg, spec, algorithm(cfg.algo))
     slots = SlotStore(layout, 1, shared=False)
     learner = PPOLearner(cfg, spec)
     store = PolicyStore(learner.flat.numel, shared=False)
     learner.publish(store)
-    actor = Actor(0, cfg, spec, store)
+    actor = Actor(0, cfg, spec, algorithm(cfg.algo), store)
     acting = _input_dtypes(actor.policy.encoder)
     learning = _input_dtypes(learner.policy.encoder)
     try:
@@ -126,12 +127,12 @@ def test_sac_replay_keeps_uint8_and_trains_on_it():
     assert isinstance(learner.replay, FrameReplay) and learner.replay.frames.dtype == np.uint8
     assert learner.replay.bytes_per_transition == DOT_ROW
     assert learner.replay.frames.nbytes == 64 * DOT_BYTES
-    layout = rollout_layout(cfg, spec)
+    layout = rollout_layout(cfg, spec, algorithm(cfg.algo))
     assert dict((n, d) for n, _, d in layout.fields)["final_obs"] == "uint8"
     slots = SlotStore(layout, 1, shared=False)
     store = PolicyStore(learner.flat.numel, shared=False)
     learner.publish(store)
-    actor = Actor(0, cfg, spec, store)
+    actor = Actor(0, cfg, spec, algorithm(cfg.algo), store)
     seen = _input_dtypes(learner.sac.q.encoder)
     try:
         for _ in range(4):
@@ -265,7 +266,7 @@ def test_car_racing_sac_stores_each_observation_once_with_no_flag(monkeypatch):
     assert CAR_BYTES <= 27_700
     assert cfg.buffer_size == int(MEMORY_SHARE * avail) // CAR_BYTES
     assert f"of {CAR_BYTES:,} B need" in lines[0] and "buffer takes 50% of it" in lines[0]
-    line = memory_line(cfg, spec)
+    line = memory_line(cfg, spec, algorithm(cfg.algo))
     assert f"replay {CAR_BYTES:,} B per transition" in line
     assert "(each frame stored once; 55,314 B with whole observations)" in line
     replay = make_replay(cfg, spec)
@@ -438,12 +439,12 @@ def test_actor_logs_game_scores_not_per_life_returns(monkeypatch):
     monkeypatch.setattr(
         actor_module, "make_vector_env", lambda *a, **kw: AtariTraining(make(*a, **kw))
     )
-    layout = rollout_layout(cfg, spec)
+    layout = rollout_layout(cfg, spec, algorithm(cfg.algo))
     slots = SlotStore(layout, 1, shared=False)
     learner = PPOLearner(cfg, spec)
     store = PolicyStore(learner.flat.numel, shared=False)
     learner.publish(store)
-    actor = Actor(0, cfg, spec, store)
+    actor = Actor(0, cfg, spec, algorithm(cfg.algo), store)
     try:
         actor.collect(slots.slots[0])
         slot = slots.slots[0]
@@ -628,12 +629,12 @@ def test_envpool_through_the_actor_bootstraps_truncations_and_sums_returns():
         cfg, spec = _resolved(
             "Hopper-v5", vectorizer=vectorizer, envs_per_actor=2, rollout=64, actors=1
         )
-        layout = rollout_layout(cfg, spec)
+        layout = rollout_layout(cfg, spec, algorithm(cfg.algo))
         slots = SlotStore(layout, 1, shared=False)
         learner = PPOLearner(cfg, spec)
         store = PolicyStore(learner.flat.numel, shared=False)
         learner.publish(store)
-        actor = Actor(0, cfg, spec, store)
+        actor = Actor(0, cfg, spec, algorithm(cfg.algo), store)
         try:
             actor.collect(slots.slots[0])
             s = slots.slots[0]

@@ -159,6 +159,7 @@ def test_actors_store_each_chunks_starting_state_and_reset_it_at_episode_ends(tm
     """One actor's slots over 3 rollouts: chunk 0's stored state is the one carried in from
     the previous rollout, chunk 1's the state after step 7, zeroed where an episode ended; the
     stored states and observations give back the log-probs the actor recorded."""
+    from asyncrl.algos import algorithm
     from asyncrl.algos.ppo.networks import build_policy
     from asyncrl.nets import FlatParams
     from asyncrl.runtime.actor import Actor
@@ -171,10 +172,10 @@ def test_actors_store_each_chunks_starting_state_and_reset_it_at_episode_ends(tm
     flat = FlatParams(policy)
     store = PolicyStore(flat.numel, shared=False)
     store.publish(1, flat.write_to)
-    layout = rollout_layout(cfg, spec)
+    layout = rollout_layout(cfg, spec, algorithm(cfg.algo))
     slot = SlotStore(layout, 1, shared=False).slots[0]
     assert slot.rnn_states.shape == (2, 4, 2, 8)  # chunks, envs, (h, c), rnn_size
-    actor = Actor(0, cfg, spec, store)
+    actor = Actor(0, cfg, spec, algorithm(cfg.algo), store)
     ended = 0
     for i in range(3):
         carried = None if i == 0 else actor.acting.state.clone()

@@ -15,11 +15,14 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from asyncrl.system import cpus_allowed
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 MODES = ("sync", "async")
 BACKENDS = ("inline", "thread", "process", "ray")
@@ -75,7 +78,7 @@ class Hyperparameters:
     """Base of an algorithm's hyperparameter dataclass."""
 
     @classmethod
-    def of(cls, cfg: Any) -> Any:
+    def of(cls, cfg: TrainConfig) -> Any:
         """The algorithm's typed view of a run's settings."""
         return cls(**{name: getattr(cfg, name) for name in cls.__dataclass_fields__})
 
@@ -376,7 +379,7 @@ def need(ok: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
-def check_kinds(cfg: Any, fields: dict[str, Any], kinds: dict[str, type]) -> None:
+def check_kinds(cfg: TrainConfig, fields: dict[str, Any], kinds: dict[str, type]) -> None:
     """Every setting given is of its kind (unset ones are the presets' to fill), and so is each
     of a population's per-policy values, named with its policy."""
     # the per-policy values first: policy 0's also stands as the setting's own value
@@ -420,7 +423,7 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def validate_run(cfg: Any) -> None:
+def validate_run(cfg: TrainConfig) -> None:
     """Refuse run-level settings that cannot work, one clear sentence each (``cfg``
     resolved). Touches no env or process."""
     for name in ("actors", "envs_per_actor", "rollout", "total_steps", "keep_checkpoints"):
@@ -506,7 +509,7 @@ def need_wandb() -> None:
     )
 
 
-def _validate_wandb(cfg: Any) -> None:
+def _validate_wandb(cfg: TrainConfig) -> None:
     need(
         isinstance(cfg.wandb_tags, list)
         and all(isinstance(t, str) and 1 <= len(t) <= 64 for t in cfg.wandb_tags),
@@ -516,7 +519,7 @@ def _validate_wandb(cfg: Any) -> None:
     need(cfg.wandb_project != "", "wandb_project: must name a W&B project, got ''")
 
 
-def _validate_population(cfg: Any) -> None:
+def _validate_population(cfg: TrainConfig) -> None:
     """The run-level settings of a population (the per-policy values: settings.validate)."""
     need(cfg.policies >= 1, f"policies: must be >= 1, got {cfg.policies}")
     need(
@@ -552,7 +555,7 @@ def _validate_population(cfg: Any) -> None:
     )
 
 
-def _validate_hogwild(cfg: Any) -> None:
+def _validate_hogwild(cfg: TrainConfig) -> None:
     need(
         cfg.rollouts_per_batch == 1,
         f"rollouts_per_batch: Hogwild! workers each train on their own rollouts, no learner "
@@ -572,7 +575,7 @@ def _validate_hogwild(cfg: Any) -> None:
         )
 
 
-def _validate_device(cfg: Any) -> None:
+def _validate_device(cfg: TrainConfig) -> None:
     """Refuse a device the learner could not use, before anything starts (torch is imported
     only for this question, so the config stays light for everything else)."""
     if cfg.device != "cuda":
@@ -592,7 +595,7 @@ def _validate_device(cfg: Any) -> None:
     )
 
 
-def _validate_precision(cfg: Any) -> None:
+def _validate_precision(cfg: TrainConfig) -> None:
     """bf16 where the learner's device has no native bfloat16 would be emulated, slower than
     fp32: refused before anything starts."""
     if cfg.precision != "bf16":
@@ -607,7 +610,7 @@ def _validate_precision(cfg: Any) -> None:
     )
 
 
-def worker_config(cfg: Any, worker: int) -> Any:
+def worker_config(cfg: TrainConfig, worker: int) -> TrainConfig:
     """The config a Hogwild! worker runs: the synchronous single-actor loop on its own envs,
     with its own seeds. Its schedules (learning rate, clip) run over its share of the total step
     budget."""
@@ -629,13 +632,13 @@ def worker_config(cfg: Any, worker: int) -> Any:
     )
 
 
-def learners_in_processes(cfg: Any) -> bool:
+def learners_in_processes(cfg: TrainConfig) -> bool:
     """Whether a run's learners each get a process: a population on a backend whose slots and
     policy stores are shared memory (process; ray, whose driver-side slots then are)."""
     return cfg.policies > 1 and cfg.backend in ("process", "ray")
 
 
-def learner_process_config(cfg: Any) -> Any:
+def learner_process_config(cfg: TrainConfig) -> TrainConfig:
     """The config a population's learner runs with in a process of its own (P learner
     processes train at once): "one per CPU" (``threads_learner`` 0) is its share of the CPUs,
     as a Hogwild! worker's is, so that P of them do not take every CPU each; its training loop
@@ -645,7 +648,7 @@ def learner_process_config(cfg: Any) -> Any:
     return dataclasses.replace(cfg, threads_learner=learner_threads(cfg, cfg.policies))
 
 
-def learner_threads(cfg: Any, learners: int = 1) -> int:
+def learner_threads(cfg: TrainConfig, learners: int = 1) -> int:
     """The torch threads a learner runs with: ``threads_learner``, or with 0 the CPUs this
     process may use shared among ``learners`` (Hogwild! workers, a population's learner
     processes), at least one each."""

@@ -23,6 +23,7 @@ import torch
 
 from asyncrl.algos import algorithm
 from asyncrl.config import ConfigError
+from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec, check_env, make_env
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import (
@@ -106,11 +107,11 @@ class Policy:
         self._flat: FlatParams | None = None
 
     @classmethod
-    def build(cls, config: TrainConfig, spec: EnvSpec, seed: int = 0) -> Policy:
+    def build(cls, config: TrainConfig, spec: EnvSpec, algo: Algorithm, seed: int = 0) -> Policy:
         """An untrained policy of the run's shape. Drawing its initial weights leaves the
         global torch random state as it was (they are overwritten by what is loaded)."""
         with torch.random.fork_rng(devices=[]):
-            module = algorithm(config.algo).acting_module(config, spec)
+            module = algo.acting_module(config, spec)
         return cls(module, config, spec, seed)
 
     def load_vector(self, vector: np.ndarray) -> None:
@@ -409,10 +410,11 @@ def load(
         state = load_checkpoint(run_dir)
     if index is not None:
         cfg = policy_config(cfg, index)
-    policy_ = Policy.build(cfg, spec, seed)
+    algo = algorithm(cfg.algo)  # the saved run's
+    policy_ = Policy.build(cfg, spec, algo, seed)
     policy_.index = index
     try:
-        acting = algorithm(cfg.algo).acting_state(state)
+        acting = algo.acting_state(state)
     except KeyError:  # a population's own checkpoint: its policies' are in policy_<i>/
         raise ConfigError(
             f"checkpoint: {checkpoint} holds no policy (a population's policies are in "

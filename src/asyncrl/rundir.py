@@ -49,13 +49,16 @@ import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from asyncrl.config import ConfigError
 from asyncrl.core import NonFiniteError
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 CONFIG = "config.yaml"
 CHECKPOINT = "checkpoint.pt"
@@ -100,7 +103,7 @@ class CheckpointWriteError(OSError):
     ``errno`` is that of the failed write (``errno.ENOSPC`` for a full disk)."""
 
 
-def default_run_dir(cfg: Any, create: bool = False) -> Path:
+def default_run_dir(cfg: TrainConfig, create: bool = False) -> Path:
     """``runs/<env>-<algo>-<mode>-<time>``, with ``-2``, ``-3``, ... appended if a run started
     in the same second already has that name: a default never points at another run.
     ``create``: make the directory too, exclusively (``mkdir`` fails on an existing one), so
@@ -123,7 +126,7 @@ def default_run_dir(cfg: Any, create: bool = False) -> Path:
         path = base.with_name(f"{base.name}-{n}")
 
 
-def default_study_dir(kind: str, cfg: Any) -> Path:
+def default_study_dir(kind: str, cfg: TrainConfig) -> Path:
     """Where ``asyncrl compare`` / ``tune`` put their runs and tables unless told."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{kind}-{cfg.env.replace(':', '-')}-{cfg.algo}-{stamp}"
@@ -663,7 +666,7 @@ def save_wandb_run(run_dir: str | Path, run: dict[str, Any]) -> None:
     _atomic_write(Path(run_dir) / WANDB_RUN, lambda p: p.write_text(text))
 
 
-def save_config(run_dir: Path, cfg: Any) -> None:
+def save_config(run_dir: Path, cfg: TrainConfig) -> None:
     """Write the run's config, and the marker that makes the directory an asyncrl run's and
     names the format it is written in (a run resumed from an older format is this one now)."""
     _atomic_write(run_dir / CONFIG, cfg.save)

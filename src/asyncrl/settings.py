@@ -40,6 +40,7 @@ from asyncrl.config import (
 from asyncrl.learning.population import envs_of_policy, perturb
 
 if TYPE_CHECKING:
+    from asyncrl.core import Algorithm
     from asyncrl.envs import EnvSpec
 
 RUN = "run"  # the owner of run-level settings in the composed fields' metadata
@@ -168,7 +169,7 @@ def _warmup(name: str, value: Any, algo: str, budget: int) -> Any:
     return value.of(budget) if algo in FIELDS[name].metadata["owners"] else value.steps
 
 
-def resolve(cfg: Any, family: str | None = None, agree: bool = True) -> Any:
+def resolve(cfg: TrainConfig, family: str | None = None, agree: bool = True) -> TrainConfig:
     """Fill what was left unset (see the module doc; ``family``: the env's, from
     ``asyncrl.envs.env_family``, for preset ``auto``), make the values filled agree with the
     others (``agree``; see :func:`agreed`), then the settings derived from others. A resolved
@@ -193,16 +194,17 @@ def resolve(cfg: Any, family: str | None = None, agree: bool = True) -> Any:
     budget = changes.get("total_steps", cfg.total_steps)
     changes.update((n, _warmup(n, v, cfg.algo, budget)) for n, v in changes.items())
     cfg = dataclasses.replace(cfg, **changes)
+    algo = algorithm(cfg.algo)
     if agree:
-        cfg = dataclasses.replace(cfg, **agreed(cfg, frozenset(changes) - {"preset"}))
+        cfg = dataclasses.replace(cfg, **agreed(cfg, frozenset(changes) - {"preset"}, algo))
     changes = {}
     if cfg.actor_restarts == -1:
         changes["actor_restarts"] = 3 * (cfg.hogwild or cfg.actors)
-    changes.update(algorithm(cfg.algo).derived(cfg))
-    return _drawn_population(dataclasses.replace(cfg, **changes))
+    changes.update(algo.derived(cfg))
+    return _drawn_population(dataclasses.replace(cfg, **changes), algo)
 
 
-def agreed(cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
+def agreed(cfg: TrainConfig, filled: frozenset[str], algo: Algorithm) -> dict[str, Any]:
     """New values of settings in ``filled`` (a preset's or a default's, not the user's) that
     would contradict others of ``cfg``, so that only settings given can conflict: the fixed
     mapping's envs per actor, at least one per policy (SAC's presets have one env); then the
@@ -211,14 +213,14 @@ def agreed(cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
     if "envs_per_actor" in filled and acting_mapping(cfg) == "fixed":
         if cfg.envs_per_actor < cfg.policies:
             changes["envs_per_actor"] = cfg.policies
-    own = algorithm(cfg.algo).agree(dataclasses.replace(cfg, **changes), filled)
+    own = algo.agree(dataclasses.replace(cfg, **changes), filled)
     return {**changes, **own}
 
 
 POPULATION_SEED = 104_729  # added to the run's seed: the draws of --population-init perturb
 
 
-def _drawn_population(cfg: Any) -> Any:
+def _drawn_population(cfg: TrainConfig, algo: Algorithm) -> TrainConfig:
     """``--population-init perturb``: the mutable settings without per-policy values get them,
     policy 0 the value given and every other a perturbation of it, drawn from the run's seed
     (once: a resolved config holds the lists, and resolving it again changes nothing)."""
@@ -226,7 +228,7 @@ def _drawn_population(cfg: Any) -> Any:
         return cfg
     mutable = {
         n: b
-        for n, b in algorithm(cfg.algo).mutable.items()
+        for n, b in algo.mutable.items()
         if n not in cfg.population and getattr(cfg, n) is not None
     }
     if not mutable:
@@ -242,7 +244,7 @@ def _drawn_population(cfg: Any) -> Any:
     return dataclasses.replace(cfg, population=population)
 
 
-def policy_config(cfg: Any, policy: int) -> Any:
+def policy_config(cfg: TrainConfig, policy: int) -> TrainConfig:
     """The settings policy ``policy``'s learner trains with: its own values of the population's
     settings, its own seed (seed + policy) and its share of the envs and of the step budget --
     ``envs_per_actor`` is the envs of each actor it acts on (all K under the random mapping,
@@ -266,17 +268,17 @@ def policy_config(cfg: Any, policy: int) -> Any:
     )
 
 
-def acting_mapping(cfg: Any) -> str:
+def acting_mapping(cfg: TrainConfig) -> str:
     """The policy mapping a run's actors follow: ``policy_mapping``, but fixed for one policy
     (a random draw among one policy is that policy, and its slots mark no steps)."""
     return cfg.policy_mapping if cfg.policies > 1 else "fixed"
 
 
-def policy_configs(cfg: Any) -> list[Any]:
+def policy_configs(cfg: TrainConfig) -> list[TrainConfig]:
     return [policy_config(cfg, p) for p in range(cfg.policies)]
 
 
-def underive(saved: Any) -> Any:
+def underive(saved: TrainConfig) -> TrainConfig:
     """A saved run's config with the settings :func:`resolve` derived set back to "derive",
     so that a resumed run derives them again from its settings, some of which may change on
     resume (a new ``replay_ratio`` gets its own ``ratio_tolerance``). A value that differs
@@ -289,23 +291,24 @@ def underive(saved: Any) -> Any:
     return dataclasses.replace(saved, **changes)
 
 
-def validate(cfg: Any, family: str | None = None) -> None:
+def validate(cfg: TrainConfig, family: str | None = None) -> None:
     """Reject settings that cannot work, one clear sentence each. Touches no env or process.
     Checks ``cfg`` as :func:`resolve` completes it (``family``: for preset auto)."""
     cfg = resolve(cfg, family)
     validate_run(cfg)
-    precisions = getattr(algorithm(cfg.algo), "precisions", ("fp32",))
+    algo = algorithm(cfg.algo)
+    precisions = getattr(algo, "precisions", ("fp32",))
     need(
         cfg.precision in precisions,
         f"precision: {cfg.algo} trains in {' or '.join(precisions)} (got {cfg.precision})",
     )
     _refuse_others_settings(cfg)
-    _validate_population(cfg)
+    _validate_population(cfg, algo)
     if cfg.policies == 1:
-        algorithm(cfg.algo).validate(cfg)
+        algo.validate(cfg)
     for p, pcfg in enumerate(policy_configs(cfg) if cfg.policies > 1 else []):
         try:
-            algorithm(cfg.algo).validate(pcfg)
+            algo.validate(pcfg)
         except ConfigError as e:  # the setting named first, as every refusal does
             name, _, why = str(e).partition(": ")
             raise ConfigError(f"{name}: policy {p}: {why}") from None
@@ -313,10 +316,9 @@ def validate(cfg: Any, family: str | None = None) -> None:
         validate(worker_config(cfg, 0))
 
 
-def _validate_population(cfg: Any) -> None:
+def _validate_population(cfg: TrainConfig, algo: Algorithm) -> None:
     """Per-policy values: of the algorithm's own settings, one per policy, and not of those
     the acting networks' shapes or the replay's layout depend on."""
-    algo = algorithm(cfg.algo)
     fixed = set(RUN_FIXED_ON_RESUME) | set(algo.fixed_on_resume)
     need(
         acting_mapping(cfg) == "fixed" or algo.masked_slots,
@@ -348,7 +350,7 @@ def _validate_population(cfg: Any) -> None:
         )
 
 
-def _refuse_others_settings(cfg: Any) -> None:
+def _refuse_others_settings(cfg: TrainConfig) -> None:
     """A setting declared ``owners_only`` (one that changes what is trained, as a recurrent
     core) given to an algorithm that does not declare it is refused, not silently ignored."""
     for name, f in FIELDS.items():
@@ -363,7 +365,7 @@ def _refuse_others_settings(cfg: Any) -> None:
         )
 
 
-def env_spec(cfg: Any) -> EnvSpec:
+def env_spec(cfg: TrainConfig) -> EnvSpec:
     """The spec of ``cfg.env`` as its actors make it, checked against what ``cfg.algo`` can
     train: a ConfigError naming the setting (and the algorithms that can) otherwise."""
     from asyncrl.envs import check_env
@@ -377,7 +379,9 @@ def env_spec(cfg: Any) -> EnvSpec:
     return spec
 
 
-def for_env(cfg: Any, spec: Any, given: Any = None) -> tuple[Any, list[str]]:
+def for_env(
+    cfg: TrainConfig, spec: EnvSpec, given: TrainConfig | None = None
+) -> tuple[TrainConfig, list[str]]:
     """The settings that depend on the env's observations, checked and resolved against its
     ``spec`` before any process starts: ``encoder auto`` becomes cnn for uint8 images of rank
     3, else mlp; then the algorithm's own (a replay buffer that must fit in memory, a
@@ -403,7 +407,7 @@ def for_env(cfg: Any, spec: Any, given: Any = None) -> tuple[Any, list[str]]:
     return dataclasses.replace(cfg, **changes), lines
 
 
-def check_resume(saved: Any, new: Any) -> None:
+def check_resume(saved: TrainConfig, new: TrainConfig) -> None:
     """Refuse, in one ConfigError naming them, the settings a resumed run changes that its
     checkpoint depends on (the networks' shapes, the env, the replay's layout). Everything
     else may change: total_steps, max_seconds, learning rates, logging, ..."""
@@ -422,7 +426,7 @@ def check_resume(saved: Any, new: Any) -> None:
         )
 
 
-def preset_line(given: Any, resolved: Any) -> str | None:
+def preset_line(given: TrainConfig, resolved: TrainConfig) -> str | None:
     """The one line a run prints at its start: the preset and the values it filled for the
     algorithm, those tuned on one env apart and named with it (None if it filled none, as when
     a saved run resumes)."""
@@ -431,7 +435,8 @@ def preset_line(given: Any, resolved: Any) -> str | None:
     tuned = TUNED[resolved.preset][algo][1] if env else {}
     table = {**PRESETS[resolved.preset][algo], **tuned}
     unset = frozenset(name for name in FIELDS if getattr(given, name) is None)
-    made_to_agree = agreed(resolve(given, resolved.preset, agree=False), unset) if unset else {}
+    unagreed = resolve(given, resolved.preset, agree=False)
+    made_to_agree = agreed(unagreed, unset, algorithm(algo)) if unset else {}
     filled = [name for name in table if name in unset and name not in made_to_agree]
     if not filled and not made_to_agree:
         return None
@@ -449,7 +454,7 @@ def preset_line(given: Any, resolved: Any) -> str | None:
     return line
 
 
-def _shown(name: str, cfg: Any) -> str:
+def _shown(name: str, cfg: TrainConfig) -> str:
     value = format_value(getattr(cfg, name))
     if name == "threads_learner" and cfg.threads_learner == 0:
         return f"{value} (one per CPU: {learner_threads(cfg)})"
@@ -482,7 +487,7 @@ def _help_value(value: Any) -> str:
     return str(value) if isinstance(value, Warmup) else format_value(value)
 
 
-def from_dict(values: dict[str, Any], base: Any = None) -> Any:
+def from_dict(values: dict[str, Any], base: TrainConfig | None = None) -> TrainConfig:
     """Build a config from a mapping (YAML file, saved run), rejecting unknown keys by name.
     Numbers take the type of their field (``total_steps: 1e6`` is an int; 2.5 steps is
     refused, not rounded)."""
@@ -499,7 +504,7 @@ def from_dict(values: dict[str, Any], base: Any = None) -> Any:
     return dataclasses.replace(cfg, **{n: v[0] for n, v in population.items() if v})
 
 
-def _listed(name: str, cfg: Any) -> bool:
+def _listed(name: str, cfg: TrainConfig) -> bool:
     """Whether ``cfg`` holds a list of per-policy values for ``name``."""
     value = getattr(cfg, name)
     if not isinstance(value, list):
@@ -507,7 +512,9 @@ def _listed(name: str, cfg: Any) -> bool:
     return KINDS[name] is not list or (bool(value) and all(isinstance(v, list) for v in value))
 
 
-def _per_policy(values: dict[str, Any], base: Any) -> tuple[dict[str, Any], dict[str, list]]:
+def _per_policy(
+    values: dict[str, Any], base: TrainConfig
+) -> tuple[dict[str, Any], dict[str, list]]:
     """A list of values for a setting that takes one (``lr: [3e-4, 1e-7]``) gives each policy
     its own (the config's ``population``); a single value given replaces the per-policy
     values of ``base``; a ``population`` given (a saved config) is taken as it is."""
@@ -551,7 +558,7 @@ ADDED_SINCE = {"norm_reward": False, "norm_obs_keep_sparse": False}
 CONFIG_FILE = "config.yaml"
 
 
-def load_run_config(run_dir: str | Path) -> Any:
+def load_run_config(run_dir: str | Path) -> TrainConfig:
     """The resolved settings a run directory was saved with."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asyncrl.config import ConfigError
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 STEP = "env_steps"  # the x-axis of every chart
 
@@ -26,7 +29,7 @@ class Tracker:
     its local files in ``run_dir/wandb`` unless ``WANDB_DIR`` says elsewhere. End it with
     :meth:`finish`."""
 
-    def __init__(self, cfg: Any, run_dir: Path, run_id: str | None = None):
+    def __init__(self, cfg: TrainConfig, run_dir: Path, run_id: str | None = None):
         import wandb
 
         try:

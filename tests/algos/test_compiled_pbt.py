@@ -59,7 +59,7 @@ def _slot(cfg, spec, store: SlotStore):
     """A slot of made-up samples; the stored log-probs are random, so that ratios clip."""
     rng = np.random.default_rng(0)
     s = store.slots[0]
-    for name, shape, dtype in rollout_layout(cfg, spec).fields:
+    for name, shape, dtype in rollout_layout(cfg, spec, algorithm(cfg.algo)).fields:
         a = getattr(s, name)
         if np.dtype(dtype) == np.uint8:
             a[:] = rng.integers(0, 256, shape)
@@ -127,7 +127,7 @@ def _assert_moves_recompile_nothing_and_act(path: str, names, graphs: _Graphs | 
     eager, _, _ = _learner(path, compile=False)
     unmoved, _, _ = _learner(path, compile=False)
     moves = _moves(algo, cfg, names)
-    store = SlotStore(rollout_layout(cfg, spec), 1, shared=False)
+    store = SlotStore(rollout_layout(cfg, spec, algorithm(cfg.algo)), 1, shared=False)
     try:
         slot = _slot(cfg, spec, store)
         for ppo in (learner, eager, unmoved):  # compiled here: every graph, and what a first

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.algos import algorithm
 from asyncrl.algos.ppo.networks import build_policy
 from asyncrl.envs import check_env
 from asyncrl.nets import FlatParams
@@ -23,8 +24,8 @@ def _collect(env_id: str, rollout: int = 12, K: int = 2):
     flat = FlatParams(learner_policy)
     store = PolicyStore(flat.numel, shared=False)
     store.publish(7, flat.write_to)
-    slots = SlotStore(rollout_layout(cfg, spec), 1, shared=False)
-    actor = Actor(0, cfg, spec, store)
+    slots = SlotStore(rollout_layout(cfg, spec, algorithm(cfg.algo)), 1, shared=False)
+    actor = Actor(0, cfg, spec, algorithm(cfg.algo), store)
     slot = slots.slots[0]
     actor.collect(slot)
     actor.close()

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from asyncrl.algos import algorithm
 from asyncrl.cli import main
 from asyncrl.config import ConfigError, worker_config
 from asyncrl.envs import check_env
@@ -18,7 +19,7 @@ from asyncrl.nets import FlatParams, RunningNorm, floating_state
 from asyncrl.rundir import load_checkpoint
 from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.hogwild import HogwildSync
-from asyncrl.runtime.trainer import make_learner, train
+from asyncrl.runtime.trainer import train
 from asyncrl.settings import TrainConfig, validate
 
 
@@ -170,7 +171,7 @@ def test_sac_shares_every_float_an_update_changes():
     spec = check_env(cfg.env)
     from asyncrl.settings import resolve
 
-    learner = make_learner(resolve(cfg, "classic"), spec)
+    learner = algorithm(cfg.algo).learner(resolve(cfg, "classic"), spec)
     shared = {id(t) for t in learner.shared_tensors()}
     sac = learner.sac
     for module in (sac.actor, sac.q, sac.q_target):
@@ -205,7 +206,8 @@ def test_two_workers_train_one_global_network_concurrently(tmp_path):
     spec = check_env(cfg.env)
     from asyncrl.settings import resolve
 
-    start = make_learner(worker_config(resolve(cfg, "classic"), 0), spec).policy.state_dict()
+    start = algorithm(cfg.algo).learner(worker_config(resolve(cfg, "classic"), 0), spec)
+    start = start.policy.state_dict()
     state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
     end = state["learner"]["policy"]
     assert any(not torch.equal(start[k], end[k]) for k in start if "obs_norm" not in k)
@@ -398,7 +400,9 @@ def test_two_dqn_workers_train_one_global_network_with_the_fused_step(tmp_path):
     assert all(n > 0 for n in summary["worker_gradient_steps"])
     from asyncrl.settings import resolve
 
-    start = make_learner(worker_config(resolve(cfg, "classic"), 0), check_env(cfg.env))
+    start = algorithm(cfg.algo).learner(
+        worker_config(resolve(cfg, "classic"), 0), check_env(cfg.env)
+    )
     assert start.rule.fused is not None  # the MLP takes the fused step
     before = start.rule.state_dict()
     end = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["learner"]["dqn"]

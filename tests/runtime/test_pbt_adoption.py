@@ -135,13 +135,14 @@ class _Population:
         for p, cfg in enumerate(self.cfgs):
             if shared:
                 h = RemoteLearner(
-                    mp.get_context("spawn"), p, cfg, self.spec, self.slots[p], self.stores[p],
-                    None, None,
+                    mp.get_context("spawn"), p, cfg, self.spec, algorithm(algo), self.slots[p],
+                    self.stores[p], None, None,
                 )  # fmt: skip
                 self.handles.append(h)
                 h.ready()
             else:
-                self.handles.append(LocalLearner(algorithm(algo).learner(cfg, self.spec)))
+                learner = algorithm(algo).learner(cfg, self.spec)
+                self.handles.append(LocalLearner(learner, algorithm(algo)))
 
     def train(self, p: int) -> None:
         slot = self.slots[p].slots[0]
@@ -229,9 +230,9 @@ def test_an_exploit_keeps_the_copiers_episode_statistics(tmp_path):
     copier, source = (algorithm("ppo").learner(c, spec) for c in (cfg, dataclasses.replace(cfg)))
     copier.episode_stats.add([10.0] * 5, [10] * 5)
     source.episode_stats.add([500.0] * 30, [500] * 30)
-    handle = LocalLearner(copier)
+    handle = LocalLearner(copier, algorithm("ppo"))
     held = handle.episode_stats
-    state = LocalLearner(source).state()["learner"]
+    state = LocalLearner(source, algorithm("ppo")).state()["learner"]
     handle.adopt(state, {}, PolicyStore(copier.numel, shared=False))
     for stats in (copier.episode_stats, held):
         assert stats.episodes == 5 and stats.final_return == 10.0

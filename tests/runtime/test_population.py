@@ -484,12 +484,15 @@ def test_the_random_mapping_gives_whole_episodes_to_one_policy_each():
         "classic",
     )
     spec = check_env(cfg.env)
-    numel = FlatParams(algorithm("ppo").acting_module(cfg, spec)).numel
+    algo = algorithm("ppo")
+    numel = FlatParams(algo.acting_module(cfg, spec)).numel
     stores = [PolicyStore(numel, shared=False, buffers=1) for _ in range(3)]
-    slots = [SlotStore(rollout_layout(policy_config(cfg, p), spec), 1, False) for p in range(3)]
+    slots = [
+        SlotStore(rollout_layout(policy_config(cfg, p), spec, algo), 1, False) for p in range(3)
+    ]
     for p, store in enumerate(stores):
         store.publish(p, lambda a: a.fill(0.01))
-    actor = Actor(0, cfg, spec, stores)
+    actor = Actor(0, cfg, spec, algorithm(cfg.algo), stores)
     try:
         for _ in range(2):
             rollout = [s.slots[0] for s in slots]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.algos import algorithm
 from asyncrl.algos.ppo.learner import PPOLearner
 from asyncrl.envs import check_env
 from asyncrl.runtime.transport import SlotStore, rollout_layout
@@ -91,7 +92,7 @@ def test_what_a_policy_does_not_own_never_reaches_its_update(env, correction, ba
     weights and observation statistics are equal; the slot is as written afterwards."""
     cfg = _config(env, correction)
     spec = check_env(cfg.env)
-    store = SlotStore(rollout_layout(cfg, spec), 2, shared=False)
+    store = SlotStore(rollout_layout(cfg, spec, algorithm(cfg.algo)), 2, shared=False)
     poisoned, finite = store.slots
     _fill(poisoned, spec, bad)
     _fill(finite, spec, 7.0)
@@ -146,7 +147,7 @@ def test_the_guard_looks_at_the_cells_a_policy_reads_and_only_at_those(t, k, fou
 
     cfg = _config("CartPole-v1", "none")
     spec = check_env(cfg.env)
-    store = SlotStore(rollout_layout(cfg, spec), 1, shared=False)
+    store = SlotStore(rollout_layout(cfg, spec, algorithm(cfg.algo)), 1, shared=False)
     slot = store.slots[0]
     _fill(slot, spec, 0.0)
     slot.obs[t, k, 1] = np.nan

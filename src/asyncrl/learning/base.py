@@ -11,7 +11,7 @@ import functools
 import math
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -21,6 +21,9 @@ from asyncrl.learning.guard import nonfinite_in_rollout
 from asyncrl.learning.schedule import continue_schedule, linear, schedule_state
 from asyncrl.metrics import EpisodeStats
 from asyncrl.nets import FlatParams
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 
 def _finite(grads: list[torch.Tensor]) -> bool:
@@ -42,7 +45,7 @@ class LearnerBase:
     :meth:`update` (and :meth:`iteration_fields`, :meth:`own_summary` where it has figures of
     its own), ``state_dict`` and ``load_state_dict``."""
 
-    cfg: Any
+    cfg: TrainConfig
     policy: torch.nn.Module
     flat: FlatParams
     CHECKED: tuple[str, ...] = ()  # slot fields that must be finite

@@ -9,11 +9,14 @@ import contextlib
 import copy
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from asyncrl.nets import RunningNorm
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 
 def _nothing() -> None:
@@ -48,7 +51,7 @@ class PBTAdoption:
     """PBT's perturbation (new values of the algorithm's mutable settings) and exploit (a copy
     of another learner's state, see :class:`asyncrl.core.Adoptable`)."""
 
-    cfg: Any
+    cfg: TrainConfig
     version: int
     episode_stats: Any
     state_dict: Callable[[], dict[str, Any]]

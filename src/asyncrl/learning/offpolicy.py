@@ -5,13 +5,16 @@ every episode end (the learner they share is :mod:`asyncrl.learning.replay_learn
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from asyncrl import system
 from asyncrl.config import Hyperparameters, need, preset_setting, setting
 from asyncrl.core import SlotField
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 
 @dataclass
@@ -48,13 +51,13 @@ REPLAY_FIXED_ON_RESUME = ("buffer_size", "replay_layout")
 MEMORY_SHARE = 0.5
 
 
-def insert_batch(cfg: Any) -> int:
+def insert_batch(cfg: TrainConfig) -> int:
     """Transitions an async learner inserts into the replay buffer at once: its batch of
     ``rollouts_per_batch`` rollouts (the rate limiter's largest insert; sync has 1)."""
     return cfg.envs_per_actor * cfg.rollout * cfg.rollouts_per_batch
 
 
-def validate_replay(cfg: Any, algo: str) -> None:
+def validate_replay(cfg: TrainConfig, algo: str) -> None:
     need(cfg.replay_ratio > 0, f"replay_ratio: must be > 0, got {cfg.replay_ratio}")
     need(cfg.batch_size >= 1, f"batch_size: must be >= 1, got {cfg.batch_size}")
     need(cfg.buffer_size >= 1, f"buffer_size: must be >= 1, got {cfg.buffer_size}")
@@ -90,7 +93,7 @@ def validate_replay(cfg: Any, algo: str) -> None:
     )
 
 
-def derived_replay(cfg: Any) -> dict[str, Any]:
+def derived_replay(cfg: TrainConfig) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if cfg.log_every == 0:
         # an iteration is one batched env step: a row each would be a line per env step
@@ -102,20 +105,20 @@ def derived_replay(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def replay_bytes(cfg: Any, spec: Any) -> int:
+def replay_bytes(cfg: TrainConfig, spec: Any) -> int:
     """Bytes one stored transition takes, as the replay of this run lays it out."""
     from asyncrl.replay import bytes_per_transition
 
     return bytes_per_transition(cfg, spec)
 
 
-def replay_buffers(cfg: Any) -> int:
+def replay_buffers(cfg: TrainConfig) -> int:
     """Replay buffers of ``buffer_size`` a run fills: one per learner, each keeping its own --
     a population's policies', or Hogwild! workers'."""
     return cfg.hogwild or cfg.policies
 
 
-def _each(cfg: Any) -> str:
+def _each(cfg: TrainConfig) -> str:
     """What the buffers are, where there are several (for the memory lines)."""
     n = replay_buffers(cfg)
     if n == 1:
@@ -125,7 +128,9 @@ def _each(cfg: Any) -> str:
     return f" in each of {n} policies' replay buffers (policies {n})"
 
 
-def fit_replay(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
+def fit_replay(
+    cfg: TrainConfig, spec: Any, given: TrainConfig | None
+) -> tuple[dict[str, Any], list[str]]:
     """The replay buffers are allocated whole, up front, one per learner: a given
     ``buffer_size`` whose buffers do not fit in the memory available together is refused; a
     preset's is reduced to what fits, with a line."""
@@ -159,7 +164,7 @@ def fit_replay(cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[st
     return {"buffer_size": fits}, [line]
 
 
-def replay_note(cfg: Any, spec: Any) -> str:
+def replay_note(cfg: TrainConfig, spec: Any) -> str:
     """The replay's part of the start-up memory line; for the frame layout, also what the
     whole-observation layout would take."""
     from asyncrl.replay import action_dtype, layout, transition_bytes
@@ -217,16 +222,18 @@ class ReplayAlgorithm:
     derive_markers = REPLAY_DERIVED
     masked_slots = False  # the replay takes whole slots
 
-    def derived(self, cfg: Any) -> dict[str, Any]:
+    def derived(self, cfg: TrainConfig) -> dict[str, Any]:
         return derived_replay(cfg)
 
-    def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
+    def for_env(
+        self, cfg: TrainConfig, spec: Any, given: TrainConfig | None
+    ) -> tuple[dict[str, Any], list[str]]:
         return fit_replay(cfg, spec, given)
 
     def slot_fields(
-        self, spec: Any, rollout: int, num_envs: int, cfg: Any = None
+        self, spec: Any, rollout: int, num_envs: int, cfg: TrainConfig | None = None
     ) -> tuple[SlotField, ...]:
         return slot_fields(spec, rollout, num_envs)
 
-    def memory_note(self, cfg: Any, spec: Any) -> str | None:
+    def memory_note(self, cfg: TrainConfig, spec: Any) -> str | None:
         return replay_note(cfg, spec)

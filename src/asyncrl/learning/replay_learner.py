@@ -15,7 +15,7 @@ import copy
 import threading
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ from asyncrl.learning.base import LearnerBase
 from asyncrl.learning.capabilities import HogwildSharing, PBTAdoption
 from asyncrl.learning.offpolicy import insert_batch
 from asyncrl.replay.rate_limiter import LimiterClosed, RateLimiter
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 CHECKED = ("obs", "actions", "rewards")  # for NaN and inf; final_obs where episodes ended
 
@@ -41,7 +44,7 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
     acting module), ``flat`` and ``replay``, and converts samples in :meth:`update_batch`; it
     calls :meth:`_start` at the end of its ``__init__``."""
 
-    cfg: Any
+    cfg: TrainConfig
     rule: Any
     policy: Any
     flat: Any

@@ -3,18 +3,21 @@ stored once) and the rate limiter that holds the replay ratio (gradient steps pe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asyncrl.envs.registry import is_image
 from asyncrl.replay.buffer import ReplayBuffer, transition_bytes
 from asyncrl.replay.frames import FrameReplay, frame_row_bytes
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 
 def action_dtype(spec: Any) -> str:
     return "int64" if spec.discrete else "float32"
 
 
-def layout(cfg: Any, spec: Any) -> str:
+def layout(cfg: TrainConfig, spec: Any) -> str:
     """``transitions`` or ``frames`` (see ``--replay-layout``; auto: frames for image
     observations, stacked or not, so that each is stored once)."""
     if cfg.replay_layout == "auto":
@@ -22,7 +25,7 @@ def layout(cfg: Any, spec: Any) -> str:
     return cfg.replay_layout
 
 
-def bytes_per_transition(cfg: Any, spec: Any) -> int:
+def bytes_per_transition(cfg: TrainConfig, spec: Any) -> int:
     """Bytes one transition takes in the replay :func:`make_replay` gives the run."""
     if layout(cfg, spec) == "frames":
         return frame_row_bytes(
@@ -33,7 +36,7 @@ def bytes_per_transition(cfg: Any, spec: Any) -> int:
 
 
 def make_replay(
-    cfg: Any, spec: Any, seed: int | None = None, n_step: int = 1, gamma: float = 0.99
+    cfg: TrainConfig, spec: Any, seed: int | None = None, n_step: int = 1, gamma: float = 0.99
 ) -> Any:
     """The replay buffer of ``cfg.buffer_size`` transitions for the run's envs."""
     if layout(cfg, spec) == "frames":

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from asyncrl.algos import algorithm
+from asyncrl.core import Algorithm
 from asyncrl.envs import (
     EnvSpec,
     actor_seed,
@@ -50,6 +50,7 @@ class Actor:
         actor_id: int,
         cfg: TrainConfig,
         spec: EnvSpec,
+        algo: Algorithm,
         store: PolicyStore | list[PolicyStore],
         generation: int = 0,
         status: np.ndarray | None = None,
@@ -69,7 +70,6 @@ class Actor:
             atari_preprocessing=cfg.atari_preprocessing,
         )
         self.env_restarts = 0
-        algo = algorithm(cfg.algo)
         first_seed = actor_seed(cfg.seed, actor_id, self.K, cfg.actors, generation)
         self.policies, self.flats, self.in_places = [], [], []
         self.generators, self.actings = [], []

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.core import NonFiniteError
+from asyncrl.core import Algorithm, NonFiniteError
 from asyncrl.envs import EnvSpec, eval_seeds
 from asyncrl.rundir import (
     BEST_CHECKPOINT,
@@ -50,6 +50,7 @@ def evaluator_main(
     outbox: Connection,
     cfg: TrainConfig,
     spec: EnvSpec,
+    algo: Algorithm,
     requests: Any,
     stop: Any,
     parent: int,
@@ -64,7 +65,7 @@ def evaluator_main(
 
     env = None
     try:
-        policy = Policy.build(cfg, spec)
+        policy = Policy.build(cfg, spec, algo)
         env = make_env(cfg.env, atari_preprocessing=cfg.atari_preprocessing)
         seeds = eval_seeds(cfg.seed, cfg.eval_episodes)
         while True:
@@ -97,6 +98,7 @@ class Evaluations:
         self,
         cfg: TrainConfig,
         spec: EnvSpec,
+        algo: Algorithm,
         run_dir: Path,
         log: Any,
         env_steps: int,
@@ -124,12 +126,12 @@ class Evaluations:
                 print(f"asyncrl: warning: {e}; the next evaluation replaces it", file=sys.stderr)
         from asyncrl.policy import Policy
 
-        self.template = Policy.build(cfg, spec)  # turns an evaluated vector into a state dict
+        self.template = Policy.build(cfg, spec, algo)  # turns an evaluated vector into a state dict
         ctx = mp.get_context("spawn")
         self.requests = ctx.Queue()
         self.stop = StopFlag(ctx)
         self.children = ChildProcesses(ctx, "evaluator", cfg)
-        args = (cfg, spec, self.requests, self.stop, os.getpid())
+        args = (cfg, spec, algo, self.requests, self.stop, os.getpid())
         self.children.start(evaluator_main, args, 0)
         try:  # from here, before the child has imported torch: that start-up is background too
             os.setpriority(os.PRIO_PROCESS, self.children.pid(0), NICE)

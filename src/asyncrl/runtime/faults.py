@@ -3,7 +3,10 @@ budget and its reports are the supervisor's: runtime/supervisor.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 
 class ActorError(RuntimeError):
@@ -26,5 +29,5 @@ def is_env_error(exc: BaseException | None) -> bool:
     return False
 
 
-def actor_label(cfg: Any, actor: int, role: str = "actor") -> str:
+def actor_label(cfg: TrainConfig, actor: int, role: str = "actor") -> str:
     return f"{role} {actor} (env {cfg.env} x {cfg.envs_per_actor})"

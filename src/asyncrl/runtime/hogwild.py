@@ -22,9 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos import algorithm
 from asyncrl.config import learner_threads, worker_config
-from asyncrl.core import NonFiniteError, SharesParameters
+from asyncrl.core import Algorithm, NonFiniteError, SharesParameters
 from asyncrl.envs import EnvSpec
 from asyncrl.learning.schedule import continue_schedule
 from asyncrl.metrics import EpisodeStats, Throughput
@@ -179,6 +178,7 @@ def worker_main(
     worker: int,
     cfg: TrainConfig,
     spec: EnvSpec,
+    algo: Algorithm,
     params: SharedArray,
     counters: SharedArray,
     status: SharedArray,
@@ -200,7 +200,7 @@ def worker_main(
     actor = slots = learner = sync = row = None
     try:
         wcfg = worker_config(cfg, worker)
-        learner = sharing(algorithm(cfg.algo).learner(wcfg, spec))
+        learner = sharing(algo.learner(wcfg, spec))
         row = counters.array[worker]
         # a resumed run's (or a replaced worker's) schedules go on where they were
         learner.env_steps = steps_before // cfg.hogwild + int(row[STEPS])
@@ -223,12 +223,13 @@ def worker_main(
             worker,
             wcfg,
             spec,
+            algo,
             store,
             generation=generation,
             status=status.array[worker],
         )
         ActorStatus.set(status.array[worker], ActorStatus.WAITING)
-        slots = SlotStore(rollout_layout(wcfg, spec), 1, shared=False)
+        slots = SlotStore(rollout_layout(wcfg, spec, algo), 1, shared=False)
         slot = slots.slots[0]
         row[READY] = 1  # start together: a worker spawned later would find the budget spent
         while not counters.array[:, READY].all():
@@ -281,6 +282,7 @@ def worker_main(
 def train_hogwild(
     cfg: TrainConfig,
     spec: EnvSpec,
+    algo: Algorithm,
     run_dir: Path,
     resume: bool,
     callback: Callback | None = None,
@@ -294,14 +296,14 @@ def train_hogwild(
     keeps it. Returns the summary (also written to summary.json)."""
     signals = signals if signals is not None else StopSignals()
     # The global network starts as the first worker would have: seeded like a single learner.
-    holder = sharing(algorithm(cfg.algo).learner(worker_config(cfg, 0), spec))
+    holder = sharing(algo.learner(worker_config(cfg, 0), spec))
     earlier_seconds, resumed_from, first_generation = 0.0, None, 0
     if resume:
         earlier_seconds, resumed_from, first_generation = _restore(cfg, run_dir, holder)
-    run = HogwildRun(cfg, spec, holder, first_generation)
+    run = HogwildRun(cfg, spec, algo, holder, first_generation)
     try:
         run.shell = shell = RunShell(
-            cfg, spec, run_dir, signals, resume, run.steps_before, resumed_from,
+            cfg, spec, algo, run_dir, signals, resume, run.steps_before, resumed_from,
             earlier_seconds, callback,
         )  # fmt: skip
         end = shell.end
@@ -349,8 +351,10 @@ class HogwildRun:
 
     shell: RunShell
 
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, holder: Any, first_generation: int):
-        self.cfg, self.spec, self.holder, self.M = cfg, spec, holder, cfg.hogwild
+    def __init__(
+        self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, holder: Any, first_generation: int
+    ):
+        self.cfg, self.spec, self.algo, self.holder, self.M = cfg, spec, algo, holder, cfg.hogwild
         self.first_generation = first_generation
         self.steps_before = holder.env_steps
         self.schedule_from = holder.schedule_from
@@ -385,7 +389,7 @@ class HogwildRun:
 
     def spawn(self, w: int, generation: int) -> None:
         self.status.array[w] = (ActorStatus.WAITING, time.monotonic())
-        args = (w, self.cfg, self.spec, self.params, self.counters, self.status)
+        args = (w, self.cfg, self.spec, self.algo, self.params, self.counters, self.status)
         args += (self.steps_before, self.stop, os.getpid(), generation, self.schedule_from)
         self.children.start(worker_main, args, w, generation)
 

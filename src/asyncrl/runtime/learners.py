@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos import algorithm
 from asyncrl.config import learner_process_config, learner_threads
-from asyncrl.core import Adoptable, NonFiniteError
+from asyncrl.core import Adoptable, Algorithm, NonFiniteError
 from asyncrl.metrics import EpisodeStats
 from asyncrl.runtime.faults import LearnerLost
 from asyncrl.runtime.processes import (
@@ -38,7 +37,7 @@ from asyncrl.runtime.processes import (
 )
 from asyncrl.runtime.supervisor import Supervisor
 from asyncrl.runtime.transport import PolicyStore, SlotStore
-from asyncrl.settings import acting_mapping
+from asyncrl.settings import TrainConfig, acting_mapping
 
 
 def pack(value: Any) -> bytes:
@@ -53,7 +52,7 @@ def unpack(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
-def policy_learner(algo: Any, cfg: Any, spec: Any) -> Any:
+def policy_learner(algo: Algorithm, cfg: TrainConfig, spec: Any) -> Any:
     """A population's policy's learner (``cfg``: that policy's settings), told what its slots
     hold: under the random mapping every env's steps, its own marked ``own``."""
     learner = algo.learner(cfg, spec)
@@ -68,13 +67,12 @@ def adoptable(learner: Any) -> Adoptable:
     return learner
 
 
-def learner_state(learner: Any, replay: bool = True) -> dict[str, Any]:
+def learner_state(learner: Any, algo: Algorithm, replay: bool = True) -> dict[str, Any]:
     """What a checkpoint holds of a learner: its state, what acts taken from that state
     (consistent, though an optimizer thread runs on) and the values of its mutable settings
     it trains with (read with the state: an exploit changes both in one call).
     ``replay=False``: the state another learner adopts, without a replay (PBT's exploit)."""
     state = learner.state_dict() if replay else adoptable(learner).adoptable_state()
-    algo = algorithm(learner.cfg.algo)
     return {
         "learner": state,
         "policy": algo.acting_state({"learner": state}),
@@ -97,8 +95,8 @@ class LocalLearner:
     remote = False
     lost: LearnerLost | None = None
 
-    def __init__(self, learner: Any):
-        self.learner = learner
+    def __init__(self, learner: Any, algo: Algorithm):
+        self.learner, self.algo = learner, algo
         self.episode_stats: EpisodeStats = learner.episode_stats
 
     @property
@@ -126,7 +124,7 @@ class LocalLearner:
         """The learner has recorded the batch's episodes itself."""
 
     def state(self, replay: bool = True) -> dict[str, Any]:
-        return learner_state(self.learner, replay)
+        return learner_state(self.learner, self.algo, replay)
 
     def adopt(self, state: dict[str, Any], values: dict[str, float], sink: Any) -> None:
         adoptable(self.learner).adopt(state, values)
@@ -148,8 +146,9 @@ class LocalLearner:
 def learner_main(
     outbox: Connection,
     policy: int,
-    cfg: Any,
+    cfg: TrainConfig,
     spec: Any,
+    algo: Algorithm,
     slots: SlotStore,
     store: PolicyStore,
     commands: Connection,
@@ -165,7 +164,7 @@ def learner_main(
     torch.set_num_threads(learner_threads(cfg))
     learner = None
     try:
-        learner = policy_learner(algorithm(cfg.algo), cfg, spec)
+        learner = policy_learner(algo, cfg, spec)
         resumed_from = None
         if restore is not None:
             from asyncrl.rundir import restore_learner
@@ -194,7 +193,7 @@ def learner_main(
                 replies.send(("trained", stats, counters(learner)))
                 learner.work_ahead()  # while its actors fill the next batch
             elif command == "state":
-                replies.send_bytes(pack(learner_state(learner, *args)))
+                replies.send_bytes(pack(learner_state(learner, algo, *args)))
             elif command == "adopt":
                 adoptable(learner).adopt(unpack(args[0]), args[1])
                 learner.publish(store)
@@ -232,8 +231,9 @@ class RemoteLearner:
         self,
         ctx: Any,
         policy: int,
-        cfg: Any,
+        cfg: TrainConfig,
         spec: Any,
+        algo: Algorithm,
         slots: SlotStore,
         store: PolicyStore,
         restore: Path | None,
@@ -252,7 +252,7 @@ class RemoteLearner:
         cmd_r, self._commands = ctx.Pipe(duplex=False)
         self._replies, rep_w = ctx.Pipe(duplex=False)
         try:
-            args = (policy, cfg, spec, slots, store, cmd_r, rep_w)
+            args = (policy, cfg, spec, algo, slots, store, cmd_r, rep_w)
             restore_dir = str(restore) if restore is not None else None
             self.children.start(
                 learner_main, (*args, restore_dir, hyperparameters, os.getpid()), policy

@@ -12,13 +12,16 @@ import math
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from asyncrl.core import Mutable
 from asyncrl.learning.population import perturb
 from asyncrl.rundir import EXPLOITS
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 WINDOW = 20  # the objective: mean return of a policy's last 20 episodes since it last changed
 SEED = 7_368_787  # the exploits' draws: the run's seed + this
@@ -30,7 +33,7 @@ class PBT:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: TrainConfig,
         mutable: dict[str, Mutable],
         values: list[dict[str, float]],
         run_dir: Path,

@@ -24,8 +24,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from asyncrl.core import Algorithm
 from asyncrl.metrics import Throughput
 from asyncrl.rundir import save_config
 from asyncrl.runtime.backends import check_backend, make_backend
@@ -35,6 +36,9 @@ from asyncrl.runtime.pbt import PBT
 from asyncrl.runtime.population import Population
 from asyncrl.runtime.processes import POLL
 from asyncrl.runtime.shell import Callback, RunShell
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 __all__ = ["check_backend", "train_pipeline"]
 
@@ -46,8 +50,8 @@ class PolicyLoop:
     publish, release; the figures of each iteration as a row."""
 
     def __init__(
-        self, index: int, cfg: Any, learner: Any, backend: Any, end: RunEnd, meter: Throughput,
-        pbt: PBT,
+        self, index: int, cfg: TrainConfig, learner: Any, backend: Any, end: RunEnd,
+        meter: Throughput, pbt: PBT,
     ):  # fmt: skip
         self.index, self.cfg, self.learner, self.backend = index, cfg, learner, backend
         self.end, self.meter, self.pbt = end, meter, pbt
@@ -210,8 +214,9 @@ class Driver:
 
 
 def train_pipeline(
-    cfg: Any,
+    cfg: TrainConfig,
     spec: Any,
+    algo: Algorithm,
     run_dir: Path,
     resume: bool,
     on_start: Callable[[Backend], None] | None,
@@ -222,15 +227,15 @@ def train_pipeline(
     ``run_dir``; it ends as :mod:`asyncrl.runtime.lifecycle` says."""
     stop = stop if stop is not None else StopSignals()
     with contextlib.ExitStack() as cleanup:  # every close runs, even if one raises
-        population = Population(cfg, spec, run_dir, resume)
-        backend = make_backend(cfg, spec, population.numel())
+        population = Population(cfg, spec, algo, run_dir, resume)
+        backend = make_backend(cfg, spec, algo, population.numel())
         cleanup.callback(backend.close)
         population.start(backend, cleanup)
         if resume:
             save_config(run_dir, cfg)  # the checkpoints loaded: the run goes on with these
         earlier_seconds = population.state.get("wall_seconds", 0.0)
         shell = RunShell(
-            cfg, spec, run_dir, stop, resume, population.env_steps(), population.resumed_from,
+            cfg, spec, algo, run_dir, stop, resume, population.env_steps(), population.resumed_from,
             earlier_seconds, callback,
         )  # fmt: skip
         cleanup.callback(shell.close)

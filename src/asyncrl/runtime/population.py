@@ -22,9 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from asyncrl.algos import algorithm
 from asyncrl.config import learners_in_processes
-from asyncrl.core import NonFiniteError
+from asyncrl.core import Algorithm, NonFiniteError
 from asyncrl.metrics import RowWindow, Throughput
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import (
@@ -41,7 +40,7 @@ from asyncrl.runtime.learners import LocalLearner, RemoteLearner, adoptable, pol
 from asyncrl.runtime.memory import MB, MemoryWatch, Process
 from asyncrl.runtime.pbt import PBT
 from asyncrl.runtime.shell import RunShell, run_figures
-from asyncrl.settings import policy_configs
+from asyncrl.settings import TrainConfig, policy_configs
 
 NONFINITE_COUNTS = ("nonfinite_skipped_rollouts", "nonfinite_skipped_steps")
 
@@ -51,10 +50,9 @@ class Population:
     learners started on it (:meth:`start`), then wrapped in the run's shell (:meth:`attach`).
     ``best`` is the leader, ranked by the driver after each round of rows (:meth:`rank`)."""
 
-    def __init__(self, cfg: Any, spec: Any, run_dir: Path, resume: bool):
-        self.cfg, self.spec, self.run_dir = cfg, spec, run_dir
+    def __init__(self, cfg: TrainConfig, spec: Any, algo: Algorithm, run_dir: Path, resume: bool):
+        self.cfg, self.spec, self.algo, self.run_dir = cfg, spec, algo, run_dir
         self.configs = policy_configs(cfg)
-        self.algo = algorithm(cfg.algo)
         self.in_processes = learners_in_processes(cfg)
         self.files = policy_files(cfg, run_dir, resume)
         # a resume: the run's own checkpoint (actors, PBT, clock; a population's policies each
@@ -103,8 +101,8 @@ class Population:
             given = self.values[p] if self.given else None
             if self.in_processes:
                 handle: Any = RemoteLearner(
-                    mp.get_context("spawn"), p, pcfg, self.spec, backend.slot_stores[p],
-                    backend.stores[p], self.files.restore_dir(p), given,
+                    mp.get_context("spawn"), p, pcfg, self.spec, self.algo,
+                    backend.slot_stores[p], backend.stores[p], self.files.restore_dir(p), given,
                 )  # fmt: skip
                 cleanup.callback(handle.close)
             else:
@@ -114,7 +112,7 @@ class Population:
                 if given:
                     adoptable(learner).set_hyperparameters(given)
                 local.append(learner)
-                handle = LocalLearner(learner)
+                handle = LocalLearner(learner, self.algo)
                 handle.publish(backend.sink(p))
             self.handles.append(handle)
         for handle in self.handles:
@@ -234,14 +232,14 @@ class Population:
                 h.stop_updates()
 
 
-def policy_files(cfg: Any, run_dir: Path, resume: bool) -> OnePolicyFiles | PolicyFolders:
+def policy_files(cfg: TrainConfig, run_dir: Path, resume: bool) -> OnePolicyFiles | PolicyFolders:
     """The run directory's layout for ``cfg``'s policies (the run directory decides)."""
     if policy_folders(cfg.policies):
         return PolicyFolders(cfg, run_dir, resume)
     return OnePolicyFiles(cfg, run_dir, resume)
 
 
-def _summary_head(cfg: Any, leader: Any) -> dict[str, Any]:
+def _summary_head(cfg: TrainConfig, leader: Any) -> dict[str, Any]:
     """What every summary starts with: the run's layout and its (leading) policy's returns."""
     return {
         **run_figures(cfg, leader.episode_stats),
@@ -257,7 +255,7 @@ class OnePolicyFiles:
     """One policy: its checkpoints, rows and summary are the run's, at the top of the run
     directory; its throughput is the run's."""
 
-    def __init__(self, cfg: Any, run_dir: Path, resume: bool):
+    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool):
         self.cfg, self.run_dir, self.resume = cfg, run_dir, resume
 
     def restore_dir(self, p: int) -> Path | None:
@@ -269,7 +267,7 @@ class OnePolicyFiles:
         if self.resume:
             learner.load_state_dict(state["learner"])
 
-    def meter(self, shell: RunShell, cfg: Any) -> Throughput:
+    def meter(self, shell: RunShell, cfg: TrainConfig) -> Throughput:
         return shell.meter
 
     def tag(self, p: int, handle: Any) -> dict[str, Any]:
@@ -301,7 +299,7 @@ class PolicyFolders:
     tagged with their policy; a summary of the leader's figures, the fleet's throughput and a
     row per policy, and a table of them on stdout."""
 
-    def __init__(self, cfg: Any, run_dir: Path, resume: bool):
+    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool):
         self.cfg, self.run_dir, self.resume = cfg, run_dir, resume
 
     def restore_dir(self, p: int) -> Path | None:
@@ -322,7 +320,7 @@ class PolicyFolders:
         if where is not None:
             restore_learner(where, learner)
 
-    def meter(self, shell: RunShell, cfg: Any) -> Throughput:
+    def meter(self, shell: RunShell, cfg: TrainConfig) -> Throughput:
         return Throughput(cfg.envs_per_actor)
 
     def tag(self, p: int, handle: Any) -> dict[str, Any]:

@@ -12,9 +12,12 @@ import queue
 import signal
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from asyncrl.runtime.faults import actor_label
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 POLL = 0.2  # seconds between liveness checks of a blocked actor or an idle supervisor
 PR_SET_PDEATHSIG = 1
@@ -88,7 +91,7 @@ class ChildProcesses:
     kills: nothing is left running.
     """
 
-    def __init__(self, ctx: Any, role: str, cfg: Any):
+    def __init__(self, ctx: Any, role: str, cfg: TrainConfig):
         self.ctx, self.role, self.cfg = ctx, role, cfg
         self.procs: dict[int, Any] = {}  # index -> the live process of that index
         self.generation: dict[int, int] = {}

@@ -9,15 +9,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from asyncrl.core import Algorithm
 from asyncrl.metrics import EpisodeStats, MetricsLog, ProgressDisplay, Throughput
 from asyncrl.rundir import load_wandb_run, save_checkpoint, save_wandb_run
 from asyncrl.runtime.evaluator import Evaluations
 from asyncrl.runtime.lifecycle import RunEnd, StopSignals
 from asyncrl.tracking import Tracker
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 Callback = Callable[[dict[str, Any]], Any]
 """Called after every training iteration with that iteration's figures; returning ``False``
@@ -29,7 +33,7 @@ CALM_ENDINGS = ("budget", "time_limit", "callback")
 EXIT_CODES = {"budget": 0, "time_limit": 0, "callback": 0, "signal": 130, "aborted": 130}
 
 
-def open_tracker(cfg: Any, run_dir: Path, resume: bool) -> Tracker:
+def open_tracker(cfg: TrainConfig, run_dir: Path, resume: bool) -> Tracker:
     """The W&B run of the run in ``run_dir``: with ``resume`` the one it logged to before (its
     wandb-run.json), if any, else a new one, which wandb-run.json then names."""
     earlier = load_wandb_run(run_dir) if resume else None
@@ -50,8 +54,9 @@ class RunShell:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: TrainConfig,
         spec: Any,
+        algo: Algorithm,
         run_dir: Path,
         stop: StopSignals,
         resume: bool,
@@ -73,7 +78,7 @@ class RunShell:
             resume_at = env_steps if resume else None
             self.log = MetricsLog(run_dir, cfg.tensorboard, resume_at, self.tracker)
             self._closing.callback(self.log.close)
-            self.evals = Evaluations(cfg, spec, run_dir, self.log, env_steps, resume)
+            self.evals = Evaluations(cfg, spec, algo, run_dir, self.log, env_steps, resume)
             self._closing.callback(self.evals.close)
             self.progress = ProgressDisplay(cfg.total_steps, cfg.progress, env_steps)
             self._closing.callback(self.progress.close)
@@ -143,7 +148,7 @@ class RunShell:
         self.tracker.finish(code)
 
 
-def run_figures(cfg: Any, episodes: EpisodeStats) -> dict[str, Any]:
+def run_figures(cfg: TrainConfig, episodes: EpisodeStats) -> dict[str, Any]:
     """What every summary starts with: the run's layout and its episodes' returns."""
     return {
         "env": cfg.env,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,8 @@ import torch
 
 from asyncrl.algos import algorithm
 from asyncrl.config import learner_threads
-from asyncrl.core import Learner
-from asyncrl.envs import env_family
+from asyncrl.core import Algorithm
+from asyncrl.envs import EnvSpec, env_family
 from asyncrl.rundir import default_run_dir, run_dir_held, save_config
 from asyncrl.runtime import hogwild, pipeline
 from asyncrl.runtime.lifecycle import Interrupted, StopSignals
@@ -33,7 +34,7 @@ from asyncrl.settings import (
     validate,
 )
 
-__all__ = ["Callback", "Interrupted", "make_learner", "process_state_kept", "train"]
+__all__ = ["Callback", "Interrupted", "Prepared", "prepare", "process_state_kept", "train"]
 
 
 @contextlib.contextmanager
@@ -63,14 +64,22 @@ def process_state_kept(cfg: TrainConfig) -> Iterator[StopSignals]:
         torch.set_num_threads(threads)
 
 
-def make_learner(cfg: TrainConfig, spec) -> Learner:
-    return algorithm(cfg.algo).learner(cfg, spec)
+@dataclass(frozen=True)
+class Prepared:
+    """A run as :func:`prepare` leaves it: the settings as given and resolved, the env's spec,
+    the algorithm (the runtime is handed this object, never its name) and for_env's lines."""
+
+    given: TrainConfig
+    cfg: TrainConfig
+    spec: EnvSpec
+    algo: Algorithm
+    env_lines: list[str]
 
 
-def prepare(cfg: TrainConfig) -> tuple[TrainConfig, Any, Any, list[str]]:
+def prepare(cfg: TrainConfig) -> Prepared:
     """``cfg`` as given resolved, validated and fitted to its env's spec, before any process,
-    segment or file exists: (given, resolved, spec, the lines for_env prints). A setting that
-    cannot work raises ConfigError here."""
+    segment or file exists; the one place the runtime looks its algorithm up by name. A setting
+    that cannot work raises ConfigError here."""
     family = env_family(cfg.env)
     given, cfg = cfg, resolve(cfg, family)
     validate(cfg)
@@ -79,10 +88,11 @@ def prepare(cfg: TrainConfig) -> tuple[TrainConfig, Any, Any, list[str]]:
         cfg = resolve(given, env_family(cfg.env, spec))
         validate(cfg)
     cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
-    check_shared_memory(cfg, spec)
+    algo = algorithm(cfg.algo)
+    check_shared_memory(cfg, spec, algo)
     if not cfg.hogwild:  # e.g. a Ray cluster too small: before --overwrite deletes anything
         pipeline.check_backend(cfg)
-    return given, cfg, spec, env_lines
+    return Prepared(given, cfg, spec, algo, env_lines)
 
 
 def train(
@@ -101,7 +111,8 @@ def train(
     thread; leaves the process's settings as they were (:func:`process_state_kept`).
     Settings left unset (None) are filled from ``cfg.preset`` (auto: the env's family), and
     one line says which and with what."""
-    given, cfg, spec, env_lines = prepare(cfg)
+    run = prepare(cfg)
+    given, cfg, spec, algo = run.given, run.cfg, run.spec, run.algo
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg, create=True)
     cfg.run_dir = str(run_dir)
     if resume:  # before anything is written: a refused resume leaves the run as it was
@@ -110,9 +121,11 @@ def train(
         if not resume:  # a resumed run's, once its checkpoint has loaded
             save_config(run_dir, cfg)
         line = preset_line(given, cfg)
-        for text in ([line] if line else []) + env_lines + [memory_line(cfg, spec)]:
+        for text in ([line] if line else []) + run.env_lines + [memory_line(cfg, spec, algo)]:
             print(text, flush=True)
         with process_state_kept(cfg) as stop:
             if cfg.hogwild:
-                return hogwild.train_hogwild(cfg, spec, run_dir, resume, callback, stop)
-            return pipeline.train_pipeline(cfg, spec, run_dir, resume, on_start, callback, stop)
+                return hogwild.train_hogwild(cfg, spec, algo, run_dir, resume, callback, stop)
+            return pipeline.train_pipeline(
+                cfg, spec, algo, run_dir, resume, on_start, callback, stop
+            )

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # the transport needs no env package at run time (light child imports)
-    from asyncrl.core import SlotField
+    from asyncrl.core import Algorithm, SlotField
     from asyncrl.envs import EnvSpec
+    from asyncrl.settings import TrainConfig
 
 SHM_PREFIX = "asyncrl_"
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared-memory segments (a tmpfs)
@@ -92,39 +93,36 @@ class SlotLayout:
         return out, max(pos, 1)
 
 
-def rollout_layout(cfg: Any, spec: EnvSpec) -> SlotLayout:
+def rollout_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> SlotLayout:
     """The layout of a run's slots: one actor's rollout, with what its algorithm records. For
     one policy of a population pass its config (``settings.policy_config``): its slots hold the
     envs it acts on, and under the random mapping every env with its own steps marked."""
-    from asyncrl.algos import algorithm
     from asyncrl.settings import acting_mapping
 
     T, K = cfg.rollout, cfg.envs_per_actor
-    extra = algorithm(cfg.algo).slot_fields(spec, T, K, cfg)
+    extra = algo.slot_fields(spec, T, K, cfg)
     if acting_mapping(cfg) == "random":
         extra = (*extra, ("own", (T, K), "bool"))  # the steps this policy acted
     return SlotLayout.for_rollout(spec, T, K, extra)
 
 
-def population_layouts(cfg: Any, spec: EnvSpec) -> list[SlotLayout]:
+def population_layouts(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> list[SlotLayout]:
     """The slot layout of each policy of the run (one: the run's)."""
     from asyncrl.settings import policy_configs
 
-    return [rollout_layout(c, spec) for c in policy_configs(cfg)]
+    return [rollout_layout(c, spec, algo) for c in policy_configs(cfg)]
 
 
-def memory_line(cfg: Any, spec: EnvSpec) -> str:
+def memory_line(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> str:
     """The start-up line on what observations cost: their dtype and bytes, the rollout slots'
     bytes per sample, and the algorithm's own (a replay buffer's size)."""
-    from asyncrl.algos import algorithm
-
     dtype = np.dtype(spec.obs_dtype)
     obs = int(np.prod(spec.obs_shape)) * dtype.itemsize
     line = (
         f"asyncrl: observations {dtype.name} {tuple(spec.obs_shape)}, {obs:,} B each; rollout "
-        f"slots {rollout_layout(cfg, spec).bytes_per_sample():,.0f} B per sample"
+        f"slots {rollout_layout(cfg, spec, algo).bytes_per_sample():,.0f} B per sample"
     )
-    note = algorithm(cfg.algo).memory_note(cfg, spec)
+    note = algo.memory_note(cfg, spec)
     return line + (f"; {note}" if note else "")
 
 
@@ -137,7 +135,7 @@ def shm_free(path: str = SHM_DIR) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def check_shared_memory(cfg: Any, spec: EnvSpec) -> None:
+def check_shared_memory(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> None:
     """Refuse, before any process starts, a process-backend run whose rollout slots do not fit
     in the free space of /dev/shm (Docker gives a container 64 MB): its segments are sparse, so
     they are made without complaint and an actor writing one dies of SIGBUS, again and again
@@ -149,7 +147,7 @@ def check_shared_memory(cfg: Any, spec: EnvSpec) -> None:
         return  # its slots are plain memory; its shared segments are small
     free = shm_free()
     page = os.sysconf("SC_PAGE_SIZE")
-    pages = sum(-(-layout.offsets()[1] // page) for layout in population_layouts(cfg, spec))
+    pages = sum(-(-layout.offsets()[1] // page) for layout in population_layouts(cfg, spec, algo))
     need = cfg.actors * cfg.slots_per_actor * pages * page  # a tmpfs counts pages
     if free is not None and need > free:
         from asyncrl.config import ConfigError

@@ -4,10 +4,13 @@ first call that needs them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asyncrl.algos.dqn import config
 from asyncrl.learning import offpolicy
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 
 class DQNAlgorithm(offpolicy.ReplayAlgorithm):
@@ -25,19 +28,19 @@ class DQNAlgorithm(offpolicy.ReplayAlgorithm):
             )
         return None
 
-    def validate(self, cfg: Any) -> None:
+    def validate(self, cfg: TrainConfig) -> None:
         config.validate(cfg)
 
-    def agree(self, cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
+    def agree(self, cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
         return {}  # its presets agree with every run-level setting as they are
 
-    def acting_module(self, cfg: Any, spec: Any) -> Any:
+    def acting_module(self, cfg: TrainConfig, spec: Any) -> Any:
         from asyncrl.algos.dqn.networks import QNetwork
         from asyncrl.nets import choose_encoder, encoder_of
 
         return QNetwork(spec, cfg.hidden, choose_encoder(encoder_of(cfg), spec))
 
-    def acting(self, cfg: Any, spec: Any, module: Any, generator: Any) -> Any:
+    def acting(self, cfg: TrainConfig, spec: Any, module: Any, generator: Any) -> Any:
         from asyncrl.algos.dqn.acting import DQNActing
 
         return DQNActing(module, generator)
@@ -45,7 +48,7 @@ class DQNAlgorithm(offpolicy.ReplayAlgorithm):
     def joint_acting(self, actings: list[Any]) -> None:
         return None  # a population's policies act in turn
 
-    def learner(self, cfg: Any, spec: Any) -> Any:
+    def learner(self, cfg: TrainConfig, spec: Any) -> Any:
         from asyncrl.algos.dqn.learner import DQNLearner
 
         return DQNLearner(cfg, spec)

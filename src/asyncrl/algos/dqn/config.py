@@ -4,10 +4,13 @@ the other off-policy algorithms), its presets per env family, and what it refuse
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asyncrl.config import need, preset_setting, setting
 from asyncrl.learning.offpolicy import ReplaySettings, validate_replay
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 
 @dataclass
@@ -85,7 +88,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 TUNED: dict[str, tuple[str, dict[str, Any]]] = {}
 
 
-def validate(cfg: Any) -> None:
+def validate(cfg: TrainConfig) -> None:
     validate_replay(cfg, "dqn")
     need(cfg.lr > 0, f"lr: must be > 0, got {cfg.lr}")
     need(0 <= cfg.gamma <= 1, f"gamma: must be in [0, 1], got {cfg.gamma}")
@@ -104,7 +107,7 @@ def validate(cfg: Any) -> None:
     need(cfg.max_grad_norm >= 0, f"max_grad_norm: must be >= 0, got {cfg.max_grad_norm}")
 
 
-def epsilon(cfg: Any, env_steps: int) -> float:
+def epsilon(cfg: TrainConfig, env_steps: int) -> float:
     """The exploration probability at ``env_steps``: linear from epsilon_start to epsilon_end
     over exploration_fraction x total_steps, then epsilon_end."""
     span = cfg.exploration_fraction * cfg.total_steps

@@ -3,7 +3,7 @@ schedule (set before every update, published with the network)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -16,11 +16,14 @@ from asyncrl.learning.replay_learner import ReplayLearner
 from asyncrl.nets import FlatParams, choose_encoder, encoder_of, learner_device
 from asyncrl.replay import make_replay
 
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
+
 
 class DQNLearner(ReplayLearner):
     name = "dqn"
 
-    def __init__(self, cfg: Any, spec: EnvSpec):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec):
         self.cfg, self.spec = cfg, spec
         self.hp = DQNConfig.of(cfg)
         self.device = learner_device(cfg.device)

@@ -4,9 +4,12 @@ them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asyncrl.algos.ppo import config
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 
 class PPOAlgorithm:
@@ -30,27 +33,31 @@ class PPOAlgorithm:
     def accepts(self, spec: Any) -> str | None:
         return None  # Discrete and 1-D Box actions, as every spec is
 
-    def validate(self, cfg: Any) -> None:
+    def validate(self, cfg: TrainConfig) -> None:
         config.validate(cfg)
 
-    def agree(self, cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
+    def agree(self, cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
         return config.agree(cfg, filled)
 
-    def derived(self, cfg: Any) -> dict[str, Any]:
+    def derived(self, cfg: TrainConfig) -> dict[str, Any]:
         return config.derived(cfg)
 
-    def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
+    def for_env(
+        self, cfg: TrainConfig, spec: Any, given: TrainConfig | None
+    ) -> tuple[dict[str, Any], list[str]]:
         return config.for_env(cfg, spec, given)
 
-    def slot_fields(self, spec: Any, rollout: int, num_envs: int, cfg: Any = None) -> tuple:
+    def slot_fields(
+        self, spec: Any, rollout: int, num_envs: int, cfg: TrainConfig | None = None
+    ) -> tuple:
         from asyncrl.algos.ppo.acting import slot_fields
 
         return slot_fields(spec, rollout, num_envs, cfg)
 
-    def memory_note(self, cfg: Any, spec: Any) -> str | None:
+    def memory_note(self, cfg: TrainConfig, spec: Any) -> str | None:
         return config.memory_note(cfg)
 
-    def acting_module(self, cfg: Any, spec: Any) -> Any:
+    def acting_module(self, cfg: TrainConfig, spec: Any) -> Any:
         from asyncrl.algos.ppo.networks import build_policy
         from asyncrl.nets import encoder_of
 
@@ -66,7 +73,7 @@ class PPOAlgorithm:
             cfg.norm_obs_keep_sparse,
         )
 
-    def acting(self, cfg: Any, spec: Any, module: Any, generator: Any) -> Any:
+    def acting(self, cfg: TrainConfig, spec: Any, module: Any, generator: Any) -> Any:
         import numpy as np
 
         from asyncrl.algos.ppo.acting import PPOActing
@@ -79,7 +86,7 @@ class PPOAlgorithm:
 
         return JointPPOActing.of(actings)
 
-    def learner(self, cfg: Any, spec: Any) -> Any:
+    def learner(self, cfg: TrainConfig, spec: Any) -> Any:
         from asyncrl.algos.ppo.learner import PPOLearner
 
         return PPOLearner(cfg, spec)

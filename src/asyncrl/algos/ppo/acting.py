@@ -6,7 +6,7 @@ rollouts, resets it where an episode ends, and records it at the start of every 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -15,8 +15,13 @@ from asyncrl.algos.ppo.config import recurrence, state_rows
 from asyncrl.core import SlotField
 from asyncrl.nets import LOG_2PI, as_float
 
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
-def slot_fields(spec: Any, rollout: int, num_envs: int, cfg: Any = None) -> tuple[SlotField, ...]:
+
+def slot_fields(
+    spec: Any, rollout: int, num_envs: int, cfg: TrainConfig | None = None
+) -> tuple[SlotField, ...]:
     T, K = rollout, num_envs
     fields: tuple[SlotField, ...] = (
         ("logp", (T, K), "float32"),  # behaviour log-prob of each action

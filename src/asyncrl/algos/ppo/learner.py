@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,6 +25,9 @@ from asyncrl.learning.capabilities import HogwildSharing, PBTAdoption
 from asyncrl.learning.guard import zero_unowned
 from asyncrl.nets import FlatParams, encoder_of, learner_device
 
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
+
 ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
 CHECKED = ("obs", "actions", "rewards", "logp", "trunc_values")  # for NaN and inf
 LOSSES = ("loss/policy", "loss/value", "loss/entropy")
@@ -33,7 +36,7 @@ LOSSES = ("loss/policy", "loss/value", "loss/entropy")
 class PPOLearner(LearnerBase, HogwildSharing, PBTAdoption):
     CHECKED = CHECKED
 
-    def __init__(self, cfg: Any, spec: EnvSpec):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec):
         super().__init__()
         self.cfg, self.spec = cfg, spec
         self.hp = PPOConfig.of(cfg)

@@ -4,10 +4,13 @@ the other off-policy algorithms), its presets per env family, and what it refuse
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asyncrl.config import Warmup, need, preset_setting, setting
 from asyncrl.learning.offpolicy import ReplaySettings, validate_replay
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 
 @dataclass
@@ -63,7 +66,7 @@ def target_entropy(value: float, n_actions: int) -> float:
     return float(value) if value else -float(n_actions)
 
 
-def validate(cfg: Any) -> None:
+def validate(cfg: TrainConfig) -> None:
     need(
         not cfg.norm_obs,
         "norm_obs: SAC here has no observation normaliser (its replay buffer keeps raw "

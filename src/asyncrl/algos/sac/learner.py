@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -14,11 +14,14 @@ from asyncrl.learning.replay_learner import ReplayLearner
 from asyncrl.nets import FlatParams, choose_encoder, encoder_of, learner_device, make_encoder
 from asyncrl.replay import make_replay
 
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
+
 
 class SACLearner(ReplayLearner):
     name = "sac"
 
-    def __init__(self, cfg: Any, spec: EnvSpec):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec):
         self.cfg, self.spec = cfg, spec
         self.hp = SACConfig.of(cfg)
         self.device = learner_device(cfg.device)

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from asyncrl.core import Algorithm
 from asyncrl.runtime.lifecycle import StopRequested
 from asyncrl.runtime.supervisor import Restarts
 from asyncrl.runtime.transport import PolicyStore, Slot, SlotStore, population_layouts
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 
 class Backend(Protocol):
@@ -74,14 +78,21 @@ class OwnedTransport:
     restarts: Restarts
 
     def _own_transport(
-        self, cfg: Any, spec: Any, numel: int, slot_count: int, shared: bool, buffers: int
+        self,
+        cfg: TrainConfig,
+        spec: Any,
+        algo: Algorithm,
+        numel: int,
+        slot_count: int,
+        shared: bool,
+        buffers: int,
     ) -> None:
         """A slot store and a policy store per policy (``slot_stores``, ``stores``); policy 0's
         are also ``slots`` and ``store``, a one-policy run's only ones."""
         self.slot_stores: list[SlotStore] = []
         self.stores: list[PolicyStore] = []
         try:
-            for layout in population_layouts(cfg, spec):
+            for layout in population_layouts(cfg, spec, algo):
                 self.slot_stores.append(SlotStore(layout, slot_count, shared=shared))
                 self.stores.append(PolicyStore(numel, shared=shared, buffers=buffers))
         except BaseException:
@@ -307,7 +318,7 @@ class SlotBooks:
             book.cond = self.cond
 
     @classmethod
-    def of_run(cls, cfg: Any) -> SlotBooks:
+    def of_run(cls, cfg: TrainConfig) -> SlotBooks:
         """The ledgers a run's settings call for (slots per actor: ``cfg.slots_per_actor``)."""
         return cls(
             cfg.policies,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport
 from asyncrl.runtime.backends.local import LocalFleet
@@ -25,13 +26,13 @@ from asyncrl.settings import TrainConfig
 
 
 class InlineBackend(OwnedTransport):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int):
         self.cfg, self.spec = cfg, spec
         # per actor and policy one slot, or in async mode one per rollout of a batch; actors
         # act with the published vectors in place
         self.per_actor = cfg.rollouts_per_batch
-        self._own_transport(cfg, spec, numel, cfg.actors * self.per_actor, False, buffers=1)
-        self.fleet = LocalFleet(cfg, spec, self.stores)
+        self._own_transport(cfg, spec, algo, numel, cfg.actors * self.per_actor, False, buffers=1)
+        self.fleet = LocalFleet(cfg, spec, algo, self.stores)
         self.restarts = self.fleet.restarts
         P = cfg.policies
         self.waiting: list[deque[int]] = [deque() for _ in range(P)]  # per policy

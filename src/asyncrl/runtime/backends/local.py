@@ -13,6 +13,7 @@ import traceback
 
 import numpy as np
 
+from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import Actor
 from asyncrl.runtime.faults import ActorError, actor_label, is_env_error
@@ -22,8 +23,14 @@ from asyncrl.settings import TrainConfig
 
 
 class LocalFleet:
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, store: PolicyStore | list[PolicyStore]):
-        self.cfg, self.spec, self.store = cfg, spec, store
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        spec: EnvSpec,
+        algo: Algorithm,
+        store: PolicyStore | list[PolicyStore],
+    ):
+        self.cfg, self.spec, self.algo, self.store = cfg, spec, algo, store
         self.status = ActorStatus(np.zeros((cfg.actors, 2)))
         # its hang checks run in the learner's waits: a stopped process, or a learner busy
         # training, is not time an actor is charged for (the supervisor's pauses)
@@ -44,6 +51,7 @@ class LocalFleet:
                     i,
                     self.cfg,
                     self.spec,
+                    self.algo,
                     self.store,
                     generation=self.generation[i],
                     status=self.status.rows[i],

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBooks
 from asyncrl.runtime.faults import ActorError, is_env_error
@@ -42,6 +43,7 @@ def actor_main(
     generation: int,
     cfg: TrainConfig,
     spec: EnvSpec,
+    algo: Algorithm,
     slots: list[SlotStore],
     store: list[PolicyStore],
     status: SharedArray,
@@ -66,6 +68,7 @@ def actor_main(
             actor_id,
             cfg,
             spec,
+            algo,
             store,
             generation=generation,
             status=row,
@@ -94,12 +97,12 @@ def actor_main(
 
 
 class ProcessBackend(OwnedTransport):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
-        self.cfg, self.spec = cfg, spec
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int):
+        self.cfg, self.spec, self.algo = cfg, spec, algo
         self.ctx = mp.get_context("spawn")
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
-        self._own_transport(cfg, spec, numel, cfg.actors * per_actor, True, 1 if sync else 2)
+        self._own_transport(cfg, spec, algo, numel, cfg.actors * per_actor, True, 1 if sync else 2)
         self.status = SharedArray((cfg.actors, 2), "float64")
         self.book = SlotBooks.of_run(cfg)
         self.children = ChildProcesses(self.ctx, "actor", cfg)
@@ -186,6 +189,7 @@ class ProcessBackend(OwnedTransport):
             generation,
             self.cfg,
             self.spec,
+            self.algo,
             self.slot_stores,
             self.stores,
             self.status,

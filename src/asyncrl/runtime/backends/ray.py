@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from asyncrl.config import ConfigError, learners_in_processes
+from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBooks
 from asyncrl.runtime.faults import ActorError, actor_label, is_env_error
@@ -41,7 +42,15 @@ class RolloutWorker:
     Made remote by :func:`_remote_class`; a second concurrency slot answers :meth:`status`
     while :meth:`collect` runs (hang detection)."""
 
-    def __init__(self, actor_id: int, generation: int, cfg: TrainConfig, spec: EnvSpec, numel: int):
+    def __init__(
+        self,
+        actor_id: int,
+        generation: int,
+        cfg: TrainConfig,
+        spec: EnvSpec,
+        algo: Algorithm,
+        numel: int,
+    ):
         import torch
 
         from asyncrl.runtime.actor import Actor
@@ -49,13 +58,13 @@ class RolloutWorker:
 
         torch.set_num_threads(cfg.threads_actor)
         self.raws, self.slots, self.stores = [], [], []
-        for layout in population_layouts(cfg, spec):
+        for layout in population_layouts(cfg, spec, algo):
             _, nbytes = layout.offsets()
             self.raws.append(np.zeros(nbytes, dtype=np.uint8))
             self.slots.append(Slot(layout, self.raws[-1]))
             self.stores.append(PolicyStore(numel, shared=False, buffers=1))  # acts in place
         self.status = np.zeros(2)
-        self.actor = Actor(actor_id, cfg, spec, self.stores, generation, status=self.status)
+        self.actor = Actor(actor_id, cfg, spec, algo, self.stores, generation, status=self.status)
 
     def where(self) -> dict[str, Any]:
         import ray
@@ -181,18 +190,20 @@ def check_cluster(cfg: TrainConfig) -> None:
 
 
 class RayBackend(OwnedTransport):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int):
         import ray
 
         self.ray = ray
-        self.cfg, self.spec, self.numel = cfg, spec, numel
+        self.cfg, self.spec, self.algo, self.numel = cfg, spec, algo, numel
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
         # learner-side slots and a store (the version number's bookkeeping and the vector that
         # goes into the object store); async: two buffers, as a call may read it while the
         # learner publishes. In shared memory where the learners are processes.
         shared = learners_in_processes(cfg)
-        self._own_transport(cfg, spec, numel, cfg.actors * per_actor, shared, 1 if sync else 2)
+        self._own_transport(
+            cfg, spec, algo, numel, cfg.actors * per_actor, shared, 1 if sync else 2
+        )
         # the versions being put, one per policy
         self._outgoing = [np.empty(numel, dtype=np.float32) for _ in range(cfg.policies)]
         self.book = SlotBooks.of_run(cfg)
@@ -312,7 +323,7 @@ class RayBackend(OwnedTransport):
     def _spawn(self, actor: int) -> None:
         cls = _remote_class()
         w = cls.options(num_cpus=self.cfg.ray_cpus_per_actor, scheduling_strategy="SPREAD").remote(
-            actor, self.generation[actor], self.cfg, self.spec, self.numel
+            actor, self.generation[actor], self.cfg, self.spec, self.algo, self.numel
         )
         self.workers[actor] = w
         self._track(w.where.remote(), ("where", actor, time.perf_counter()))

@@ -10,6 +10,7 @@ import traceback
 from collections import deque
 from typing import Any
 
+from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBooks
 from asyncrl.runtime.backends.local import LocalFleet
@@ -21,12 +22,12 @@ POLL = 0.2
 
 
 class ThreadBackend(OwnedTransport):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, numel: int):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int):
         self.cfg, self.spec = cfg, spec
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
-        self._own_transport(cfg, spec, numel, cfg.actors * per_actor, False, 1 if sync else 2)
-        self.fleet = LocalFleet(cfg, spec, self.stores)
+        self._own_transport(cfg, spec, algo, numel, cfg.actors * per_actor, False, 1 if sync else 2)
+        self.fleet = LocalFleet(cfg, spec, algo, self.stores)
         self.restarts = self.fleet.restarts
         self.book = SlotBooks.of_run(cfg)
         self.granted: deque[tuple[int, int, float]] = deque()  # (actor, slot, granted at)
