@@ -11,6 +11,7 @@ import asyncrl
 from asyncrl.config import ConfigError
 from asyncrl.envs import check_env, make_vector_env
 from asyncrl.envs.pettingzoo import SeatVectorEnv, legal, play_vs_random
+from asyncrl.evaluate import evaluate
 
 pytest.importorskip("pettingzoo")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -117,3 +118,25 @@ def test_a_training_run_never_takes_an_illegal_move(tmp_path, monkeypatch):
     assert seen["illegal"] == 0
     # samples are the moves seats made: one per game and step (half the rows)
     assert seen["moves"] == result.summary["env_steps"] >= 4096
+    # the final policy against a random player: in the summary, and as asyncrl eval plays it
+    rates = [result.summary[f"{k}_rate_vs_random"] for k in ("win", "draw", "loss")]
+    assert sum(rates) == pytest.approx(1.0)
+    played = evaluate(result.run_dir, episodes=20, seed=7)
+    assert played["games"] == 20 and played["env_steps"] == result.summary["env_steps"]
+    assert played == evaluate(result.run_dir, episodes=20, seed=7)  # seeded: it repeats
+
+
+def test_a_parallel_envs_agents_act_together_and_a_done_one_waits_for_the_next_game():
+    envs = make_vector_env("pettingzoo:parallel_game", 4)  # tests/parallel_game.py, 2 games
+    assert not envs.masked and check_env("pettingzoo:parallel_game").obs_shape == (2,)
+    envs.reset(seed=[0, 1, 2, 3])
+    for t in range(1, 11):
+        step_of_game = (t - 1) % 5 + 1
+        assert envs.active.tolist() == [True, step_of_game <= 2] * 2
+        obs, reward, terminated, _, info = envs.step(np.array([1, 2, 1, 2]))
+        # a seat is rewarded only while its agent plays; b's episode ends at its step 2
+        assert reward.tolist() == [1.0, 2.0 * (step_of_game <= 2)] * 2
+        assert terminated.tolist() == [step_of_game == 5, step_of_game == 2] * 2
+        if step_of_game == 5:  # a's end: the game starts anew for both seats
+            assert info["final_obs"][0].tolist() == [5.0, 1.0] and (obs == 0).all()
+    envs.close()

@@ -295,9 +295,10 @@ class Actor:
         for g, saved in zip(self.generators, state.get("generators") or [], strict=False):
             g.set_state(saved)
         self.mapping.load_state_dict(state)
-        self.obs = torch.as_tensor(_array(state["obs"], self.obs_dtype))
-        self.ep_return = _array(state["ep_return"], np.float64)
-        self.ep_length = _array(state["ep_length"], np.int64)
+        if not hasattr(self.envs, "active"):  # a multi-agent env's games start anew (not saved)
+            self.obs = torch.as_tensor(_array(state["obs"], self.obs_dtype))
+            self.ep_return = _array(state["ep_return"], np.float64)
+            self.ep_length = _array(state["ep_length"], np.int64)
         self.env_restarts = int(state["env_restarts"])
         self.acting.load_state_dict(state.get("acting", {}))
         envs = _env_list(self.envs)
