@@ -140,3 +140,22 @@ def test_a_parallel_envs_agents_act_together_and_a_done_one_waits_for_the_next_g
         if step_of_game == 5:  # a's end: the game starts anew for both seats
             assert info["final_obs"][0].tolist() == [5.0, 1.0] and (obs == 0).all()
     envs.close()
+
+
+@pytest.mark.slow
+def test_self_play_on_connect_four_beats_a_random_player_most_of_the_time(tmp_path):
+    """What this slice reaches, not issue #55's goal (>= 95% of 200 games within 200k steps,
+    not reached: its guide's table). No flag but the env, a budget and the seed: seed 1
+    measured 0.865 at 51,200 steps and stayed near it up to 200k (docs: Guides, multi-agent);
+    0.8 is 2.7 standard errors of 200 games below it. Half the games as the second player."""
+    result = asyncrl.train(
+        C4,
+        total_steps=50_000,
+        mode="sync",
+        seed=1,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+    )
+    assert result.summary["win_rate_vs_random"] >= 0.8

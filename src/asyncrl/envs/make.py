@@ -99,8 +99,8 @@ def make_env(
     (:func:`make_vector_env`)."""
     if is_pettingzoo(env_id):
         raise ConfigError(
-            f"env: {env_id} is a multi-agent env: it is played, not stepped as one env "
-            "(envs.pettingzoo.play_vs_random)"
+            f"env: {env_id} is a multi-agent env, which train and eval take but not yet "
+            "check-env, --video or export (docs: Guides, multi-agent)"
         )
     env_id = resolve_id(env_id)
     kwargs = {} if render_mode is None else {"render_mode": render_mode}

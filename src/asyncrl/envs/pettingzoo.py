@@ -179,6 +179,8 @@ class SeatVectorEnv:
         self.active[g * self.agents : (g + 1) * self.agents] = False
         if not par.agents:
             return
+        # a turn-based game's mover: the converted AEC env's agent_selection (the conversion's
+        # infos carry it only after a step, not after a reset)
         acting = [par.aec_env.agent_selection] if self.turn_based else par.agents
         for agent in acting:
             self.active[self._row(g, agent)] = True
