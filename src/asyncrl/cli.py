@@ -467,10 +467,17 @@ def main(argv: list[str] | None = None) -> int:
                 policy=args.policy,
                 wandb=args.wandb,
             )
-        print(
-            f"{result['mean_return']:.2f} +/- {result['std_return']:.2f} "
-            f"over {result['episodes']} episodes (mean length {result['mean_length']:.1f})"
-        )
+        if "games" in result:  # a multi-agent run: games against a uniform random player
+            print(
+                f"win {result['win_rate_vs_random']:.3f} draw {result['draw_rate_vs_random']:.3f} "
+                f"loss {result['loss_rate_vs_random']:.3f} over {result['games']} games "
+                "against a uniform random player"
+            )
+        else:
+            print(
+                f"{result['mean_return']:.2f} +/- {result['std_return']:.2f} "
+                f"over {result['episodes']} episodes (mean length {result['mean_length']:.1f})"
+            )
         if args.video:
             frames = sum(result["lengths"]) + result["episodes"]
             print(f"video: {args.video} ({frames} frames)")

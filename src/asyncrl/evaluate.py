@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from asyncrl.config import need_wandb
+from asyncrl.config import ConfigError, need_wandb
 from asyncrl.policy import load, probe_rendering
 from asyncrl.settings import load_run_config
 
@@ -36,6 +36,13 @@ def evaluate(
         cfg = load_run_config(run_dir)
         probe_rendering(cfg.env, cfg.atari_preprocessing)
     loaded = load(run_dir, checkpoint, policy=policy)
+    if loaded.spec.agents > 1:  # a game: ``episodes`` games against a uniform random player
+        if video is not None or wandb:
+            raise ConfigError("video: a multi-agent run is evaluated without --video or --wandb")
+        rates = loaded.play_vs_random(episodes, seed, deterministic)
+        result = {f"{k}_rate_vs_random": v for k, v in rates.items()}
+        result.update(games=episodes, env_steps=loaded.env_steps)
+        return result
     result = loaded.evaluate(episodes, seed, deterministic, video).to_dict()
     result["env_steps"] = loaded.env_steps
     if loaded.index is not None:

@@ -180,6 +180,18 @@ class Policy:
             return a
         return a, (h[0] if single else h).numpy()
 
+    def play_vs_random(
+        self, games: int = 200, seed: int = 10_000, deterministic: bool = True
+    ) -> dict[str, float]:
+        """Win, draw and loss rates in ``games`` games of the run's two-player game against a
+        uniform random player over the legal moves, half as the first player and half as the
+        second (:func:`asyncrl.envs.pettingzoo.play_vs_random`; game ``i`` seeded ``seed + i``)."""
+        from asyncrl.envs.pettingzoo import play_vs_random
+
+        self.generator.manual_seed(seed)
+        choose = lambda row: self.act(row, deterministic=deterministic)  # noqa: E731
+        return play_vs_random(self.config.env, choose, games, seed)
+
     def _state_batch(self, state: Any, n: int, single: bool) -> torch.Tensor:
         """``state`` as the module's [n, S, H] tensor (None: zeros), its shape checked."""
         if state is None:

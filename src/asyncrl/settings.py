@@ -376,6 +376,10 @@ def env_spec(cfg: TrainConfig) -> EnvSpec:
         others = [a.name for a in algorithms() if a.accepts(spec) is None]
         use = f" (use --algo {' or '.join(others)})" if others else ""
         raise ConfigError(f"algo: {why}{use}")
+    if spec.agents > 1:  # what a multi-agent env cannot use yet
+        from asyncrl.envs.pettingzoo import check_seats
+
+        check_seats(cfg, spec)
     return spec
 
 

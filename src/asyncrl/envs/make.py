@@ -10,9 +10,11 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from asyncrl.config import ConfigError
 from asyncrl.envs.atari import AtariTraining, make_atari
 from asyncrl.envs.envpool import EnvPoolVectorEnv, envpool_task
 from asyncrl.envs.mujoco import make_mujoco
+from asyncrl.envs.pettingzoo import SeatVectorEnv, is_pettingzoo
 from asyncrl.envs.registry import MUJOCO_MODULE, entry_module, is_atari, resolve_id
 
 
@@ -95,6 +97,11 @@ def make_env(
     preprocessed as training sees it, but without episodic life or reward clipping, so that an
     evaluation's return is the game's score. Training actors step vector envs
     (:func:`make_vector_env`)."""
+    if is_pettingzoo(env_id):
+        raise ConfigError(
+            f"env: {env_id} is a multi-agent env, which train and eval take but not yet "
+            "check-env, --video or export (docs: Guides, multi-agent)"
+        )
     env_id = resolve_id(env_id)
     kwargs = {} if render_mode is None else {"render_mode": render_mode}
     if atari_preprocessing and is_atari(env_id):
@@ -117,7 +124,10 @@ def make_vector_env(
     """K envs stepped in this process (the actor is already the unit of parallelism): a
     SyncVectorEnv of :class:`GuardedEnv` (``seeds(index, restart)`` gives a recreated env's
     seed), or EnvPool's batched env (:class:`EnvPoolVectorEnv`). ALE ids, preprocessed, are
-    wrapped in :class:`AtariTraining`. Either is seeded by its first ``reset(seed=[...])``."""
+    wrapped in :class:`AtariTraining`. Either is seeded by its first ``reset(seed=[...])``. A
+    PettingZoo env: its (env, agent) seats as ``num_envs`` rows (:class:`SeatVectorEnv`)."""
+    if is_pettingzoo(env_id):
+        return SeatVectorEnv(env_id, num_envs)
     env_id = resolve_id(env_id)
     if vectorizer == "envpool":
         task, kwargs = envpool_task(env_id, atari_preprocessing)

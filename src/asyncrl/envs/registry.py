@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 
 from asyncrl.config import ConfigError
+from asyncrl.envs.pettingzoo import is_pettingzoo
 
 if TYPE_CHECKING:
     from asyncrl.envs.spec import EnvSpec
@@ -42,7 +43,10 @@ PIXELS = "pixels"  # image observations outside ALE: told by the spec, once the 
 
 def resolve_id(env_id: str) -> str:
     """The registered id for ``env_id``, importing ``module`` first for ``module:EnvId`` (how a
-    package that registers envs on import is named); a clear message if nothing answers."""
+    package that registers envs on import is named); a clear message if nothing answers. A
+    ``pettingzoo:<module>`` env is named by its module, as it is (envs.pettingzoo)."""
+    if is_pettingzoo(env_id):
+        return env_id
     if ":" in env_id:
         module, env_id = env_id.split(":", 1)
         try:
@@ -89,6 +93,8 @@ def env_family(env_id: str, spec: EnvSpec | None = None) -> str:
     env is made; an id nothing registers is a ConfigError naming ``env``. With the env's
     ``spec`` (as check_env gives it), image observations outside ALE are the pixels family."""
     env_id = resolve_id(env_id)
+    if is_pettingzoo(env_id):
+        return GENERIC  # no game preset yet (docs: Guides, multi-agent)
     module = entry_module(env_id)
     family = GENERIC
     for package, name in ENV_FAMILIES:
@@ -112,6 +118,8 @@ def is_image(spec: EnvSpec) -> bool:
 def is_atari(env_id: str) -> bool:
     """An ALE env with image observations (what the Atari preprocessing applies to)."""
     env_id = resolve_id(env_id)
+    if is_pettingzoo(env_id):
+        return False
     module = entry_module(env_id)
     return (module == "ale_py" or module.startswith("ale_py.")) and gym.spec(env_id).kwargs.get(
         "obs_type", "rgb"

@@ -14,6 +14,7 @@ from asyncrl.config import ConfigError
 from asyncrl.envs.atari import ATARI_STACK
 from asyncrl.envs.envpool import envpool_task
 from asyncrl.envs.make import make_env
+from asyncrl.envs.pettingzoo import is_pettingzoo, seat_spaces
 from asyncrl.envs.registry import is_atari, resolve_id
 
 
@@ -35,6 +36,10 @@ class EnvSpec:
     frame_stack: int = 1
     # the env's first discrete action (Discrete(n, start)): networks pick 0..n-1, envs get +start
     action_start: int = 0
+    # rows per env: a PettingZoo env's agents (envs.pettingzoo), each a seat of the actor's batch
+    agents: int = 1
+    # the observation ends with the n_actions entries of the legal actions' mask (1: legal)
+    action_mask: bool = False
 
     @property
     def obs_dim(self) -> int:
@@ -80,7 +85,11 @@ def check_env(
 ) -> EnvSpec:
     """Make one env to learn its spaces (as an actor's env has them: preprocessed, for an ALE
     id); every env problem surfaces here as a ConfigError. ``vectorizer envpool``: also that
-    EnvPool provides the id (:func:`envpool_task`)."""
+    EnvPool provides the id (:func:`envpool_task`). A PettingZoo env: one seat's spaces."""
+    if is_pettingzoo(env_id):
+        agents, box, act, masked = seat_spaces(env_id)
+        spec = spec_from_spaces(env_id, box, act)
+        return dataclasses.replace(spec, agents=agents, action_mask=masked)
     env_id = resolve_id(env_id)
     if vectorizer == "envpool":
         envpool_task(env_id, atari_preprocessing)

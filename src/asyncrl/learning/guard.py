@@ -49,24 +49,28 @@ def nonfinite_in_rollout(
     return None
 
 
-def owned_cells(own: np.ndarray, ended: np.ndarray, rows: int) -> np.ndarray:
+def owned_cells(own: np.ndarray, ended: np.ndarray, rows: int, seats: bool = False) -> np.ndarray:
     """[rows, K]: the cells of a time-major field that are this policy's under the random
     mapping (``own`` [T, K]: the steps it acted). A field of T + 1 rows (the observations) adds
     the row after the rollout where its episode goes on; where it ended the env drew a policy
     again, and the bootstrap is cut there: the row is not read."""
     if rows == own.shape[0]:
         return own
+    if seats:  # a multi-agent env's seats: the row after the rollout is every seat's bootstrap
+        return np.concatenate([own, np.ones_like(own[-1:])])
     return np.concatenate([own, (own[-1] & ~ended[-1])[None]])
 
 
-def zero_unowned(x: np.ndarray, own: np.ndarray, ended: np.ndarray) -> np.ndarray:
+def zero_unowned(
+    x: np.ndarray, own: np.ndarray, ended: np.ndarray, seats: bool = False
+) -> np.ndarray:
     """``x`` (a float field, [T(+1), K, ...]) with 0 in the cells that are not this policy's
     (a copy): what they hold, NaN or inf included, then reaches nothing computed from ``x``
     (in a scan, 0 x NaN is NaN). ``x`` itself where it holds no floats."""
     if x.dtype.kind != "f":
         return x
     x = x.copy()
-    x[~owned_cells(own, ended, x.shape[0])] = 0
+    x[~owned_cells(own, ended, x.shape[0], seats)] = 0
     return x
 
 

@@ -93,7 +93,9 @@ class Actor:
         # a population's policies in one forward where the algorithm can (else each in turn)
         self.joint = algo.joint_acting(self.actings)
         self.versions = [-1] * len(self.stores)
-        self.mapping = policy_mapping(acting_mapping(cfg), self.K, len(self.stores), first_seed)
+        self.mapping = policy_mapping(
+            acting_mapping(cfg), self.K, len(self.stores), first_seed, self.envs
+        )
         # what the algorithm records of one step of one env (under a mapping that marks own
         # steps it writes them into a row of their own, copied into the slot: see _act)
         extra = algo.slot_fields(spec, 1, 1)
@@ -160,16 +162,17 @@ class Actor:
             groups = mapping.groups()
             self._act(slots, t, groups, actions)
             obs, reward, terminated, truncated, info = self._step(actions)
-            for g in groups:
+            for g in mapping.outcomes(groups):
                 slot = slots[g.policy]
                 _write(slot.rewards, t, g, reward)
                 _write(slot.terminated, t, g, terminated)
                 _write(slot.truncated, t, g, truncated)
+            for g in groups:
                 samples[g.policy] += g.ids.size
             self._keep_books(slots, t, reward, terminated, truncated, info)
             self.obs = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype))
         obs_np = self.obs.numpy()
-        for g in mapping.groups():  # the observation after the rollout (its bootstrap)
+        for g in mapping.outcomes(mapping.groups()):  # the observation after the rollout
             _write(slots[g.policy].obs, T, g, obs_np)
         return samples
 
@@ -292,9 +295,10 @@ class Actor:
         for g, saved in zip(self.generators, state.get("generators") or [], strict=False):
             g.set_state(saved)
         self.mapping.load_state_dict(state)
-        self.obs = torch.as_tensor(_array(state["obs"], self.obs_dtype))
-        self.ep_return = _array(state["ep_return"], np.float64)
-        self.ep_length = _array(state["ep_length"], np.int64)
+        if not hasattr(self.envs, "active"):  # a multi-agent env's games start anew (not saved)
+            self.obs = torch.as_tensor(_array(state["obs"], self.obs_dtype))
+            self.ep_return = _array(state["ep_return"], np.float64)
+            self.ep_length = _array(state["ep_length"], np.int64)
         self.env_restarts = int(state["env_restarts"])
         self.acting.load_state_dict(state.get("acting", {}))
         envs = _env_list(self.envs)

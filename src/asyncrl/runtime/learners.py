@@ -56,7 +56,7 @@ def policy_learner(algo: Algorithm, cfg: TrainConfig, spec: Any) -> Any:
     """A population's policy's learner (``cfg``: that policy's settings), told what its slots
     hold: under the random mapping every env's steps, its own marked ``own``."""
     learner = algo.learner(cfg, spec)
-    learner.marks_own = acting_mapping(cfg) == "random"
+    learner.marks_own = acting_mapping(cfg) == "random" or spec.agents > 1
     return learner
 
 

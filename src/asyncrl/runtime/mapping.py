@@ -65,6 +65,11 @@ class PolicyMapping:
                 out.append(Group(p, mine, self.column[mine], mine, False))
         return out
 
+    def outcomes(self, groups: list[Group]) -> list[Group]:
+        """The rows whose step outcomes (rewards, episode ends) each policy's slot receives at a
+        step where ``groups`` acted: those it acted for."""
+        return groups
+
     def episodes_ended(self, rows: np.ndarray) -> None:
         """The episodes of ``rows`` (indices) ended at this step: their next ones may start
         with other policies."""
@@ -135,9 +140,39 @@ class RandomMapping(PolicyMapping):
             self._groups = None
 
 
-def policy_mapping(kind: str, rows: int, policies: int, seed: int) -> PolicyMapping:
+class SharedSeats(PolicyMapping):
+    """Rows that are (env, agent) seats of a multi-agent env, all acted for by one policy
+    (parameter sharing; on a two-player game, self-play against the current self). At each step
+    it acts for the seats whose agent acts (``active()``, the env's); its slot holds every seat,
+    the steps it acted marked ``own``, and every seat's rewards and episode ends, also at steps
+    its agent waited (a loss comes at the opponent's move)."""
+
+    marks_own = True
+
+    def __init__(self, rows: int, active: Any):
+        super().__init__(rows, 1, np.zeros(rows, np.int64), np.arange(rows))
+        self.active = active
+        self._every = [Group(0, slice(None), slice(None), np.arange(rows), True)]
+
+    def groups(self) -> list[Group]:
+        ids = np.flatnonzero(self.active())
+        return [Group(0, ids, ids, ids, False)]
+
+    def slot_rows(self, policy: int) -> slice:
+        return slice(None)
+
+    def outcomes(self, groups: list[Group]) -> list[Group]:
+        return self._every
+
+
+def policy_mapping(
+    kind: str, rows: int, policies: int, seed: int, envs: Any = None
+) -> PolicyMapping:
     """The mapping ``kind`` names (fixed or random: ``settings.acting_mapping``) of an actor's
-    ``rows`` to ``policies``; ``seed``: the actor's first env seed."""
+    ``rows`` to ``policies``; ``seed``: the actor's first env seed. Envs whose rows are seats
+    (a PettingZoo env's, with ``active``): :class:`SharedSeats`."""
+    if hasattr(envs, "active"):
+        return SharedSeats(rows, lambda: envs.active)
     if kind == "random":
         return RandomMapping(rows, policies, seed + MAPPING_SEED)
     return FixedMapping(rows, policies)

@@ -18,7 +18,7 @@ from asyncrl.algos import algorithm
 from asyncrl.config import learner_threads
 from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec, env_family
-from asyncrl.rundir import default_run_dir, run_dir_held, save_config
+from asyncrl.rundir import default_run_dir, run_dir_held, save_config, save_summary
 from asyncrl.runtime import hogwild, pipeline
 from asyncrl.runtime.lifecycle import Interrupted, StopSignals
 from asyncrl.runtime.shell import Callback
@@ -126,6 +126,23 @@ def train(
         with process_state_kept(cfg) as stop:
             if cfg.hogwild:
                 return hogwild.train_hogwild(cfg, spec, algo, run_dir, resume, callback, stop)
-            return pipeline.train_pipeline(
+            result = pipeline.train_pipeline(
                 cfg, spec, algo, run_dir, resume, on_start, callback, stop
             )
+        if spec.agents > 1 and result.get("checkpoint"):  # a game: its final policy vs random
+            result = _games_vs_random(run_dir, result)
+        return result
+
+
+GAMES_VS_RANDOM = 200  # games of a multi-agent run's final policy against a random player
+
+
+def _games_vs_random(run_dir: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with the final policy's win, draw and loss rates against a uniform random
+    player (half the games as first player), as summary.json holds them too."""
+    from asyncrl.policy import load
+
+    rates = load(run_dir).play_vs_random(GAMES_VS_RANDOM)
+    result = {**result, **{f"{k}_rate_vs_random": v for k, v in rates.items()}}
+    save_summary(run_dir, result)
+    return result

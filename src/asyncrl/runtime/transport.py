@@ -101,7 +101,7 @@ def rollout_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> SlotLayo
 
     T, K = cfg.rollout, cfg.envs_per_actor
     extra = algo.slot_fields(spec, T, K, cfg)
-    if acting_mapping(cfg) == "random":
+    if acting_mapping(cfg) == "random" or spec.agents > 1:  # or seats that wait their turn
         extra = (*extra, ("own", (T, K), "bool"))  # the steps this policy acted
     return SlotLayout.for_rollout(spec, T, K, extra)
 

@@ -37,6 +37,8 @@ def supports(policy: nn.Module) -> bool:
     (``ActorCritic`` with the mlp encoder)."""
     if getattr(policy, "recurrent", False):
         return False  # its heads read a core unrolled over sequences: the autograd step
+    if getattr(policy, "n_mask", 0):
+        return False  # masked logits: the autograd step
     pi = getattr(policy, "pi", None)
     return getattr(policy, "encoder", None) is None and isinstance(pi, nn.Sequential)
 

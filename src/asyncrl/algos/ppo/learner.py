@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
 CHECKED = ("obs", "actions", "rewards", "logp", "trunc_values")  # for NaN and inf
 LOSSES = ("loss/policy", "loss/value", "loss/entropy")
+# a seat's own at every step: what it received while waiting, and its value at a cut
+SEATS_KEEP = ("rewards", "trunc_values")
 
 
 class PPOLearner(LearnerBase, HogwildSharing, PBTAdoption):
@@ -74,6 +76,8 @@ class PPOLearner(LearnerBase, HogwildSharing, PBTAdoption):
         self.flat = FlatParams(self.policy)
         # One statistic for the run, whatever N and K: the learner sees every env's rewards.
         self.reward_norm = RewardNormalizer(cfg.gamma, cfg.reward_clip) if cfg.norm_reward else None
+        # a multi-agent env's seats: its slots hold every seat, the steps each acted "own"
+        self.marks_own = spec.agents > 1
         self.guard_steps({"policy": self.algo.optimizer})  # the autograd step's
         self.algo.on_nonfinite = functools.partial(self.nonfinite_steps, "policy")  # the fused
 
@@ -140,8 +144,12 @@ class PPOLearner(LearnerBase, HogwildSharing, PBTAdoption):
         host = {k: _join([getattr(s, k) for s in slots]) for k in self.fields}
         if self.marks_own:  # the random mapping: other cells hold what was left there
             own, ended = _join([s.own for s in slots]), host["terminated"] | host["truncated"]
+            seats = self.spec.agents > 1
             for k in CHECKED:  # 0 in a copy: a NaN there would reach owned returns via the scan
-                host[k] = zero_unowned(host[k], own, ended)
+                if not (seats and k in SEATS_KEEP):
+                    host[k] = zero_unowned(host[k], own, ended, seats)
+            if seats:
+                host["seats"] = own
         if self.reward_norm is not None:  # before GAE / V-trace; the slots stay as written
             ends = host["terminated"] | host["truncated"]
             host["rewards"] = self.reward_norm(host["rewards"], ends, _streams(slots))

@@ -21,6 +21,8 @@ from asyncrl.algos.ppo.masked_rnn import masked_gru
 from asyncrl.envs import EnvSpec
 from asyncrl.nets import LOG_2PI, ImageEncoder, RunningNorm, as_float, choose_encoder
 
+MASKED_LOGIT = -1e9  # an illegal action's logit: probability 0, and 0 x logit = 0 in entropies
+
 
 def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
     act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
@@ -45,9 +47,14 @@ class ActorCritic(nn.Module):
     Discrete actions: a categorical over logits. Continuous actions: a diagonal Gaussian with a
     state-independent log-std; the sampled (unclipped) action is what log-probs refer to, and the
     env receives it clipped to its bounds.
+
+    With an action mask (``spec.action_mask``: the observation's last ``n_actions`` entries,
+    1 where legal), the MLPs read the observation without it and illegal actions' logits are
+    set to MASKED_LOGIT, when acting and in the loss alike.
     """
 
     recurrent = False  # a feed-forward policy: no state between steps
+    n_mask = 0  # the mask's entries at the end of each observation (0: none)
 
     def __init__(
         self,
@@ -70,7 +77,8 @@ class ActorCritic(nn.Module):
             self.obs_norm = RunningNorm(spec.obs_shape)
             self.obs_norm.enabled = norm_obs
             self.encoder = None
-            sizes = [spec.obs_dim, *hidden]
+            self.n_mask = spec.n_actions if getattr(spec, "action_mask", False) else 0
+            sizes = [spec.obs_dim - self.n_mask, *hidden]
         self.pi = mlp([*sizes, spec.n_actions], activation, 0.01)
         self.v = mlp([*sizes, 1], activation, 1.0)
         if not self.discrete:
@@ -83,16 +91,26 @@ class ActorCritic(nn.Module):
         trains, so it runs per minibatch)."""
         if self.encoder is not None:
             return obs
-        return self.obs_norm(as_float(obs)).flatten(1)
+        x = self.obs_norm(as_float(obs)).flatten(1)
+        if self.n_mask:  # the mask as it came, not normalised
+            x = torch.cat([x[:, : -self.n_mask], as_float(obs).flatten(1)[:, -self.n_mask :]], 1)
+        return x
+
+    def _split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Features as the layers read them, and the legal actions (None: no mask)."""
+        if not self.n_mask:
+            return x, None
+        return x[:, : -self.n_mask], x[:, -self.n_mask :] > 0
 
     def _trunk(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.encoder is None else self.encoder(x)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.v(self._trunk(self.features(obs))).squeeze(-1)
+        return self.v(self._trunk(self._split(self.features(obs))[0])).squeeze(-1)
 
     def dist_params(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.pi(self._trunk(self.features(obs)))
+        x, legal = self._split(self.features(obs))
+        return _masked(self.pi(self._trunk(x)), legal)
 
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -103,10 +121,11 @@ class ActorCritic(nn.Module):
     def evaluate_features(
         self, x: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x, legal = self._split(x)
         x = self._trunk(x)
         # the heads' outputs in float32 (bf16 autocast: the layers ran in bfloat16), so that
         # log-probs, ratios and losses are float32 reductions
-        out = self.pi(x).float()
+        out = _masked(self.pi(x).float(), legal)
         value = self.v(x).squeeze(-1).float()
         if self.discrete:
             logits = out.log_softmax(-1)
@@ -141,6 +160,10 @@ class ActorCritic(nn.Module):
         noise = torch.randn(out.shape, generator=generator, device=out.device)
         a = out + noise * log_std.exp()
         return a, (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(-1)
+
+
+def _masked(logits: torch.Tensor, legal: torch.Tensor | None) -> torch.Tensor:
+    return logits if legal is None else logits.masked_fill(~legal, MASKED_LOGIT)
 
 
 def build_policy(

@@ -77,6 +77,47 @@ def gae(
     return adv, adv + values[:-1]
 
 
+def seat_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    trunc_values: torch.Tensor,
+    own: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over each seat's own steps (``own`` [T, B]: the steps its agent acted), for seats of a
+    multi-agent env that wait their turn: a step's reward is every reward the seat received
+    from it until its next own step (a loss at the opponent's move), and its next value the
+    value at that step (``values[T]`` after the rollout), unless the episode ended between
+    (the episode-end convention above). Steps not own get 0 and are not read.
+
+    Returns ``(advantages, returns)`` as :func:`gae`."""
+    T, B = rewards.shape
+    adv = torch.zeros_like(rewards)
+    next_value, next_adv = values[T], torch.zeros_like(values[T])
+    received = torch.zeros_like(values[T])  # rewards after the seat's last step seen
+    ended = torch.zeros_like(terminated[0])  # an episode end before its next own step
+    end_value = torch.zeros_like(values[T])  # the next value there (truncation: V(final))
+    for t in range(T - 1, -1, -1):
+        done = terminated[t] | truncated[t]
+        received = torch.where(done, rewards[t], rewards[t] + received)
+        cut = truncated[t] & ~terminated[t]
+        end_value = torch.where(done, torch.where(cut, trunc_values[t], 0.0), end_value)
+        ended = ended | done
+        nxt = torch.where(ended, end_value, next_value)
+        delta = received + gamma * nxt - values[t]
+        a = delta + gamma * lam * torch.where(ended, 0.0, next_adv)
+        mine = own[t]
+        adv[t] = torch.where(mine, a, 0.0)
+        next_value = torch.where(mine, values[t], next_value)
+        next_adv = torch.where(mine, a, next_adv)
+        received = torch.where(mine, 0.0, received)
+        ended = ended & ~mine
+    return adv, adv + values[:-1]
+
+
 def vtrace(
     behaviour_logp: torch.Tensor,
     target_logp: torch.Tensor,

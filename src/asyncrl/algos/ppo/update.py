@@ -14,7 +14,7 @@ import torch
 from asyncrl.algos.ppo.config import PPOConfig
 from asyncrl.algos.ppo.fused import MLPStep, supports
 from asyncrl.algos.ppo.networks import ActorCritic
-from asyncrl.algos.ppo.returns import gae, vtrace
+from asyncrl.algos.ppo.returns import gae, seat_gae, vtrace
 from asyncrl.compiling import compiled
 from asyncrl.nets import autocast
 
@@ -218,6 +218,8 @@ def estimate(
             cfg.vtrace_c_bar,
             cfg.gae_lambda,
         )
+    elif "seats" in r:  # a multi-agent env's seats: GAE over each seat's own steps
+        adv, ret = seat_gae(r["rewards"], values, *ends, r["seats"], cfg.gamma, cfg.gae_lambda)
     else:
         adv, ret = gae(r["rewards"], values, *ends, cfg.gamma, cfg.gae_lambda)
     return adv, ret, clip_from, weight

@@ -27,6 +27,8 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
     }
 
     def accepts(self, spec: Any) -> str | None:
+        if spec.agents > 1:
+            return f"sac does not train multi-agent envs yet ({spec.env_id})"
         if spec.discrete:
             return (
                 f"sac needs a continuous (Box) action space; {spec.env_id} has "

@@ -1,0 +1,78 @@
+"""Connect four by parameter-shared self-play (PPO, the generic preset, no flag but the env, the
+budget and the seed): the policy's win rate against a uniform random player as a function of
+env steps, in sync and async mode (docs: Guides, multi-agent).
+
+    python benchmarks/selfplay.py                       # seed 1, sync and async, 200k steps
+    python benchmarks/selfplay.py --seeds 1 2 3 --modes sync
+
+Each run keeps a checkpoint every --checkpoint-seconds; afterwards each checkpoint's greedy
+policy plays 200 games against the random player (half as first player, half as second, game i
+seeded 10,000 + i), and the table gives the first checkpoint at or past each budget mark. Wall
+time and agent steps per second are the run's summary's (every move is one agent step; in a
+turn-based game, one env step). Throughput depends on what else the machine runs: say so with
+the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import asyncrl
+
+ENV = "pettingzoo:pettingzoo.classic.connect_four_v3"
+
+
+def curve(run_dir: Path, games: int) -> list[tuple[int, float, float, float]]:
+    """(env steps, win, draw, loss) of every checkpoint of the run, in order."""
+    out = []
+    for path in sorted(run_dir.glob("checkpoint-*.pt")):
+        policy = asyncrl.load(run_dir, checkpoint=path.name)
+        r = policy.play_vs_random(games)
+        out.append((policy.env_steps, r["win"], r["draw"], r["loss"]))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200_000)
+    ap.add_argument("--marks", type=int, nargs="+", default=[50_000, 100_000, 200_000])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1])
+    ap.add_argument("--modes", nargs="+", default=["sync", "async"])
+    ap.add_argument("--games", type=int, default=200)
+    ap.add_argument("--checkpoint-seconds", type=float, default=10.0)
+    ap.add_argument("--out", default=None, help="run directories here (default: a temp dir)")
+    args = ap.parse_args()
+    root = Path(args.out or tempfile.mkdtemp(prefix="selfplay-"))
+    print("| mode | seed | " + " | ".join(f"win at {m:,}" for m in args.marks) + " | wall s |"
+          " agent steps/s |")  # fmt: skip
+    print("|---" * (len(args.marks) + 4) + "|")
+    for mode in args.modes:
+        for seed in args.seeds:
+            run_dir = root / f"{mode}-{seed}"
+            result = asyncrl.train(
+                ENV,
+                total_steps=args.steps,
+                mode=mode,
+                seed=seed,
+                run_dir=str(run_dir),
+                checkpoint_every=args.checkpoint_seconds,
+                keep_checkpoints=1000,
+                progress=False,
+            )
+            points = curve(run_dir, args.games)
+            wins = []
+            for mark in args.marks:
+                at = next((p for p in points if p[0] >= mark), None)
+                wins.append("-" if at is None else f"{at[1]:.3f} ({at[0]:,})")
+            s = result.summary
+            print(
+                f"| {mode} | {seed} | " + " | ".join(wins) + f" | {s['wall_seconds']:.0f} | "
+                f"{s['env_steps_per_second_overall']:.0f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

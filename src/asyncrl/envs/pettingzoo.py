@@ -1,0 +1,258 @@
+"""PettingZoo envs as an actor's rows: ``--env pettingzoo:<module>`` (docs: Guides, multi-agent).
+
+A row is one (env, agent) seat. The actor steps its K rows as one vector env
+(:class:`SeatVectorEnv`): K / N games of N agents each, every seat's observation flattened with
+its action mask appended (the policy masks its logits with it). ``active`` says which seats act
+at the coming step (the agent to move in a turn-based game; the live agents of a parallel one):
+the others contribute no samples, but their rewards and episode ends are reported (a loss comes
+at the opponent's move). A seat's episode ends where its agent's does; a new game resets all its
+agents. Turn-based (AEC) games run through PettingZoo's own ``turn_based_aec_to_parallel``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from asyncrl.config import ConfigError
+
+PREFIX = "pettingzoo:"
+MASK = "action_mask"  # PettingZoo's key of the legal actions in an observation dict
+
+
+def is_pettingzoo(env_id: str) -> bool:
+    return isinstance(env_id, str) and env_id.startswith(PREFIX)
+
+
+def _module(env_id: str) -> Any:
+    name = env_id[len(PREFIX) :]
+    try:
+        import pettingzoo  # noqa: F401
+    except ImportError as e:
+        raise ConfigError(
+            f'env: {env_id} needs PettingZoo; install it with: pip install "asyncrl[multiagent]"'
+        ) from e
+    try:
+        module = importlib.import_module(name)
+    except ImportError as e:
+        raise ConfigError(
+            f"env: cannot import {name!r} ({e}); name a PettingZoo env module, e.g. "
+            "pettingzoo:pettingzoo.classic.connect_four_v3"
+        ) from e
+    if not hasattr(module, "parallel_env") and not hasattr(module, "env"):
+        raise ConfigError(f"env: module {name!r} has neither parallel_env() nor env()")
+    return module
+
+
+def make_parallel(env_id: str) -> Any:
+    """The module's ``parallel_env()``, else its AEC ``env()`` through PettingZoo's conversion for
+    turn-based games."""
+    module = _module(env_id)
+    if hasattr(module, "parallel_env"):
+        return module.parallel_env()
+    from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+
+    return turn_based_aec_to_parallel(module.env())
+
+
+def _turn_based(par: Any) -> bool:
+    from pettingzoo.utils.conversions import turn_based_aec_to_parallel_wrapper
+
+    return isinstance(par, turn_based_aec_to_parallel_wrapper)
+
+
+def _parts(space: gym.Space) -> tuple[gym.spaces.Box, bool]:
+    """The Box a seat observes and whether an ``action_mask`` comes with it."""
+    if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:
+        inner, masked = space.spaces["observation"], "action_mask" in space.spaces
+        if isinstance(inner, gym.spaces.Box) and set(space.spaces) <= {"observation", MASK}:
+            return inner, masked
+    elif isinstance(space, gym.spaces.Box):
+        return space, False
+    raise ConfigError(
+        f"env: observation space {space} cannot be trained here; allowed: a Box, or a Dict of "
+        "a Box 'observation' and an 'action_mask'"
+    )
+
+
+def seat_spaces(env_id: str) -> tuple[int, gym.spaces.Box, gym.spaces.Discrete, bool]:
+    """Agents per env, and the flat observation, action space and masking every seat shares:
+    a ConfigError naming ``env`` where asyncrl cannot train the agents' spaces."""
+    par = make_parallel(env_id)
+    try:
+        agents = list(par.possible_agents)
+        obs_spaces = [par.observation_space(a) for a in agents]
+        act_spaces = [par.action_space(a) for a in agents]
+    finally:
+        par.close()
+    if any(s != obs_spaces[0] for s in obs_spaces) or any(s != act_spaces[0] for s in act_spaces):
+        raise ConfigError(
+            f"env: the agents of {env_id} have different spaces; allowed: agents that share "
+            "one observation and one action space (all agents are one policy)"
+        )
+    act = act_spaces[0]
+    if not isinstance(act, gym.spaces.Discrete):
+        raise ConfigError(f"env: {env_id}'s agents act in {act}; allowed: Discrete actions")
+    inner, masked = _parts(obs_spaces[0])
+    n = int(act.n)
+    dim = int(np.prod(inner.shape)) + (n if masked else 0)
+    box = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
+    return len(agents), box, act, masked
+
+
+def check_seats(cfg: Any, spec: Any) -> None:
+    """What a run on a multi-agent env cannot use yet, refused in one line naming the setting
+    (before anything starts)."""
+    refusals = (
+        (cfg.policies == 1, "policies", "1 (all agents share one policy)"),
+        (cfg.envs_per_actor % spec.agents == 0, "envs_per_actor", f"multiples of {spec.agents}"),
+        (cfg.recurrent == "none", "recurrent", "none"),
+        (cfg.correction != "vtrace", "correction", "none or decoupled"),
+        (cfg.eval_every == 0, "eval_every", "0 (games are evaluated by play_vs_random)"),
+        (cfg.on_env_error == "raise", "on_env_error", "raise"),
+        (cfg.vectorizer == "gymnasium", "vectorizer", "gymnasium"),
+        (not cfg.hogwild, "hogwild", "0"),
+    )
+    for ok, name, allowed in refusals:
+        if not ok:
+            raise ConfigError(
+                f"{name}: {spec.env_id} is a multi-agent env, which trains with {name} "
+                f"{allowed} today (got {getattr(cfg, name)})"
+            )
+
+
+def flat_obs(obs: Any, masked: bool) -> np.ndarray:
+    """A seat's observation as the policy reads it: flattened, with its action mask after."""
+    if not masked:
+        inner = obs["observation"] if isinstance(obs, dict) else obs
+        return np.asarray(inner, np.float32).reshape(-1)
+    return np.concatenate([np.ravel(obs["observation"]), np.ravel(obs["action_mask"])]).astype(
+        np.float32
+    )
+
+
+def legal(row: np.ndarray, n: int) -> np.ndarray:
+    """The legal actions of a flat, masked observation (its last ``n`` entries)."""
+    return np.flatnonzero(row[-n:] > 0)
+
+
+class SeatVectorEnv:
+    """``rows`` seats of ``rows / N`` PettingZoo games stepped as one same-step autoreset vector
+    env, as an actor steps Gymnasium's: ``step(actions)`` takes one action per seat (those of
+    seats not ``active`` are ignored), and where a seat's episode ends returns its final
+    observation in ``info["final_obs"]``; a game whose agents are all done starts anew."""
+
+    def __init__(self, env_id: str, rows: int):
+        self.agents, box, act, self.masked = seat_spaces(env_id)
+        self.n_actions = int(act.n)
+        self.action_start = int(act.start)
+        if rows % self.agents:
+            raise ConfigError(
+                f"envs_per_actor: {env_id} seats {self.agents} agents per env; allowed: a "
+                f"multiple of {self.agents} (got {rows})"
+            )
+        self.games = [make_parallel(env_id) for _ in range(rows // self.agents)]
+        self.names = list(self.games[0].possible_agents)
+        self.turn_based = _turn_based(self.games[0])
+        self.rows = rows
+        self.obs = np.zeros((rows, box.shape[0]), np.float32)
+        self.active = np.zeros(rows, bool)
+        self.done = np.zeros(rows, bool)  # seats whose agent is done in the current game
+
+    def _row(self, game: int, agent: Any) -> int:
+        return game * self.agents + self.names.index(agent)
+
+    def _start(self, g: int, seed: int | None) -> None:
+        obs, _ = self.games[g].reset(seed=seed)
+        seats = slice(g * self.agents, (g + 1) * self.agents)
+        self.done[seats] = False
+        for agent, o in obs.items():
+            self.obs[self._row(g, agent)] = flat_obs(o, self.masked)
+        self._set_active(g)
+
+    def _set_active(self, g: int) -> None:
+        par = self.games[g]
+        self.active[g * self.agents : (g + 1) * self.agents] = False
+        if not par.agents:
+            return
+        # a turn-based game's mover: the converted AEC env's agent_selection (the conversion's
+        # infos carry it only after a step, not after a reset)
+        acting = [par.aec_env.agent_selection] if self.turn_based else par.agents
+        for agent in acting:
+            self.active[self._row(g, agent)] = True
+
+    def reset(self, *, seed: list[int] | None = None, options: Any = None) -> tuple:
+        for g in range(len(self.games)):
+            self._start(g, None if seed is None else int(seed[g * self.agents]))
+        return self.obs.copy(), {}
+
+    def step(self, actions: np.ndarray) -> tuple:
+        reward = np.zeros(self.rows, np.float32)
+        terminated = np.zeros(self.rows, bool)
+        truncated = np.zeros(self.rows, bool)
+        final = self.obs.copy()
+        for g, par in enumerate(self.games):
+            acting = {
+                a: int(actions[self._row(g, a)]) for a in par.agents if self.active[self._row(g, a)]
+            }
+            obs, rewards, terms, truncs, _ = par.step(acting)
+            for agent in self.names:
+                r = self._row(g, agent)
+                if self.done[r]:
+                    continue
+                if agent in obs:
+                    self.obs[r] = final[r] = flat_obs(obs[agent], self.masked)
+                reward[r] = rewards.get(agent, 0.0)
+                terminated[r] = bool(terms.get(agent, False))
+                truncated[r] = bool(truncs.get(agent, False)) and not terminated[r]
+                self.done[r] = terminated[r] or truncated[r]
+            if par.agents:
+                self._set_active(g)
+            else:  # every agent done: the game starts anew (its generator goes on)
+                self._start(g, None)
+        return self.obs.copy(), reward, terminated, truncated, {"final_obs": final}
+
+    def close(self) -> None:
+        for par in self.games:
+            par.close()
+
+
+def play_vs_random(
+    env_id: str, choose: Callable[[np.ndarray], int], games: int = 200, seed: int = 0
+) -> dict[str, float]:
+    """Win, draw and loss rates of ``choose`` (a flat, masked observation to an action) against a
+    uniform random player over the legal moves, in a two-player turn-based game: half of the
+    games as the first player, half as the second; game ``i`` seeded ``seed + i``."""
+    module = _module(env_id)
+    if not hasattr(module, "env"):
+        raise ConfigError(f"env: {env_id} has no turn-based env(); allowed: a two-player AEC game")
+    _, _, act, masked = seat_spaces(env_id)
+    n = int(act.n)
+    if not masked:
+        raise ConfigError(f"env: {env_id} has no action mask; playing it against random needs one")
+    rng = np.random.default_rng(seed)
+    wins = draws = losses = 0
+    for i in range(games):
+        env = module.env()
+        env.reset(seed=seed + i)
+        if len(env.possible_agents) != 2:
+            raise ConfigError(f"env: {env_id} has {len(env.possible_agents)} agents; allowed: 2")
+        me = env.possible_agents[i % 2]
+        total = 0.0
+        for agent in env.agent_iter():
+            obs, rew, term, trunc, _ = env.last()
+            if agent == me:
+                total += float(rew)
+            if term or trunc:
+                action = None
+            else:
+                row = flat_obs(obs, True)
+                action = choose(row) if agent == me else int(rng.choice(legal(row, n)))
+            env.step(action)
+        env.close()
+        wins, draws, losses = wins + (total > 0), draws + (total == 0), losses + (total < 0)
+    return {"win": wins / games, "draw": draws / games, "loss": losses / games}
