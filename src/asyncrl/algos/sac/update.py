@@ -145,7 +145,8 @@ class SAC:
             return {}
         counts = self.fused.nonfinite.tolist()
         self.fused.nonfinite.zero_()
-        return {name: (round(bad), norm / max(bad, 1.0)) for name, (bad, norm) in zip(NAMES, counts)}
+        pairs = zip(NAMES, counts, strict=True)
+        return {name: (round(bad), norm / max(bad, 1.0)) for name, (bad, norm) in pairs}
 
     def state_tensors(self) -> list[torch.Tensor]:
         """Every float an update changes: actor, critics, target critics and log-temperature."""
