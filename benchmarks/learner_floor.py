@@ -12,6 +12,7 @@ Cases, each at its preset's sizes (issue 35):
            learner threads (all CPUs)
   sac      SAC, HalfCheetah-v5: 256x256 actor and twin critics, batch 256 (one gradient step of
            critics, actor and temperature)
+  sac-small  SAC, Pendulum-v1 at the learning tests' 64x64, batch 256 (issue 57)
   dqn      DQN, CartPole-v1: 120x84 ReLU MLP, batch 128, double DQN, the preset's loss and clip
            (one gradient step; issue 57)
 
@@ -30,7 +31,7 @@ before it in CPU time.
 Variants: ``old`` is the autograd step as it was before the fused step (PPO(fused=False), whose
 step is the code of 971e76e; SAC's update, unchanged; DQN(fused=False)); ``old-compiled`` the
 same under torch.compile (what --compile did before; for the CNN and SAC, where the fused step
-does not apply); ``fused`` the step of fused.py (PPO's, DQN's), eager; ``compiled`` the same,
+does not apply); ``fused`` the step of fused.py (PPO's, DQN's, SAC's), eager; ``compiled`` the same,
 torch.compile'd. A compiled variant's first call, compilation included, is reported apart:
 --cold compiles into an empty cache directory, else the machine's cache answers.
 
@@ -78,6 +79,7 @@ ENVS = {
     "mujoco": ("ppo", "HalfCheetah-v5"),
     "atari": ("ppo", "ALE/Breakout-v5"),
     "sac": ("sac", "HalfCheetah-v5"),
+    "sac-small": ("sac", "Pendulum-v1"),
     "dqn": ("dqn", "CartPole-v1"),
 }
 
@@ -192,9 +194,13 @@ def _named(variant: str, precision: str) -> str:
     return variant if precision == "fp32" else f"{variant}+{precision}"
 
 
-def sac_case(variants: list[str], precision: str = "fp32") -> tuple[list[Variant], int, int]:
-    env = ENVS["sac"][1]
+def sac_case(
+    case: str, variants: list[str], precision: str = "fp32"
+) -> tuple[list[Variant], int, int]:
+    env = ENVS[case][1]
     cfg = resolve(TrainConfig(env=env, algo="sac"), env_family(env))
+    if case == "sac-small":  # the size the learning tests train (tests/runtime/test_sac_*)
+        cfg.hidden = [64, 64]
     spec = check_env(env)
     hp = SACConfig.of(cfg)
     g = torch.Generator().manual_seed(1)
@@ -207,7 +213,7 @@ def sac_case(variants: list[str], precision: str = "fp32") -> tuple[list[Variant
         "terminated": torch.zeros(n),
     }
 
-    def make() -> SAC:
+    def make(fused: bool = False) -> SAC:
         torch.manual_seed(0)
         return SAC(
             spec.obs_dim,
@@ -218,13 +224,14 @@ def sac_case(variants: list[str], precision: str = "fp32") -> tuple[list[Variant
             generator=torch.Generator().manual_seed(7),
             hidden=tuple(cfg.hidden),
             precision=precision,
+            fused=fused,
         )
 
     made = []
     for v in variants:
-        if v not in ("old", "old-compiled"):
-            continue  # SAC's update is the autograd one: as it is, and under torch.compile
-        sac = make()
+        if v == "compiled" or (v == "fused" and precision != "fp32"):
+            continue  # no compiled fused step; bf16 keeps the autograd one
+        sac = make(fused=v == "fused")
         update = torch.compile(sac.update) if v == "old-compiled" else sac.update
         made.append(Variant(_named(v, precision), lambda update=update: (update(b), 1)[1]))
     ref = make()
@@ -280,7 +287,7 @@ def dqn_case(variants: list[str]) -> tuple[list[Variant], int, int]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--cases", default="classic,mujoco,atari,sac,dqn")
+    p.add_argument("--cases", default="classic,mujoco,atari,sac,sac-small,dqn")
     p.add_argument(
         "--variants",
         default="old,old-compiled,fused,compiled",
@@ -320,7 +327,7 @@ def main() -> None:
                     continue  # DQN trains in fp32 only (--precision)
                 mine, flops, threads = dqn_case(variants)
             else:
-                mine, flops, threads = sac_case(variants, precision)
+                mine, flops, threads = sac_case(case, variants, precision)
             made += mine
         torch.set_num_threads(threads)
         for v in made:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from asyncrl.algos.sac.config import SACConfig
+from asyncrl.algos.sac.fused import NAMES, SACStep, supports
 from asyncrl.algos.sac.networks import QEnsemble, SquashedGaussianActor
 from asyncrl.nets import autocast, floating_state
 
@@ -46,11 +47,14 @@ class SAC:
         hidden: tuple[int, ...] = (256, 256),
         target_entropy: float | None = None,
         precision: str = "fp32",
+        fused: bool = True,
     ):
         """``encoder()`` makes a fresh observation encoder (one for the actor, one shared by the
         critics, one for the target critics); None: observations are flattened vectors of
         ``obs_dim``. ``precision`` bf16: the networks' passes under a bfloat16 autocast,
-        their outputs, losses, gradients, weights and Adam's state float32."""
+        their outputs, losses, gradients, weights and Adam's state float32. ``fused``: the step
+        with its gradients written out (fused.py: the same bits) where it applies; False: the
+        autograd step, its reference."""
         self.cfg = cfg
         self.precision = precision
         # draws the policy's samples in updates (None: torch's global generator); a learner
@@ -75,6 +79,7 @@ class SAC:
         # critics read actions, and the temperature log-probs, in tanh's [-1, 1] coordinates;
         # a checkpoint saved before (no "action_units") trained in the env's: it goes on so
         self.env_units = False
+        self.fused = SACStep(self) if fused and supports(self) else None
 
     def _critic_action(self, a: torch.Tensor) -> torch.Tensor:
         return a if self.env_units else self.actor.unit(a)
@@ -100,6 +105,8 @@ class SAC:
         A truncated transition bootstraps like any other (its next_obs is the final obs);
         only ``terminated`` cuts the target.
         """
+        if self.fused is not None and not self.env_units:  # an old checkpoint's units: autograd
+            return self.fused(b)
         cfg = self.cfg
         alpha = self.log_alpha.detach().exp()
         device = self.log_alpha.device
@@ -130,6 +137,16 @@ class SAC:
         return torch.stack(
             [q_loss.detach(), actor_loss.detach(), alpha, -logp.mean(), q.detach().mean()]
         )
+
+    def take_nonfinite(self) -> dict[str, tuple[int, float]]:
+        """Per optimizer, the fused steps not applied (NaN or inf gradient) since the last call
+        and their mean gradient norm (one host sync: call it where the statistics are read)."""
+        if self.fused is None:
+            return {}
+        counts = self.fused.nonfinite.tolist()
+        self.fused.nonfinite.zero_()
+        pairs = zip(NAMES, counts, strict=True)
+        return {name: (round(bad), norm / max(bad, 1.0)) for name, (bad, norm) in pairs}
 
     def state_tensors(self) -> list[torch.Tensor]:
         """Every float an update changes: actor, critics, target critics and log-temperature."""
