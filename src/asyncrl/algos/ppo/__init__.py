@@ -39,6 +39,9 @@ class PPOAlgorithm:
     def derived(self, cfg: Any) -> dict[str, Any]:
         return config.derived(cfg)
 
+    def switch_values(self, cfg: Any, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
+        return config.switch_values(cfg, filled)
+
     def for_env(self, cfg: Any, spec: Any, given: Any) -> tuple[dict[str, Any], list[str]]:
         return config.for_env(cfg, spec, given)
 

@@ -179,6 +179,22 @@ TUNED: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
+# What --recurrent lstm|gru gives the settings left unset, per family, in place of the preset's
+# (the values tuned on one env stay there): the recurrent guide's CartPole settings, with which a
+# position-only CartPole is solved in 300k async steps where the generic preset's stay near 150
+# (docs, Guides: presets, what --recurrent derives). Other families keep their preset's values.
+_RECURRENT = {
+    "rollout": 64,
+    "recurrence": 16,
+    "minibatch_size": 256,
+    "epochs": 4,
+    "lr": 1e-3,
+    "lr_schedule": "linear",
+    "norm_obs": True,
+    "norm_reward": True,
+}
+RECURRENT_PRESETS: dict[str, dict[str, Any]] = {"generic": _RECURRENT, "classic": _RECURRENT}
+
 FIXED_ON_RESUME = (
     "activation",
     "norm_obs",
@@ -236,6 +252,20 @@ def _smallest_batch(cfg: Any, rollout: int) -> int:
     if cfg.policies > 1 and cfg.policy_mapping == "fixed":
         envs = min(envs_of_policy(envs, cfg.policies, p) for p in range(cfg.policies))
     return train_batch(dataclasses.replace(cfg, envs_per_actor=envs, rollout=rollout))
+
+
+def switch_values(cfg: Any, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
+    """What ``--recurrent`` gives the settings in ``filled`` on the preset's family (see
+    RECURRENT_PRESETS), and how the start-up line names it. Sequences of 16 steps only where
+    they divide the rollout and the minibatch; otherwise ``agree`` derives them."""
+    table = RECURRENT_PRESETS.get(cfg.preset, {}) if cfg.recurrent != "none" else {}
+    unset = filled | ({"recurrence"} if cfg.recurrence == 0 else set())  # 0: derived
+    out = {n: v for n, v in table.items() if n in unset and getattr(cfg, n) != v}
+    if "recurrence" in out:
+        sizes = (out.get("rollout", cfg.rollout), out.get("minibatch_size", cfg.minibatch_size))
+        if any(size % out["recurrence"] for size in sizes):
+            del out["recurrence"]
+    return f"--recurrent {cfg.recurrent}", out
 
 
 def agree(cfg: Any, filled: frozenset[str]) -> dict[str, Any]:
