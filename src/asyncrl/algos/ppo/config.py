@@ -256,10 +256,12 @@ def _smallest_batch(cfg: Any, rollout: int) -> int:
 
 def switch_values(cfg: Any, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
     """What ``--recurrent`` gives the settings in ``filled`` on the preset's family (see
-    RECURRENT_PRESETS), and how the start-up line names it. Sequences of 16 steps only where
-    they divide the rollout and the minibatch; otherwise ``agree`` derives them."""
+    RECURRENT_PRESETS), and how the start-up line names it. Its sequences of 16 steps go with
+    its rollout, and only where they divide the minibatch: with a rollout given, a sequence is
+    the rollout (--recurrence 0) as before, and ``agree`` derives what must fit it."""
     table = RECURRENT_PRESETS.get(cfg.preset, {}) if cfg.recurrent != "none" else {}
-    unset = filled | ({"recurrence"} if cfg.recurrence == 0 else set())  # 0: derived
+    derives_sequences = cfg.recurrence == 0 and "rollout" in filled
+    unset = filled | ({"recurrence"} if derives_sequences else set())
     out = {n: v for n, v in table.items() if n in unset and getattr(cfg, n) != v}
     if "recurrence" in out:
         sizes = (out.get("rollout", cfg.rollout), out.get("minibatch_size", cfg.minibatch_size))
