@@ -489,11 +489,12 @@ def test_a_feed_forward_policy_with_the_same_budget_does_not(tmp_path):
 # preset, async, 2 actors on the process backend, and what --recurrent derives (issue #54, point
 # 2; docs: Benchmarks, defaults on envs nobody tuned for, recurrent rows, where each seed's
 # figures are). CartPole: the issue's 300k; seeds 1-3 reached 500 by ~130k and ended at 500.
-# Pendulum: 300k, the last-100 return of seeds 1-3 PENDULUM_MEASURED; a random policy's is
-# about -1,208, and the margin asked is about half of the smallest gain measured.
+# Pendulum: 300k, a last-100 return of -345.3 and -266.3 (seeds 1, 2), where a random policy's
+# is -1,207.6: gains of 862 and 941; the margin asked is under half of the smaller one. Each
+# run takes 3-4 min of 2 idle cores, more than 10 beside other runs: hence the timeouts.
 CARTPOLE_STEPS = 300_000
 PENDULUM_STEPS = 300_000
-PENDULUM_MARGIN = 600.0
+PENDULUM_MARGIN = 400.0
 
 
 def _random_return(env_id: str, episodes: int = 100) -> float:
@@ -529,12 +530,14 @@ def _defaults_only(tmp_path, env: str, steps: int, seed: int) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_lstm_defaults_solve_the_position_only_cartpole_in_async_mode(tmp_path):
     summary = _defaults_only(tmp_path, POSITION_CARTPOLE, CARTPOLE_STEPS, seed=1)
     assert summary["final_return"] >= 400, summary
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_lstm_defaults_learn_the_position_only_pendulum_above_a_random_policy(tmp_path):
     summary = _defaults_only(tmp_path, POSITION_PENDULUM, PENDULUM_STEPS, seed=1)
     random = _random_return(POSITION_PENDULUM)

@@ -92,7 +92,8 @@ class PPOConfig(Hyperparameters):
     recurrent: str = setting(
         "none",
         "a recurrent core after the encoder: lstm or gru (memory, for partially observed "
-        "envs), or none (feed-forward); docs: Guides, recurrent policies",
+        "envs), or none (feed-forward); on the generic and classic families it also sets the "
+        "recurrent settings left unset (docs: Guides, presets; Guides, recurrent policies)",
         choices=RECURRENT,
         owners_only=True,
     )
