@@ -151,8 +151,9 @@ def test_a_short_run_of_each_covering_combination_completes_a_learner_iteration(
 def test_a_setting_left_unset_is_derived_to_agree_and_the_preset_line_says_so():
     from asyncrl.settings import preset_line, resolve
 
-    given = TrainConfig(env="Pendulum-v1", recurrent="lstm")
-    cfg = resolve(given, "classic")
+    # box2d: a family whose preset --recurrent leaves as it is (generic's and classic's below)
+    given = TrainConfig(env="LunarLander-v3", recurrent="lstm")
+    cfg = resolve(given, "box2d")
     assert (cfg.rollout, cfg.recurrence, cfg.minibatch_size) == (128, 0, 128)  # preset: 64
     assert preset_line(given, cfg).endswith(
         "; derived to agree with the others: minibatch_size 128"
@@ -160,11 +161,11 @@ def test_a_setting_left_unset_is_derived_to_agree_and_the_preset_line_says_so():
     # a minibatch given: sequences that fit it; a --recurrence given: a rollout of whole chunks
     assert (
         resolve(
-            TrainConfig(env="Pendulum-v1", recurrent="gru", minibatch_size=64), "classic"
+            TrainConfig(env="LunarLander-v3", recurrent="gru", minibatch_size=64), "box2d"
         ).recurrence
         == 64
     )
-    chunked = resolve(TrainConfig(env="Pendulum-v1", recurrent="gru", recurrence=48), "classic")
+    chunked = resolve(TrainConfig(env="LunarLander-v3", recurrent="gru", recurrence=48), "box2d")
     assert (chunked.rollout, chunked.minibatch_size) == (144, 96)
     # a batch shrunk by flags: the minibatch fits it; a population of SAC: an env per policy
     small = resolve(TrainConfig(env="CartPole-v1", envs_per_actor=2, rollout=16), "classic")

@@ -196,7 +196,8 @@ def resolve(cfg: TrainConfig, family: str | None = None, agree: bool = True) -> 
     cfg = dataclasses.replace(cfg, **changes)
     algo = algorithm(cfg.algo)
     if agree:
-        cfg = dataclasses.replace(cfg, **agreed(cfg, frozenset(changes) - {"preset"}, algo))
+        kept = _tuned_names(preset, cfg.algo) if tuned else frozenset()
+        cfg = dataclasses.replace(cfg, **agreed(cfg, frozenset(changes) - {"preset"}, algo, kept))
     changes = {}
     if cfg.actor_restarts == -1:
         changes["actor_restarts"] = 3 * (cfg.hogwild or cfg.actors)
@@ -204,12 +205,29 @@ def resolve(cfg: TrainConfig, family: str | None = None, agree: bool = True) -> 
     return _drawn_population(dataclasses.replace(cfg, **changes), algo)
 
 
-def agreed(cfg: TrainConfig, filled: frozenset[str], algo: Algorithm) -> dict[str, Any]:
-    """New values of settings in ``filled`` (a preset's or a default's, not the user's) that
-    would contradict others of ``cfg``, so that only settings given can conflict: the fixed
-    mapping's envs per actor, at least one per policy (SAC's presets have one env); then the
-    algorithm's own (see Algorithm.agree)."""
-    changes = {}
+def _tuned_names(preset: str, algo: str) -> frozenset[str]:
+    return frozenset(TUNED[preset][algo][1]) if algo in TUNED[preset] else frozenset()
+
+
+def switched(
+    cfg: TrainConfig, filled: frozenset[str], algo: Algorithm
+) -> tuple[str, dict[str, Any]]:
+    """What a switch of ``cfg`` (PPO's ``--recurrent``) gives the settings in ``filled`` in
+    place of the preset's values, and the switch as the start-up line names it."""
+    switch = getattr(algo, "switch_values", None)
+    return switch(cfg, filled) if switch else ("", {})
+
+
+def agreed(
+    cfg: TrainConfig, filled: frozenset[str], algo: Algorithm, kept: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """New values of settings in ``filled`` (a preset's or a default's, not the user's): those a
+    switch gives (:func:`switched`; not to the names in ``kept``, values tuned on the env), then
+    those that would contradict others of ``cfg``, so that only settings given can conflict:
+    the fixed mapping's envs per actor, at least one per policy (SAC's presets have one env);
+    then the algorithm's own (see Algorithm.agree)."""
+    changes = switched(cfg, filled - kept, algo)[1]
+    cfg = dataclasses.replace(cfg, **changes)
     if "envs_per_actor" in filled and acting_mapping(cfg) == "fixed":
         if cfg.envs_per_actor < cfg.policies:
             changes["envs_per_actor"] = cfg.policies
@@ -439,8 +457,10 @@ def preset_line(given: TrainConfig, resolved: TrainConfig) -> str | None:
     tuned = TUNED[resolved.preset][algo][1] if env else {}
     table = {**PRESETS[resolved.preset][algo], **tuned}
     unset = frozenset(name for name in FIELDS if getattr(given, name) is None)
+    kept, plugin = frozenset(tuned), algorithm(algo)
     unagreed = resolve(given, resolved.preset, agree=False)
-    made_to_agree = agreed(unagreed, unset, algorithm(algo)) if unset else {}
+    made_to_agree = agreed(unagreed, unset, plugin, kept) if unset else {}
+    switch, by_switch = switched(unagreed, unset - kept, plugin)
     filled = [name for name in table if name in unset and name not in made_to_agree]
     if not filled and not made_to_agree:
         return None
@@ -453,8 +473,11 @@ def preset_line(given: TrainConfig, resolved: TrainConfig) -> str | None:
     line += values([n for n in filled if n not in tuned])
     if any(n in tuned for n in filled):
         line += f"; tuned on {env}: " + values([n for n in filled if n in tuned])
-    if made_to_agree:  # e.g. a minibatch of whole recurrent sequences
-        line += "; derived to agree with the others: " + values(list(made_to_agree))
+    if by_switch:  # e.g. --recurrent lstm's rate and sequences
+        line += f"; for {switch}: " + values([n for n in made_to_agree if n in by_switch])
+    agreeing = [n for n in made_to_agree if n not in by_switch]
+    if agreeing:  # e.g. a minibatch of whole recurrent sequences
+        line += "; derived to agree with the others: " + values(agreeing)
     return line
 
 

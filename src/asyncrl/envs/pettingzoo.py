@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from asyncrl.config import ConfigError
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 PREFIX = "pettingzoo:"
 MASK = "action_mask"  # PettingZoo's key of the legal actions in an observation dict
@@ -104,7 +107,7 @@ def seat_spaces(env_id: str) -> tuple[int, gym.spaces.Box, gym.spaces.Discrete, 
     return len(agents), box, act, masked
 
 
-def check_seats(cfg: Any, spec: Any) -> None:
+def check_seats(cfg: TrainConfig, spec: Any) -> None:
     """What a run on a multi-agent env cannot use yet, refused in one line naming the setting
     (before anything starts)."""
     refusals = (

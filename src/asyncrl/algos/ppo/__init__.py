@@ -42,6 +42,9 @@ class PPOAlgorithm:
     def derived(self, cfg: TrainConfig) -> dict[str, Any]:
         return config.derived(cfg)
 
+    def switch_values(self, cfg: TrainConfig, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
+        return config.switch_values(cfg, filled)
+
     def for_env(
         self, cfg: TrainConfig, spec: Any, given: TrainConfig | None
     ) -> tuple[dict[str, Any], list[str]]:

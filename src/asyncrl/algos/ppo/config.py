@@ -95,7 +95,8 @@ class PPOConfig(Hyperparameters):
     recurrent: str = setting(
         "none",
         "a recurrent core after the encoder: lstm or gru (memory, for partially observed "
-        "envs), or none (feed-forward); docs: Guides, recurrent policies",
+        "envs), or none (feed-forward); on the generic and classic families it also sets the "
+        "recurrent settings left unset (docs: Guides, presets; Guides, recurrent policies)",
         choices=RECURRENT,
         owners_only=True,
     )
@@ -182,6 +183,22 @@ TUNED: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
+# What --recurrent lstm|gru gives the settings left unset, per family, in place of the preset's
+# (the values tuned on one env stay there): the recurrent guide's CartPole settings, with which a
+# position-only CartPole is solved in 300k async steps where the generic preset's stay near 150
+# (docs, Guides: presets, what --recurrent derives). Other families keep their preset's values.
+_RECURRENT = {
+    "rollout": 64,
+    "recurrence": 16,
+    "minibatch_size": 256,
+    "epochs": 4,
+    "lr": 1e-3,
+    "lr_schedule": "linear",
+    "norm_obs": True,
+    "norm_reward": True,
+}
+RECURRENT_PRESETS: dict[str, dict[str, Any]] = {"generic": _RECURRENT, "classic": _RECURRENT}
+
 FIXED_ON_RESUME = (
     "activation",
     "norm_obs",
@@ -239,6 +256,22 @@ def _smallest_batch(cfg: TrainConfig, rollout: int) -> int:
     if cfg.policies > 1 and cfg.policy_mapping == "fixed":
         envs = min(envs_of_policy(envs, cfg.policies, p) for p in range(cfg.policies))
     return train_batch(dataclasses.replace(cfg, envs_per_actor=envs, rollout=rollout))
+
+
+def switch_values(cfg: TrainConfig, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
+    """What ``--recurrent`` gives the settings in ``filled`` on the preset's family (see
+    RECURRENT_PRESETS), and how the start-up line names it. Its sequences of 16 steps go with
+    its rollout, and only where they divide the minibatch: with a rollout given, a sequence is
+    the rollout (--recurrence 0) as before, and ``agree`` derives what must fit it."""
+    table = RECURRENT_PRESETS.get(cfg.preset, {}) if cfg.recurrent != "none" else {}
+    derives_sequences = cfg.recurrence == 0 and "rollout" in filled
+    unset = filled | ({"recurrence"} if derives_sequences else set())
+    out = {n: v for n, v in table.items() if n in unset and getattr(cfg, n) != v}
+    if "recurrence" in out:
+        sizes = (out.get("rollout", cfg.rollout), out.get("minibatch_size", cfg.minibatch_size))
+        if any(size % out["recurrence"] for size in sizes):
+            del out["recurrence"]
+    return f"--recurrent {cfg.recurrent}", out
 
 
 def agree(cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
