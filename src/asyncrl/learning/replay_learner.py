@@ -235,12 +235,24 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         return time.perf_counter() - t0 + ahead
 
     def _drain_stats(self) -> dict[str, float]:
+        """The updates' statistics since the last call, and with them (one host sync) the fused
+        step's steps not applied for a NaN or inf gradient (counted with --on-nonfinite skip,
+        else NonFiniteError)."""
         with self._update_lock:
             pending, self._pending = self._pending, []
+            skipped = self.fused_nonfinite() if pending else {}
         if not pending:
             return {}
+        for name, (bad, norm) in skipped.items():
+            if bad:
+                self.nonfinite_steps(name, bad, norm)
         mean = (pending[0] if len(pending) == 1 else torch.stack(pending).mean(0)).tolist()
         return dict(zip(self.rule.STATS, mean, strict=True))
+
+    def fused_nonfinite(self) -> dict[str, tuple[int, float]]:
+        """Per optimizer, the fused step's steps not applied since the last call and their mean
+        gradient norm; {} where the update is autograd's (its optimizers' hooks guard it)."""
+        return {}
 
     def _raise_if_failed(self) -> None:
         """Raise the optimizer thread's error, with its own traceback in the message (the

@@ -64,17 +64,8 @@ class DQNLearner(ReplayLearner):
             "discount": torch.as_tensor(discount, dtype=torch.float32).to(self.device),
         }
 
-    def _drain_stats(self) -> dict[str, float]:
-        """The statistics, and the fused step's steps not applied for a NaN or inf gradient
-        (counted with --on-nonfinite skip, else NonFiniteError), read with them."""
-        stats = super()._drain_stats()
-        if not stats or self.rule.fused is None:  # no step since, or autograd's (its own guard)
-            return stats
-        with self._update_lock:
-            bad, norm = self.rule.take_nonfinite()
-        if bad:
-            self.nonfinite_steps("q", bad, norm)
-        return stats
+    def fused_nonfinite(self) -> dict[str, tuple[int, float]]:
+        return {} if self.rule.fused is None else {"q": self.rule.take_nonfinite()}
 
     def own_summary(self, wall: float) -> dict:
         return {**super().own_summary(wall), "epsilon": float(self.policy.epsilon)}

@@ -64,18 +64,8 @@ class SACLearner(ReplayLearner):
     def random_streams(self) -> list[torch.Generator]:
         return [] if self.sac.generator is None else [self.sac.generator]
 
-    def _drain_stats(self) -> dict[str, float]:
-        """The statistics, and the fused step's steps not applied for a NaN or inf gradient
-        (counted with --on-nonfinite skip, else NonFiniteError), read with them."""
-        stats = super()._drain_stats()
-        if not stats or self.sac.fused is None:  # no step since, or autograd's (its own guard)
-            return stats
-        with self._update_lock:
-            counts = self.sac.take_nonfinite()
-        for name, (bad, norm) in counts.items():
-            if bad:
-                self.nonfinite_steps(name, bad, norm)
-        return stats
+    def fused_nonfinite(self) -> dict[str, tuple[int, float]]:
+        return self.sac.take_nonfinite()  # {} for the autograd step
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
