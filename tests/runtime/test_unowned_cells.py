@@ -160,3 +160,32 @@ def test_the_guard_looks_at_the_cells_a_policy_reads_and_only_at_those(t, k, fou
     else:
         assert where is None
     store.close()
+
+
+@pytest.mark.parametrize("seats", [False, True])
+def test_the_guard_finds_a_nan_reward_a_waiting_seat_receives(seats):
+    """A multi-agent env's seat receives rewards while it waits (the loser's -1 arrives at the
+    winner's move) and its update reads them: a NaN there is found. Under the random mapping
+    the same cell is another policy's, stale, and not read: it is not."""
+    from types import SimpleNamespace
+
+    from asyncrl.learning.guard import nonfinite_in_rollout
+
+    own = np.zeros((T, K), bool)
+    own[::2, 0] = True  # seat 0 acts at even steps, waits at odd ones
+    slot = SimpleNamespace(
+        actor=np.zeros(1, np.int64),
+        own=own,
+        terminated=np.zeros((T, K), bool),
+        truncated=np.zeros((T, K), bool),
+        obs=np.zeros((T + 1, K, 3), np.float32),
+        rewards=np.zeros((T, K), np.float32),
+    )
+    slot.rewards[5, 0] = np.nan  # a step seat 0 waited
+    where = nonfinite_in_rollout(
+        slot, ("obs", "rewards"), seats_whole=("rewards",) if seats else None
+    )
+    if seats:
+        assert where == "actor 0 env 0 wrote a non-finite reward (nan) at step 5 of a rollout"
+    else:
+        assert where is None

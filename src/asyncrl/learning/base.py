@@ -50,6 +50,9 @@ class LearnerBase:
     flat: FlatParams
     CHECKED: tuple[str, ...] = ()  # slot fields that must be finite
     CHECKED_AT_ENDS: tuple[str, ...] = ()  # ... and those written only where episodes ended
+    # a multi-agent env's seats: the fields the update reads at every step, waiting ones too
+    # (None: the rows are not seats)
+    seats_whole: tuple[str, ...] | None = None
     # whether its slots hold other policies' steps too, its own marked ``own``: the population
     # tells it (--policy-mapping random)
     marks_own = False
@@ -160,7 +163,7 @@ class LearnerBase:
         the actor, env and step, or with --on-nonfinite skip drops that rollout (counted)."""
         good = []
         for slot in slots:
-            where = nonfinite_in_rollout(slot, fields, at_ends)
+            where = nonfinite_in_rollout(slot, fields, at_ends, self.seats_whole)
             if where is None:
                 good.append(slot)
             elif self.skipping:

@@ -21,18 +21,23 @@ def first_nonfinite(x: np.ndarray) -> tuple[int, ...] | None:
 
 
 def nonfinite_in_rollout(
-    slot: Any, fields: tuple[str, ...], at_ends: tuple[str, ...] = ()
+    slot: Any,
+    fields: tuple[str, ...],
+    at_ends: tuple[str, ...] = (),
+    seats_whole: tuple[str, ...] | None = None,
 ) -> str | None:
     """Where the first NaN or inf in ``slot`` is, in words naming actor, env and step; None if
     every value is finite. ``fields`` are time-major ([T(+1), K, ...]); ``at_ends`` are read
-    only at the steps where an episode ended (elsewhere they hold older rollouts' values)."""
+    only at the steps where an episode ended (elsewhere they hold older rollouts' values).
+    ``seats_whole``: the slot's rows are a multi-agent env's seats, and these fields are read
+    at every step, also those the seat waited (the cells checked are the cells the update reads)."""
     actor = int(slot.actor[0])
     own = getattr(slot, "own", None)  # --policy-mapping random: other cells hold stale values
     ended = slot.terminated | slot.truncated
     for name in fields:
         x = getattr(slot, name)
-        if own is not None:
-            x = zero_unowned(x, own, ended)
+        if own is not None and name not in (seats_whole or ()):
+            x = zero_unowned(x, own, ended, seats_whole is not None)
         idx = first_nonfinite(x)
         if idx is not None:
             return _where(actor, name, x[idx], idx[0], idx[1])
