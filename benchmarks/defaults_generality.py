@@ -9,7 +9,7 @@
 Every asyncrl run is `asyncrl train --env ENV --algo ALGO --total-steps BUDGET --seed S` and
 nothing else that changes learning (progress bar, TensorBoard and periodic checkpoints off): the
 preset auto chooses from the env's family. BUDGET is RL Zoo's n_timesteps for the env and
-algorithm (at most 1M). Beside it, SB3's PPO or SAC at the library's defaults on the same env,
+algorithm (at most 1M). Beside it, SB3's PPO, SAC or DQN at the library's defaults on the same env,
 budget and machine (baselines/sb3_defaults.py, in the venv `bash benchmarks/baselines/setup.sh
 sb3` makes; without it those runs are skipped, saying so), and RL Zoo's published tuned figure
 (benchmark.md: one run, deterministic evaluation, v2/v3 envs). Metric of the runs here: the mean
@@ -57,6 +57,11 @@ TABLE = [
     ("sac", "MountainCarContinuous-v0", "classic", "continuous", 50_000, 94.679),
     # the issue's short run of a small MuJoCo balancing env (RL Zoo has no SAC figure for it)
     ("sac", "InvertedPendulum-v5", "mujoco", "continuous", 15_000, None),
+    # DQN at RL Zoo's budgets (LunarLander: its v2 figure)
+    ("dqn", "CartPole-v1", "classic", "discrete", 50_000, 500.0),
+    ("dqn", "Acrobot-v1", "classic", "discrete", 100_000, -76.639),
+    ("dqn", "MountainCar-v0", "classic", "discrete", 120_000, -100.849),
+    ("dqn", "LunarLander-v3", "box2d", "discrete", 100_000, 154.382),
 ]
 # RL Zoo's SAC budget for LunarLanderContinuous (500k steps) is ~2 h per seed per library here at
 # one update per env step: listed for --extra, left out of the table's promise.
@@ -199,7 +204,7 @@ def table(out: Path, rows: list[tuple], budget: int | None) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--impl", default="asyncrl", help="asyncrl, sb3, or asyncrl,sb3")
-    p.add_argument("--algos", default="ppo,sac")
+    p.add_argument("--algos", default="ppo,sac,dqn")
     p.add_argument("--envs", default="", help="only these envs (comma-separated)")
     p.add_argument("--seeds", type=int, default=3, help="seeds 1..N per env")
     p.add_argument("--budget", type=int, default=0, help="every run's budget (a smoke run)")
