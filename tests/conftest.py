@@ -109,14 +109,6 @@ def runs_seen(monkeypatch) -> list:
     return seen
 
 
-# ---------------------------------------------------------------------- order
-def pytest_collection_modifyitems(config, items) -> None:
-    """Slow tests (the learning runs, minutes each) first, each group in its collected order:
-    xdist hands tests out as workers free up, so long ones started last leave the other worker
-    idle at the end of the suite."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 # ---------------------------------------------------------------------- skips in CI
 # CI (.ci/run sets ASYNCRL_CI_NO_SKIP=1) installs every extra, so a skip there means tests that
 # quietly stopped running (an extra that no longer installs, a tool gone from the machine): it
