@@ -86,7 +86,6 @@ def test_the_random_player_wins_as_often_as_it_loses_against_itself():
     assert abs(rates["win"] - rates["loss"]) < 0.2  # 200 games: ~2.8 standard errors
 
 
-@pytest.mark.slow  # a 4,096-step run: ~30 s on 2 cores
 def test_a_training_run_never_takes_an_illegal_move(tmp_path, monkeypatch):
     """Every action of every active seat, at every step of a run, checked against the mask
     its observation carried (the inline backend: the actor steps in this process)."""
