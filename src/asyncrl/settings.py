@@ -292,6 +292,12 @@ def acting_mapping(cfg: TrainConfig) -> str:
     return cfg.policy_mapping if cfg.policies > 1 else "fixed"
 
 
+def marks_own(cfg: TrainConfig, spec: EnvSpec) -> bool:
+    """Whether a policy's slot holds every row of its actors, the steps it acted marked ``own``:
+    under the random mapping, and for a multi-agent env's seats, which wait their turn."""
+    return acting_mapping(cfg) == "random" or spec.agents > 1
+
+
 def policy_configs(cfg: TrainConfig) -> list[TrainConfig]:
     return [policy_config(cfg, p) for p in range(cfg.policies)]
 

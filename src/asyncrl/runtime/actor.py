@@ -93,8 +93,9 @@ class Actor:
         # a population's policies in one forward where the algorithm can (else each in turn)
         self.joint = algo.joint_acting(self.actings)
         self.versions = [-1] * len(self.stores)
+        seats = (lambda: self.envs.active) if spec.agents > 1 else None
         self.mapping = policy_mapping(
-            acting_mapping(cfg), self.K, len(self.stores), first_seed, self.envs
+            acting_mapping(cfg), self.K, len(self.stores), first_seed, seats
         )
         # what the algorithm records of one step of one env (under a mapping that marks own
         # steps it writes them into a row of their own, copied into the slot: see _act)
@@ -295,7 +296,7 @@ class Actor:
         for g, saved in zip(self.generators, state.get("generators") or [], strict=False):
             g.set_state(saved)
         self.mapping.load_state_dict(state)
-        if not hasattr(self.envs, "active"):  # a multi-agent env's games start anew (not saved)
+        if self.spec.agents == 1:  # a multi-agent env's games start anew (not saved)
             self.obs = torch.as_tensor(_array(state["obs"], self.obs_dtype))
             self.ep_return = _array(state["ep_return"], np.float64)
             self.ep_length = _array(state["ep_length"], np.int64)

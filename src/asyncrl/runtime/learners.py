@@ -37,7 +37,7 @@ from asyncrl.runtime.processes import (
 )
 from asyncrl.runtime.supervisor import Supervisor
 from asyncrl.runtime.transport import PolicyStore, SlotStore
-from asyncrl.settings import TrainConfig, acting_mapping
+from asyncrl.settings import TrainConfig, marks_own
 
 
 def pack(value: Any) -> bytes:
@@ -56,7 +56,7 @@ def policy_learner(algo: Algorithm, cfg: TrainConfig, spec: Any) -> Any:
     """A population's policy's learner (``cfg``: that policy's settings), told what its slots
     hold: under the random mapping every env's steps, its own marked ``own``."""
     learner = algo.learner(cfg, spec)
-    learner.marks_own = acting_mapping(cfg) == "random" or spec.agents > 1
+    learner.marks_own = marks_own(cfg, spec)
     return learner
 
 

@@ -9,6 +9,7 @@ holds every row, in order, and nothing is ever drawn (docs: Concepts, actors, le
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -149,7 +150,7 @@ class SharedSeats(PolicyMapping):
 
     marks_own = True
 
-    def __init__(self, rows: int, active: Any):
+    def __init__(self, rows: int, active: Callable[[], np.ndarray]):
         super().__init__(rows, 1, np.zeros(rows, np.int64), np.arange(rows))
         self.active = active
         self._every = [Group(0, slice(None), slice(None), np.arange(rows), True)]
@@ -166,13 +167,13 @@ class SharedSeats(PolicyMapping):
 
 
 def policy_mapping(
-    kind: str, rows: int, policies: int, seed: int, envs: Any = None
+    kind: str, rows: int, policies: int, seed: int, seats: Callable[[], np.ndarray] | None = None
 ) -> PolicyMapping:
     """The mapping ``kind`` names (fixed or random: ``settings.acting_mapping``) of an actor's
-    ``rows`` to ``policies``; ``seed``: the actor's first env seed. Envs whose rows are seats
-    (a PettingZoo env's, with ``active``): :class:`SharedSeats`."""
-    if hasattr(envs, "active"):
-        return SharedSeats(rows, lambda: envs.active)
+    ``rows`` to ``policies``; ``seed``: the actor's first env seed. Rows that are a multi-agent
+    env's seats (``seats()``: those whose agent acts next): :class:`SharedSeats`."""
+    if seats is not None:
+        return SharedSeats(rows, seats)
     if kind == "random":
         return RandomMapping(rows, policies, seed + MAPPING_SEED)
     return FixedMapping(rows, policies)

@@ -97,11 +97,11 @@ def rollout_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> SlotLayo
     """The layout of a run's slots: one actor's rollout, with what its algorithm records. For
     one policy of a population pass its config (``settings.policy_config``): its slots hold the
     envs it acts on, and under the random mapping every env with its own steps marked."""
-    from asyncrl.settings import acting_mapping
+    from asyncrl.settings import marks_own
 
     T, K = cfg.rollout, cfg.envs_per_actor
     extra = algo.slot_fields(spec, T, K, cfg)
-    if acting_mapping(cfg) == "random" or spec.agents > 1:  # or seats that wait their turn
+    if marks_own(cfg, spec):
         extra = (*extra, ("own", (T, K), "bool"))  # the steps this policy acted
     return SlotLayout.for_rollout(spec, T, K, extra)
 

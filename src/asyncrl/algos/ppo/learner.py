@@ -76,9 +76,7 @@ class PPOLearner(LearnerBase, HogwildSharing, PBTAdoption):
         self.flat = FlatParams(self.policy)
         # One statistic for the run, whatever N and K: the learner sees every env's rewards.
         self.reward_norm = RewardNormalizer(cfg.gamma, cfg.reward_clip) if cfg.norm_reward else None
-        # a multi-agent env's seats: its slots hold every seat, the steps each acted "own"
-        self.marks_own = spec.agents > 1
-        if self.marks_own:  # the guard checks a waiting seat's rewards: its update reads them
+        if spec.agents > 1:  # the guard checks a waiting seat's rewards: its update reads them
             self.seats_whole = SEATS_KEEP
         self.guard_steps({"policy": self.algo.optimizer})  # the autograd step's
         self.algo.on_nonfinite = functools.partial(self.nonfinite_steps, "policy")  # the fused
