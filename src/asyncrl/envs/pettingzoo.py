@@ -71,7 +71,7 @@ def _turn_based(par: Any) -> bool:
 def _parts(space: gym.Space) -> tuple[gym.spaces.Box, bool]:
     """The Box a seat observes and whether an ``action_mask`` comes with it."""
     if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:
-        inner, masked = space.spaces["observation"], "action_mask" in space.spaces
+        inner, masked = space.spaces["observation"], MASK in space.spaces
         if isinstance(inner, gym.spaces.Box) and set(space.spaces) <= {"observation", MASK}:
             return inner, masked
     elif isinstance(space, gym.spaces.Box):
@@ -133,9 +133,7 @@ def flat_obs(obs: Any, masked: bool) -> np.ndarray:
     if not masked:
         inner = obs["observation"] if isinstance(obs, dict) else obs
         return np.asarray(inner, np.float32).reshape(-1)
-    return np.concatenate([np.ravel(obs["observation"]), np.ravel(obs["action_mask"])]).astype(
-        np.float32
-    )
+    return np.concatenate([np.ravel(obs["observation"]), np.ravel(obs[MASK])]).astype(np.float32)
 
 
 def legal(row: np.ndarray, n: int) -> np.ndarray:
@@ -160,6 +158,7 @@ class SeatVectorEnv:
             )
         self.games = [make_parallel(env_id) for _ in range(rows // self.agents)]
         self.names = list(self.games[0].possible_agents)
+        self.seat = {agent: i for i, agent in enumerate(self.names)}  # an agent's seat in a game
         self.turn_based = _turn_based(self.games[0])
         self.rows = rows
         self.obs = np.zeros((rows, box.shape[0]), np.float32)
@@ -167,7 +166,7 @@ class SeatVectorEnv:
         self.done = np.zeros(rows, bool)  # seats whose agent is done in the current game
 
     def _row(self, game: int, agent: Any) -> int:
-        return game * self.agents + self.names.index(agent)
+        return game * self.agents + self.seat[agent]
 
     def _start(self, g: int, seed: int | None) -> None:
         obs, _ = self.games[g].reset(seed=seed)

@@ -91,9 +91,10 @@ class ActorCritic(nn.Module):
         trains, so it runs per minibatch)."""
         if self.encoder is not None:
             return obs
-        x = self.obs_norm(as_float(obs)).flatten(1)
+        raw = as_float(obs)
+        x = self.obs_norm(raw).flatten(1)
         if self.n_mask:  # the mask as it came, not normalised
-            x = torch.cat([x[:, : -self.n_mask], as_float(obs).flatten(1)[:, -self.n_mask :]], 1)
+            x = torch.cat([x[:, : -self.n_mask], raw.flatten(1)[:, -self.n_mask :]], 1)
         return x
 
     def _split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
