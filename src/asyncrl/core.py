@@ -190,6 +190,10 @@ class Algorithm(Protocol):
     def derived(self, cfg: TrainConfig) -> dict[str, Any]:
         """Settings derived from others (its own, and ``log_every``'s default)."""
 
+    def switch_values(self, cfg: TrainConfig, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
+        """What a switch of ``cfg`` (PPO's ``--recurrent``) gives the settings in ``filled`` in
+        place of the preset's, and the switch as the start-up line names it ("", {}: none)."""
+
     def for_env(
         self, cfg: TrainConfig, spec: Any, given: TrainConfig | None
     ) -> tuple[dict[str, Any], list[str]]:

@@ -209,24 +209,15 @@ def _tuned_names(preset: str, algo: str) -> frozenset[str]:
     return frozenset(TUNED[preset][algo][1]) if algo in TUNED[preset] else frozenset()
 
 
-def switched(
-    cfg: TrainConfig, filled: frozenset[str], algo: Algorithm
-) -> tuple[str, dict[str, Any]]:
-    """What a switch of ``cfg`` (PPO's ``--recurrent``) gives the settings in ``filled`` in
-    place of the preset's values, and the switch as the start-up line names it."""
-    switch = getattr(algo, "switch_values", None)
-    return switch(cfg, filled) if switch else ("", {})
-
-
 def agreed(
     cfg: TrainConfig, filled: frozenset[str], algo: Algorithm, kept: frozenset[str] = frozenset()
 ) -> dict[str, Any]:
     """New values of settings in ``filled`` (a preset's or a default's, not the user's): those a
-    switch gives (:func:`switched`; not to the names in ``kept``, values tuned on the env), then
+    switch gives (``Algorithm.switch_values``; not to ``kept``, values tuned on the env), then
     those that would contradict others of ``cfg``, so that only settings given can conflict:
     the fixed mapping's envs per actor, at least one per policy (SAC's presets have one env);
     then the algorithm's own (see Algorithm.agree)."""
-    changes = switched(cfg, filled - kept, algo)[1]
+    changes = algo.switch_values(cfg, filled - kept)[1]
     cfg = dataclasses.replace(cfg, **changes)
     if "envs_per_actor" in filled and acting_mapping(cfg) == "fixed":
         if cfg.envs_per_actor < cfg.policies:
@@ -466,7 +457,7 @@ def preset_line(given: TrainConfig, resolved: TrainConfig) -> str | None:
     kept, plugin = frozenset(tuned), algorithm(algo)
     unagreed = resolve(given, resolved.preset, agree=False)
     made_to_agree = agreed(unagreed, unset, plugin, kept) if unset else {}
-    switch, by_switch = switched(unagreed, unset - kept, plugin)
+    switch, by_switch = plugin.switch_values(unagreed, unset - kept)
     filled = [name for name in table if name in unset and name not in made_to_agree]
     if not filled and not made_to_agree:
         return None

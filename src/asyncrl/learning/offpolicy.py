@@ -218,6 +218,9 @@ class ReplayAlgorithm:
     the replay's, a buffer fitted to memory, the replay in the memory line, and a slot field
     for every episode's final observation. SAC and DQN subclass it."""
 
+    def switch_values(self, cfg: TrainConfig, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
+        return "", {}  # no switch of theirs derives other settings
+
     fixed_on_resume = REPLAY_FIXED_ON_RESUME
     derive_markers = REPLAY_DERIVED
     masked_slots = False  # the replay takes whole slots
