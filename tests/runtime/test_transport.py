@@ -66,7 +66,9 @@ def test_id_channel_carries_ids_from_several_processes_and_times_out_when_empty(
     writers = [ctx.Process(target=_put_ids, args=(channel, k * 1000)) for k in range(2)]
     for p in writers:
         p.start()
-    got = [channel.get(10) for _ in range(200)]
+    # generous: a spawned writer imports torch and this module before its first put, which
+    # took over 10 s on a loaded 2-core machine; the timeout only turns a lost id into a failure
+    got = [channel.get(120) for _ in range(200)]
     for p in writers:
         p.join(30)
         assert p.exitcode == 0
