@@ -79,9 +79,10 @@ BAD = [
     ),
     (["--reward-clip", "-1"], "reward_clip: must be >= 0"),
     (["--wandb-tags", "ok," + "x" * 65], "wandb_tags: must be a list of tags of 1 to 64 char"),
-    # rollout 1 (the preset's, and sync DQN's only one) left n_step 3 silently 1-step
+    # rollout 1 (the classic preset's but on CartPole-v1, and sync DQN's only one) left n_step 3
+    # silently 1-step
     (
-        ["--algo", "dqn", "--n-step", "3"],
+        ["--algo", "dqn", "--env", "Acrobot-v1", "--n-step", "3"],
         "n_step: 3-step returns sum steps within one rollout of 1",
     ),
     (

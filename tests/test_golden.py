@@ -99,6 +99,14 @@ RUNS: dict[str, dict[str, Any]] = {
         batch_size=32,
         buffer_size=512,
         total_steps=600,
+        # the classic preset's values, recorded before CartPole-v1 had tuned ones of its own
+        lr=2.5e-4,
+        lr_schedule="constant",
+        replay_ratio=0.1,
+        target_every=500,
+        epsilon_end=0.05,
+        exploration_fraction=0.5,
+        n_step=1,
     ),
     "population-2": dict(CARTPOLE, policies=2, total_steps=2_048),
     "population-3-pbt": dict(

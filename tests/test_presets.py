@@ -201,6 +201,8 @@ def test_a_populations_learner_processes_share_the_cpus_under_threads_learner_0(
         ("Hopper-v5", "mujoco", "ppo", 1_000_000),  # the references' MuJoCo figures: at 1M
         ("HalfCheetah-v5", "mujoco", "sac", 1_000_000),
         ("ALE/Breakout-v5", "atari", "ppo", 10_000_000),  # CleanRL's ppo_atari: 10M agent steps
+        ("Acrobot-v1", "classic", "dqn", 500_000),  # CleanRL's dqn.py
+        ("CartPole-v1", "classic", "dqn", 100_000),  # tuned on it: where it solves it
     ],
 )
 def test_the_budget_is_the_one_the_familys_references_report_at(env, family, algo, steps):
@@ -248,6 +250,47 @@ def test_sac_has_its_own_defaults(env, warmup):
     line = preset_line(TrainConfig(algo="sac", env=env), cfg)
     assert line.startswith(f"asyncrl: preset {cfg.preset} (auto: {env}) for sac: gamma 0.99,")
     assert "gae_lambda" not in line and "lr " not in line  # settings SAC does not read
+
+
+def test_dqn_on_cartpole_takes_the_values_tuned_on_it_and_other_classic_envs_cleanrls():
+    from asyncrl.algos.dqn.config import TUNED
+
+    env, tuned = TUNED["classic"]
+    given = TrainConfig(algo="dqn", env=env)
+    cfg = resolve(given, "classic")
+    assert {name: getattr(cfg, name) for name in tuned} == tuned
+    assert (cfg.mode, cfg.actors, cfg.rollout, cfg.n_step, cfg.td_loss) == ("async", 2, 4, 3, "mse")
+    line = preset_line(given, cfg)
+    assert line.startswith(
+        "asyncrl: preset classic (auto: CartPole-v1) for dqn: gamma 0.99, td_loss mse; "
+        "tuned on CartPole-v1: lr 0.0023, batch_size 64,"
+    )
+    assert "total_steps 100000" in line and "n_step 3" in line
+    acrobot = resolve(TrainConfig(algo="dqn", env="Acrobot-v1"), "classic")
+    assert (acrobot.lr, acrobot.hidden, acrobot.rollout, acrobot.n_step) == (
+        2.5e-4,
+        [120, 84],
+        1,
+        1,
+    )
+    assert (acrobot.envs_per_actor, acrobot.total_steps) == (8, 500_000)
+
+
+@pytest.mark.parametrize("switch", [dict(mode="sync"), dict(hogwild=2)])
+def test_dqns_tuned_rollout_and_n_step_give_way_to_a_loop_of_single_steps(switch):
+    """Sync DQN and a Hogwild! worker step with rollouts of 1: CartPole's tuned rollout of 4 and
+    3-step returns, left unset, derive to 1 there; only values given can conflict."""
+    given = TrainConfig(algo="dqn", env="CartPole-v1", **switch)
+    cfg = resolve(given, "classic")
+    assert (cfg.rollout, cfg.n_step, cfg.lr) == (1, 1, 2.3e-3)
+    validate(cfg)
+    assert preset_line(given, cfg).endswith(
+        "; derived to agree with the others: rollout 1, n_step 1"
+    )
+    shorter = resolve(TrainConfig(algo="dqn", env="CartPole-v1", rollout=2), "classic")
+    assert (shorter.rollout, shorter.n_step) == (2, 2)  # a transition sums one rollout's steps
+    with pytest.raises(ConfigError, match="rollout: sync DQN updates after every batched env"):
+        validate(TrainConfig(algo="dqn", env="CartPole-v1", rollout=4, **switch), "classic")
 
 
 def test_a_setting_given_wins_even_when_it_equals_another_presets_value():

@@ -453,6 +453,8 @@ def preset_line(given: TrainConfig, resolved: TrainConfig) -> str | None:
     env = tuned_env(resolved.preset, algo, given.env if given.preset == "auto" else None)
     tuned = TUNED[resolved.preset][algo][1] if env else {}
     table = {**PRESETS[resolved.preset][algo], **tuned}
+    if "total_steps" in table:  # the budget last, after values the tuned ones add
+        table["total_steps"] = table.pop("total_steps")
     unset = frozenset(name for name in FIELDS if getattr(given, name) is None)
     kept, plugin = frozenset(tuned), algorithm(algo)
     unagreed = resolve(given, resolved.preset, agree=False)

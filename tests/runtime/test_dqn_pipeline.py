@@ -1,5 +1,6 @@
 """DQN through the pipeline: Atari frames stored once in its replay, the replay ratio held in
-async mode, an exact resume, and CartPole solved in both modes."""
+async mode, an exact resume, and CartPole solved in both modes by the command with no flag but
+the env."""
 
 from __future__ import annotations
 
@@ -113,33 +114,28 @@ def test_a_run_stopped_and_resumed_ends_bit_for_bit_where_an_unbroken_one_ends(t
     )
 
 
-# CartPole with RL Zoo's tuned DQN for CartPole-v1 (network, rate, batch, buffer, warm-up,
-# replay ratio, target period), with CleanRL's squared error and a rate that falls to 0 at the
-# end (a sweep of these on 2026-11-26: docs, benchmarks/dqn)
-SOLVE = dict(
-    hidden=[256, 256],
-    lr=2.3e-3,
-    lr_schedule="linear",
-    batch_size=64,
-    buffer_size=100_000,
-    learning_starts=1_000,
-    replay_ratio=0.5,
-    target_every=256,
-    td_loss="mse",
-    epsilon_end=0.01,
-    exploration_fraction=0.16,
-)
-# async also takes 3-step returns, which need rollouts of 3 steps or more (sync DQN's rollout is
-# 1). Without them (n_step 3 was silently 1-step then) async ended under 475 in 3 of 7 runs;
-# with them, in none of 10 (docs, benchmarks/dqn)
-MODES = {"sync": {}, "async": {"rollout": 4, "n_step": 3}}
+# `asyncrl train --algo dqn --env CartPole-v1 --seed 1`, nothing else that changes learning:
+# the classic preset's values tuned on CartPole-v1 (RL Zoo's tuned DQN for it with CleanRL's
+# squared error, a rate falling to 0, 3-step returns on async rollouts of 4; 100k steps). In
+# sync mode the rollout and n_step derive to 1 (docs, benchmarks/dqn and defaults-generality)
+MODES = {"async": None, "sync": "sync"}  # async: the mode left unset, the preset's
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
-def test_cartpole_is_solved_within_100k_steps(tmp_path, mode):
-    s = train(
-        _cfg(tmp_path, mode=mode, actors=2, total_steps=100_000, seed=1, **SOLVE, **MODES[mode])
+def test_the_default_command_solves_cartpole_within_its_100k_steps(tmp_path, mode):
+    given = TrainConfig(
+        algo="dqn",
+        env="CartPole-v1",
+        mode=MODES[mode],
+        seed=1,
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+        run_dir=str(tmp_path / "run"),
     )
-    assert s["env_steps"] <= 100_000 + 2 * 4 * MODES[mode].get("rollout", 1)
+    cfg = resolve(given, "classic")
+    assert (cfg.total_steps, cfg.actors, cfg.envs_per_actor) == (100_000, 2, 4)
+    s = train(given)
+    assert s["env_steps"] <= 100_000 + 2 * 4 * cfg.rollout
     assert s["final_return"] >= 475, s

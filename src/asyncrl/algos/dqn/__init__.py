@@ -34,7 +34,7 @@ class DQNAlgorithm(offpolicy.ReplayAlgorithm):
         config.validate(cfg)
 
     def agree(self, cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
-        return {}  # its presets agree with every run-level setting as they are
+        return config.agree(cfg, filled)
 
     def acting_module(self, cfg: TrainConfig, spec: Any) -> Any:
         from asyncrl.algos.dqn.networks import QNetwork

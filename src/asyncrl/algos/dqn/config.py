@@ -30,7 +30,7 @@ class DQNConfig(ReplaySettings):
     exploration_fraction: float = preset_setting(
         0.5, "fraction of total_steps over which exploration falls linearly to epsilon_end"
     )
-    n_step: int = setting(1, "env steps each transition's return sums (within one rollout)")
+    n_step: int = preset_setting(1, "env steps each transition's return sums (within one rollout)")
     double: bool = setting(True, "double DQN: the online network picks the next action")
     td_loss: str = preset_setting(
         "huber",
@@ -85,7 +85,44 @@ PRESETS: dict[str, dict[str, Any]] = {
     "atari": dict(_CLEANRL_ATARI),
     "pixels": dict(_CLEANRL_ATARI),
 }
-TUNED: dict[str, tuple[str, dict[str, Any]]] = {}
+# Values tuned on one env, per family: auto gives them to that env alone (docs, Guides:
+# presets). CartPole's: RL Zoo's tuned DQN for CartPole-v1 with CleanRL's squared error, a rate
+# falling to 0 and 3-step returns on rollouts of 4, at the 100k steps where they solve it in
+# both modes (docs, benchmarks/dqn and defaults-generality); 2 actors x 4 envs as measured.
+TUNED: dict[str, tuple[str, dict[str, Any]]] = {
+    "classic": (
+        "CartPole-v1",
+        {
+            "lr": 2.3e-3,
+            "lr_schedule": "linear",
+            "batch_size": 64,
+            "buffer_size": 100_000,
+            "learning_starts": 1_000,
+            "replay_ratio": 0.5,
+            "target_every": 256,
+            "epsilon_end": 0.01,
+            "exploration_fraction": 0.16,
+            "envs_per_actor": 4,
+            "rollout": 4,
+            "n_step": 3,
+            "hidden": [256, 256],
+            "total_steps": 100_000,
+        },
+    ),
+}
+
+
+def agree(cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
+    """Values in ``filled`` (a preset's, not the user's) that would contradict a setting given:
+    sync DQN (and a Hogwild! worker, whose loop is sync) steps with rollouts of 1, and a
+    transition's return sums steps of one rollout."""
+    out: dict[str, Any] = {}
+    rollout = cfg.rollout
+    if "rollout" in filled and (cfg.mode == "sync" or cfg.hogwild) and rollout != 1:
+        out["rollout"] = rollout = 1
+    if "n_step" in filled and cfg.n_step > rollout:
+        out["n_step"] = rollout
+    return out
 
 
 def validate(cfg: TrainConfig) -> None:
