@@ -77,6 +77,7 @@ def test_one_seat_acts_per_game_and_the_loser_hears_of_the_loss_at_the_winners_m
         ({"env": C4, "recurrent": "gru"}, "recurrent:"),
         ({"env": C4, "correction": "vtrace"}, "correction:"),
         ({"env": C4, "algo": "dqn", "n_step": 3, "rollout": 4, "mode": "async"}, "n_step:"),
+        ({"env": C4, "algo": "dqn", "replay_layout": "frames"}, "replay_layout:"),
         ({"env": C4, "algo": "sac"}, "algo:"),
     ],
 )

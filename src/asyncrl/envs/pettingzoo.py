@@ -119,8 +119,10 @@ def check_seats(cfg: TrainConfig, spec: Any) -> None:
         (cfg.on_env_error == "raise", "on_env_error", "raise"),
         (cfg.vectorizer == "gymnasium", "vectorizer", "gymnasium"),
         (not cfg.hogwild, "hogwild", "0"),
-        # DQN: a seat's transition spans one of its moves to its next (replay/seats.py)
+        # DQN: a seat's transition spans one of its moves to its next (replay/seats.py), in
+        # a replay of whole observations
         (getattr(cfg, "n_step", 1) == 1, "n_step", "1"),
+        (getattr(cfg, "replay_layout", "auto") != "frames", "replay_layout", "auto or transitions"),
     )
     for ok, name, allowed in refusals:
         if not ok:
