@@ -154,6 +154,26 @@ def test_an_opponent_that_cannot_play_the_game_is_refused_in_one_line(env, oppon
     assert str(e.value).startswith(says) and "\n" not in str(e.value)
 
 
+def test_a_single_agent_run_is_evaluated_without_an_opponent(tmp_path, capsys):
+    run = tmp_path / "run"
+    asyncrl.train(
+        "CartPole-v1",
+        total_steps=256,
+        backend="inline",
+        actors=1,
+        envs_per_actor=4,
+        rollout=32,
+        run_dir=str(run),
+        progress=False,
+        tensorboard=False,
+    )
+    capsys.readouterr()
+    assert main(["eval", str(run), "--opponent", "random"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("asyncrl: error: opponent: CartPole-v1 is a single-agent env")
+    assert err.count("\n") == 1
+
+
 def test_a_training_run_never_takes_an_illegal_move(tmp_path, monkeypatch):
     """Every action of every active seat, at every step of a run, checked against the mask
     its observation carried (the inline backend: the actor steps in this process)."""
