@@ -167,3 +167,51 @@ def test_a_seats_transition_spans_its_move_to_its_next_across_slots():
     # another actor's seats are streams of their own
     assert len(seats.add(_slot(1, [[0, 7], [8, 0]], [0, 1], [0, 1], [0, 0], [0, 0]))["reward"]) == 0
     assert seats.open[1]["open"].tolist() == [False, True] and not seats.open[0]["open"].any()
+
+
+def test_an_actor_whose_rollout_was_dropped_starts_its_seats_transitions_anew():
+    seats = SeatTransitions()
+    seats.add(_slot(0, [[10, 0], [0, 11]], [1, 0], [1, 0], [0, 0], [0, 0]))
+    seats.add(_slot(1, [[20, 0], [0, 21]], [1, 0], [1, 0], [0, 0], [0, 0]))
+    seats.forget(0)  # a rollout of actor 0 held a NaN: what its seats received is not known
+    out = seats.add(_slot(0, [[12, 0], [0, 13]], [3, 0], [1, 0], [0, 0], [0, 0]))
+    assert len(out["reward"]) == 0  # no transition from 10 across the missing rollout
+    assert len(seats.add(_slot(1, [[22, 0], [0, 0]], [3, 0], [1, 0], [0, 0], [0, 0]))["obs"]) == 1
+
+
+def test_the_learner_forgets_the_open_transitions_of_an_actor_whose_rollout_it_dropped():
+    pytest.importorskip("pettingzoo")
+    from asyncrl.runtime.trainer import prepare
+    from asyncrl.settings import TrainConfig
+
+    env = "pettingzoo:pettingzoo.classic.connect_four_v3"
+    run = prepare(TrainConfig(env=env, algo="dqn", on_nonfinite="skip", progress=False))
+    learner = run.algo.learner(run.cfg, run.spec)
+    try:
+        K, dim = run.cfg.envs_per_actor, run.spec.obs_shape[0]
+
+        def slot(actor: int, reward: float) -> SimpleNamespace:
+            own = np.arange(K) % 2 == 0  # the first seat of every game moves
+            return SimpleNamespace(
+                actor=np.array([actor]),
+                obs=np.zeros((2, K, dim), np.float32),
+                actions=np.zeros((1, K), np.int64),
+                own=own[None],
+                rewards=np.full((1, K), reward, np.float32),
+                terminated=np.zeros((1, K), bool),
+                truncated=np.zeros((1, K), bool),
+                final_obs=np.zeros((1, K, dim), np.float32),
+            )
+
+        learner.seats.add(slot(0, 0.0))
+        learner.seats.add(slot(1, 0.0))
+        assert set(learner.seats.open) == {0, 1}
+        fields, at_ends = learner.CHECKED, learner.CHECKED_AT_ENDS
+        # a waiting seat's reward is read too: a NaN there drops the rollout
+        bad = slot(0, 0.0)
+        bad.rewards[0, 1] = np.nan
+        good = slot(1, 0.0)
+        assert learner.finite_rollouts([bad, good], fields, at_ends) == [good]
+        assert learner.skipped_rollouts == 1 and set(learner.seats.open) == {1}
+    finally:
+        learner.close()

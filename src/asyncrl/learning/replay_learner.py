@@ -225,6 +225,17 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         self.check_losses(stats, self.rule.LOSSES)
         return stats
 
+    def finite_rollouts(
+        self, slots: list[Any], fields: tuple[str, ...], at_ends: tuple[str, ...] = ()
+    ) -> list[Any]:
+        good = super().finite_rollouts(slots, fields, at_ends)
+        if self.seats is not None and len(good) < len(slots):  # --on-nonfinite skip
+            kept = {id(s) for s in good}
+            for slot in slots:
+                if id(slot) not in kept:  # its seats' open transitions miss this rollout
+                    self.seats.forget(int(slot.actor[0]))
+        return good
+
     def _seat_parts(self, slots: list[Any]) -> list[tuple[int, Any]]:
         """The transitions the seats' slots complete, as inserts of at most the limiter's
         largest batch each (a game's end may complete more transitions than seats moved)."""

@@ -37,6 +37,11 @@ class SeatTransitions:
             }
         return p
 
+    def forget(self, actor: int) -> None:
+        """Drop ``actor``'s open transitions: a rollout of it was dropped (a NaN or inf), so
+        what its seats received meanwhile is not known."""
+        self.open.pop(actor, None)
+
     def add(self, slot: Any) -> dict[str, np.ndarray]:
         """The transitions ``slot`` completes (the replay buffer's fields, leading axis the
         transitions); what it opens stays open until the seat moves again or its episode ends."""
