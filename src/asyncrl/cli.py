@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from asyncrl.config import ConfigError, load_yaml
+from asyncrl.envs.pettingzoo import OPPONENT_NAMES, OPPONENTS
 from asyncrl.settings import FIELDS, KINDS, TrainConfig, from_dict, preset_help
 
 SUMMARY_KEYS = (
@@ -272,6 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a population run's policy i (default: its best policy; a run of one policy: it)",
     )
     ev.add_argument(
+        "--opponent",
+        choices=OPPONENTS,
+        default=None,
+        help="a game's opponent: random, uniform over the legal moves, or lookahead, connect "
+        "four's one-step look-ahead (wins if it can, blocks if it must); --episodes games, "
+        "half as the first player (default: random)",
+    )
+    ev.add_argument(
         "--video",
         metavar="FILE",
         help="also record the episodes, rendered off-screen, as an animated GIF (MuJoCo envs "
@@ -466,12 +475,14 @@ def main(argv: list[str] | None = None) -> int:
                 video=args.video,
                 policy=args.policy,
                 wandb=args.wandb,
+                opponent=args.opponent,
             )
-        if "games" in result:  # a multi-agent run: games against a uniform random player
+        if "games" in result:  # a multi-agent run: games against an opponent
+            vs = args.opponent or "random"
+            rates = [result[f"{k}_rate_vs_{vs}"] for k in ("win", "draw", "loss")]
             print(
-                f"win {result['win_rate_vs_random']:.3f} draw {result['draw_rate_vs_random']:.3f} "
-                f"loss {result['loss_rate_vs_random']:.3f} over {result['games']} games "
-                "against a uniform random player"
+                f"win {rates[0]:.3f} draw {rates[1]:.3f} loss {rates[2]:.3f} over "
+                f"{result['games']} games against {OPPONENT_NAMES[vs]}"
             )
         else:
             print(

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncrl.config import ConfigError, need_wandb
+from asyncrl.envs.pettingzoo import check_opponent, is_pettingzoo
 from asyncrl.policy import load, probe_rendering
 from asyncrl.settings import load_run_config
 
@@ -23,24 +24,33 @@ def evaluate(
     video: str | Path | None = None,
     policy: int | None = None,
     wandb: bool = False,
+    opponent: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate the policy saved in ``run_dir`` (its ``"latest"`` or ``"best"`` checkpoint) for
     ``episodes`` episodes seeded ``seed``, ``seed + 1``, ...; optionally record them as a GIF at
     ``video``. Returns ``EvalResult.to_dict()`` (episodes, mean and std of returns and lengths,
     and each episode's return and length) and the policy's training env steps. ``policy``: a
     population run's policy i (default: its best). ``wandb``: also log the result, and the
-    video, to the run's W&B run (a new one if it has none) at the policy's env steps."""
+    video, to the run's W&B run (a new one if it has none) at the policy's env steps.
+    ``opponent``: a game's (random, the default, or lookahead: connect four only); the result
+    then holds ``win/draw/loss_rate_vs_<opponent>`` over ``episodes`` games."""
     if wandb:  # before anything runs
         need_wandb()
     if video is not None:  # before this process loads the OpenGL library, which may hang
         cfg = load_run_config(run_dir)
         probe_rendering(cfg.env, cfg.atari_preprocessing)
+    if opponent is not None:  # before anything loads
+        env = load_run_config(run_dir).env
+        if not is_pettingzoo(env):
+            raise ConfigError(f"opponent: {env} is a single-agent env, played without one")
+        check_opponent(env, opponent)
     loaded = load(run_dir, checkpoint, policy=policy)
-    if loaded.spec.agents > 1:  # a game: ``episodes`` games against a uniform random player
+    if loaded.spec.agents > 1:  # a game: ``episodes`` games against an opponent
         if video is not None or wandb:
             raise ConfigError("video: a multi-agent run is evaluated without --video or --wandb")
-        rates = loaded.play_vs_random(episodes, seed, deterministic)
-        result = {f"{k}_rate_vs_random": v for k, v in rates.items()}
+        opponent = opponent or "random"
+        rates = loaded.play_vs(opponent, episodes, seed, deterministic)
+        result: dict[str, Any] = {f"{k}_rate_vs_{opponent}": v for k, v in rates.items()}
         result.update(games=episodes, env_steps=loaded.env_steps)
         return result
     result = loaded.evaluate(episodes, seed, deterministic, video).to_dict()

@@ -180,17 +180,29 @@ class Policy:
             return a
         return a, (h[0] if single else h).numpy()
 
-    def play_vs_random(
-        self, games: int = 200, seed: int = 10_000, deterministic: bool = True
+    def play_vs(
+        self,
+        opponent: str = "random",
+        games: int = 200,
+        seed: int = 10_000,
+        deterministic: bool = True,
     ) -> dict[str, float]:
-        """Win, draw and loss rates in ``games`` games of the run's two-player game against a
-        uniform random player over the legal moves, half as the first player and half as the
-        second (:func:`asyncrl.envs.pettingzoo.play_vs_random`; game ``i`` seeded ``seed + i``)."""
-        from asyncrl.envs.pettingzoo import play_vs_random
+        """Win, draw and loss rates in ``games`` games of the run's two-player game against
+        ``opponent``: ``random`` (uniform over the legal moves) or ``lookahead`` (connect
+        four's one-step look-ahead: wins if it can, blocks if it must, else random), half as
+        the first player and half as the second (:func:`asyncrl.envs.pettingzoo.play_vs`; game
+        ``i`` seeded ``seed + i``)."""
+        from asyncrl.envs.pettingzoo import play_vs
 
         self.generator.manual_seed(seed)
         choose = lambda row: self.act(row, deterministic=deterministic)  # noqa: E731
-        return play_vs_random(self.config.env, choose, games, seed)
+        return play_vs(self.config.env, choose, opponent, games, seed)
+
+    def play_vs_random(
+        self, games: int = 200, seed: int = 10_000, deterministic: bool = True
+    ) -> dict[str, float]:
+        """:meth:`play_vs` against the uniform random player."""
+        return self.play_vs("random", games, seed, deterministic)
 
     def _state_batch(self, state: Any, n: int, single: bool) -> torch.Tensor:
         """``state`` as the module's [n, S, H] tensor (None: zeros), its shape checked."""

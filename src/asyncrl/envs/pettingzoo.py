@@ -119,6 +119,10 @@ def check_seats(cfg: TrainConfig, spec: Any) -> None:
         (cfg.on_env_error == "raise", "on_env_error", "raise"),
         (cfg.vectorizer == "gymnasium", "vectorizer", "gymnasium"),
         (not cfg.hogwild, "hogwild", "0"),
+        # DQN: a seat's transition spans one of its moves to its next (replay/seats.py), in
+        # a replay of whole observations
+        (getattr(cfg, "n_step", 1) == 1, "n_step", "1"),
+        (getattr(cfg, "replay_layout", "auto") != "frames", "replay_layout", "auto or transitions"),
     )
     for ok, name, allowed in refusals:
         if not ok:
@@ -223,12 +227,89 @@ class SeatVectorEnv:
             par.close()
 
 
+# the players a policy is evaluated against in a game, and how a line names them
+OPPONENT_NAMES = {"random": "a uniform random player", "lookahead": "the look-ahead player"}
+OPPONENTS = tuple(OPPONENT_NAMES)
+CONNECT_FOUR = "pettingzoo.classic.connect_four_v"  # a module name's stem (connect_four_v3)
+ROWS, COLS = 6, 7  # connect four's board
+
+
+def is_connect_four(env_id: str) -> bool:
+    return is_pettingzoo(env_id) and env_id[len(PREFIX) :].startswith(CONNECT_FOUR)
+
+
+def _fours(plane: np.ndarray, r: int, c: int) -> bool:
+    """Whether the piece at (r, c) of a 0/1 board plane lies in a line of four."""
+    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        run = 1
+        for sign in (1, -1):
+            y, x = r + sign * dr, c + sign * dc
+            while 0 <= y < ROWS and 0 <= x < COLS and plane[y, x]:
+                run, y, x = run + 1, y + sign * dr, x + sign * dc
+        if run >= 4:
+            return True
+    return False
+
+
+def winning_move(plane: np.ndarray, taken: np.ndarray, moves: np.ndarray) -> int | None:
+    """The first of ``moves`` (columns) that completes four of ``plane``'s pieces, the piece
+    falling to the lowest empty row; None if none does."""
+    for c in moves:
+        r = int(np.flatnonzero(~taken[:, c])[-1])  # row 0 is the top, as PettingZoo draws it
+        plane[r, c] = 1
+        wins = _fours(plane, r, c)
+        plane[r, c] = 0
+        if wins:
+            return int(c)
+    return None
+
+
+def lookahead_move(row: np.ndarray, rng: np.random.Generator) -> int:
+    """Connect four's one-step look-ahead player, from a flat, masked observation (its
+    6 x 7 x 2 board: the mover's pieces, then the opponent's): a move that wins at once, else
+    one that blocks the opponent's win at its next move, else one drawn uniformly among the
+    legal moves with ``rng``."""
+    board = row[: ROWS * COLS * 2].reshape(ROWS, COLS, 2) > 0
+    mine, theirs = board[..., 0].astype(np.int8), board[..., 1].astype(np.int8)
+    taken, moves = board.any(-1), legal(row, COLS)
+    for plane in (mine, theirs):  # win if it can; else block if it must
+        move = winning_move(plane, taken, moves)
+        if move is not None:
+            return move
+    return int(rng.choice(moves))
+
+
 def play_vs_random(
     env_id: str, choose: Callable[[np.ndarray], int], games: int = 200, seed: int = 0
 ) -> dict[str, float]:
-    """Win, draw and loss rates of ``choose`` (a flat, masked observation to an action) against a
-    uniform random player over the legal moves, in a two-player turn-based game: half of the
-    games as the first player, half as the second; game ``i`` seeded ``seed + i``."""
+    """:func:`play_vs` against the uniform random player."""
+    return play_vs(env_id, choose, "random", games, seed)
+
+
+def check_opponent(env_id: str, opponent: str) -> None:
+    """A ConfigError naming ``opponent`` where ``env_id`` cannot be played against it."""
+    if opponent not in OPPONENTS:
+        raise ConfigError(f"opponent: {opponent!r}; allowed: {', '.join(OPPONENTS)}")
+    if opponent == "lookahead" and not is_connect_four(env_id):
+        raise ConfigError(
+            f"opponent: lookahead plays connect four only ({PREFIX}{CONNECT_FOUR}3), not "
+            f"{env_id}; allowed here: random"
+        )
+
+
+def play_vs(
+    env_id: str,
+    choose: Callable[[np.ndarray], int],
+    opponent: str = "random",
+    games: int = 200,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Win, draw and loss rates of ``choose`` (a flat, masked observation to an action) in a
+    two-player turn-based game against ``opponent``: ``random``, uniform over the legal moves,
+    or ``lookahead``, connect four's one-step look-ahead (:func:`lookahead_move`). Half of the
+    games as the first player, half as the second; game ``i`` seeded ``seed + i``; the
+    opponent's draws from one generator seeded ``seed``."""
+    check_opponent(env_id, opponent)
     module = _module(env_id)
     if not hasattr(module, "env"):
         raise ConfigError(f"env: {env_id} has no turn-based env(); allowed: a two-player AEC game")
@@ -237,6 +318,10 @@ def play_vs_random(
     if not masked:
         raise ConfigError(f"env: {env_id} has no action mask; playing it against random needs one")
     rng = np.random.default_rng(seed)
+    if opponent == "lookahead":
+        other = lambda row: lookahead_move(row, rng)  # noqa: E731
+    else:
+        other = lambda row: int(rng.choice(legal(row, n)))  # noqa: E731
     wins = draws = losses = 0
     for i in range(games):
         env = module.env()
@@ -253,7 +338,7 @@ def play_vs_random(
                 action = None
             else:
                 row = flat_obs(obs, True)
-                action = choose(row) if agent == me else int(rng.choice(legal(row, n)))
+                action = choose(row) if agent == me else other(row)
             env.step(action)
         env.close()
         wins, draws, losses = wins + (total > 0), draws + (total == 0), losses + (total < 0)

@@ -41,16 +41,16 @@ def nonfinite_in_rollout(
         idx = first_nonfinite(x)
         if idx is not None:
             return _where(actor, name, x[idx], idx[0], idx[1])
-    if at_ends:
-        if own is not None:
-            ended = ended & own
-        ends = np.argwhere(ended)
-        for name in at_ends:
-            x = getattr(slot, name)[ended]
-            idx = first_nonfinite(x)
-            if idx is not None:
-                t, k = ends[idx[0]]
-                return _where(actor, name, x[idx], int(t), int(k))
+    for name in at_ends:
+        cells = ended
+        if own is not None and name not in (seats_whole or ()):
+            cells = ended & own
+        ends = np.argwhere(cells)
+        x = getattr(slot, name)[cells]
+        idx = first_nonfinite(x)
+        if idx is not None:
+            t, k = ends[idx[0]]
+            return _where(actor, name, x[idx], int(t), int(k))
     return None
 
 

@@ -26,6 +26,7 @@ from asyncrl.learning.base import LearnerBase
 from asyncrl.learning.capabilities import HogwildSharing, PBTAdoption
 from asyncrl.learning.offpolicy import insert_batch
 from asyncrl.replay.rate_limiter import LimiterClosed, RateLimiter
+from asyncrl.replay.seats import SeatTransitions
 
 if TYPE_CHECKING:
     from asyncrl.settings import TrainConfig
@@ -78,6 +79,12 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         # when learning began (first gradient step), for rates that leave out the warm-up
         self.learning_began: tuple[float, int] | None = None
         self._samples_at_load = self._updates_at_load = 0  # the limiter's and ours at start
+        # a multi-agent env's seats: a transition spans a seat's move to its next, which may
+        # come in a later slot (replay/seats.py); the limiter counts those transitions
+        spec = getattr(self, "spec", None)
+        self.seats = SeatTransitions() if spec is not None and spec.agents > 1 else None
+        if self.seats is not None:
+            self.seats_whole = ("rewards", "final_obs")  # read where the seat waited too
 
     # ---------------------------------------------------------------- what subclasses give
     def update_batch(self, sample: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -140,6 +147,8 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         the batch; ``train`` does the rest."""
         if self.cfg.mode != "sync" or self._drawn is not None or not self.replay.looks_ahead:
             return
+        if self.seats is not None:  # how many transitions the batch completes is not known
+            return
         n = self._step_inserts
         t0 = time.perf_counter()
         while self.limiter.due_samples(after_inserts=n) > self._ahead:
@@ -177,24 +186,31 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         ahead, self._ahead = self._ahead, 0
         if (ahead or self._drawn is not None) and steps != self._step_inserts:
             raise RuntimeError(f"sync batch of {steps} transitions, expected {self._step_inserts}")
-        n = int(sum(s.rewards.size for s in slots))
+        if self.seats is None:
+            n = int(sum(s.rewards.size for s in slots))
+            parts = [(n, lambda: self.replay.add_slots(slots))]
+        else:
+            parts = self._seat_parts(slots)
+            n = sum(m for m, _ in parts)
         if n < steps:  # skipped: indices drawn for the next update may name rows left unwritten
             self._drawn = None
         if self.async_:
-            try:
-                while n and not self.limiter.await_can_insert(n, timeout=0.5):
-                    self._raise_if_failed()
-            except LimiterClosed:
-                self._raise_if_failed()  # the optimizer's own error, not the closed limiter
-                raise
-            if n:
-                with self._replay_lock:
-                    self.replay.add_slots(slots)
+            for m, add in parts:
+                try:
+                    while m and not self.limiter.await_can_insert(m, timeout=0.5):
+                        self._raise_if_failed()
+                except LimiterClosed:
+                    self._raise_if_failed()  # the optimizer's own error, not the closed limiter
+                    raise
+                if m:
+                    with self._replay_lock:
+                        add()
             self._raise_if_failed()
         else:
-            if n:
-                self.replay.add_slots(slots)
-                self.limiter.record_inserts(n)
+            for m, add in parts:
+                if m:
+                    add()
+                    self.limiter.record_inserts(m)
             if ahead:
                 self.limiter.record_samples(ahead)
             due = self.limiter.due_samples()
@@ -208,6 +224,29 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         stats = self._drain_stats()
         self.check_losses(stats, self.rule.LOSSES)
         return stats
+
+    def finite_rollouts(
+        self, slots: list[Any], fields: tuple[str, ...], at_ends: tuple[str, ...] = ()
+    ) -> list[Any]:
+        good = super().finite_rollouts(slots, fields, at_ends)
+        if self.seats is not None and len(good) < len(slots):  # --on-nonfinite skip
+            kept = {id(s) for s in good}
+            for slot in slots:
+                if id(slot) not in kept:  # its seats' open transitions miss this rollout
+                    self.seats.forget(int(slot.actor[0]))
+        return good
+
+    def _seat_parts(self, slots: list[Any]) -> list[tuple[int, Any]]:
+        """The transitions the seats' slots complete, as inserts of at most the limiter's
+        largest batch each (a game's end may complete more transitions than seats moved)."""
+        done = [self.seats.add(s) for s in slots]
+        rows = {k: np.concatenate([d[k] for d in done]) for k in done[0]} if done else {}
+        n, most = (len(rows["reward"]) if rows else 0), self.limiter.max_insert_batch
+        parts = []
+        for i in range(0, n, most):
+            part = {k: v[i : i + most] for k, v in rows.items()}
+            parts.append((len(part["reward"]), lambda part=part: self.replay.add_batch(**part)))
+        return parts
 
     def iteration_seconds(self, t0: float) -> float:
         return self._learn_seconds_of_step(t0)  # its updates count their own learn_seconds

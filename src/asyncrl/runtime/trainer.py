@@ -129,20 +129,24 @@ def train(
             result = pipeline.train_pipeline(
                 cfg, spec, algo, run_dir, resume, on_start, callback, stop
             )
-        if spec.agents > 1 and result.get("checkpoint"):  # a game: its final policy vs random
-            result = _games_vs_random(run_dir, result)
+        if spec.agents > 1 and result.get("checkpoint"):  # a game: its final policy's play
+            result = _games(run_dir, result)
         return result
 
 
-GAMES_VS_RANDOM = 200  # games of a multi-agent run's final policy against a random player
+GAMES_VS_RANDOM = 200  # games of a multi-agent run's final policy against each opponent
 
 
-def _games_vs_random(run_dir: Path, result: dict[str, Any]) -> dict[str, Any]:
+def _games(run_dir: Path, result: dict[str, Any]) -> dict[str, Any]:
     """``result`` with the final policy's win, draw and loss rates against a uniform random
-    player (half the games as first player), as summary.json holds them too."""
+    player, and in connect four against the look-ahead player too (half the games as first
+    player), as summary.json holds them too."""
+    from asyncrl.envs.pettingzoo import is_connect_four
     from asyncrl.policy import load
 
-    rates = load(run_dir).play_vs_random(GAMES_VS_RANDOM)
-    result = {**result, **{f"{k}_rate_vs_random": v for k, v in rates.items()}}
+    policy = load(run_dir)
+    for opponent in ("random", "lookahead") if is_connect_four(policy.config.env) else ("random",):
+        rates = policy.play_vs(opponent, GAMES_VS_RANDOM)
+        result = {**result, **{f"{k}_rate_vs_{opponent}": v for k, v in rates.items()}}
     save_summary(run_dir, result)
     return result

@@ -26,9 +26,7 @@ class DQNAlgorithm(offpolicy.ReplayAlgorithm):
                 f"dqn needs a discrete action space; {spec.env_id} has "
                 f"{spec.n_actions}-dimensional continuous actions"
             )
-        if spec.agents > 1 or spec.action_mask:
-            return f"dqn does not train multi-agent envs or action masks yet ({spec.env_id})"
-        return None
+        return None  # a multi-agent env's seats and action masks included
 
     def validate(self, cfg: TrainConfig) -> None:
         config.validate(cfg)

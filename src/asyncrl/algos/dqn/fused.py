@@ -3,7 +3,8 @@ one forward of the online network over obs and next_obs together (double DQN pic
 actions with it), the target network's forward, the TD loss and its backward as a few tensor
 ops, then the global-norm clip and Adam on packed flat vectors (learning/fused.py, as PPO's
 fused step); with ``compile``, one inductor graph. The same numbers as ``DQN``'s autograd step
-up to float rounding. Why and how fast: docs/benchmarks/learner-floor.md.
+up to float rounding. An action mask changes only the target (the next action picked among the
+legal ones), not the backward. Why and how fast: docs/benchmarks/learner-floor.md.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class QStep(PackedAdam):
         if not supports(q):
             raise ValueError("QStep: a QNetwork with the mlp encoder")
         self.encoder = q.encoder
+        self.n_mask = q.n_mask  # an action mask's entries at the observation's end (0: none)
         linears = [m for m in q.head if isinstance(m, nn.Linear)]
         self.layers = len(linears)
         keys = {}
@@ -94,11 +96,21 @@ class QStep(PackedAdam):
         tw = self._views(flat_t) if self.compiled else self.target
         cfg, B = self.cfg, obs.shape[0]
         x, nx = self.encoder(obs), self.encoder(next_obs)
+        illegal = None
+        if self.n_mask:  # the layers read the observation without its mask (QNetwork.legal)
+            legal = nx[:, -self.n_mask :] > 0
+            illegal = ~(legal | ~legal.any(-1, keepdim=True))
+            x, nx = x[:, : -self.n_mask], nx[:, : -self.n_mask]
         # double DQN: the online network's forward over obs and next_obs at once
         h = self._forward(w, torch.cat([x, nx]) if cfg.double else x)
         next_q = self._forward(tw, nx)[-1]
         if cfg.double:  # the online network picks the action, the target one values it
-            next_v = next_q.gather(-1, h[-1][B:].argmax(-1, keepdim=True)).squeeze(-1)
+            pick = h[-1][B:]
+            if illegal is not None:  # among the legal next actions only
+                pick = pick.masked_fill(illegal, float("-inf"))
+            next_v = next_q.gather(-1, pick.argmax(-1, keepdim=True)).squeeze(-1)
+        elif illegal is not None:
+            next_v = next_q.masked_fill(illegal, float("-inf")).max(-1).values
         else:
             next_v = next_q.max(-1).values
         target = reward + disc * next_v

@@ -1,6 +1,6 @@
 """DQN's network: action values from the observation encoder (flattened vectors through ReLU
-layers, or the Nature CNN for images), and the exploration probability the learner publishes
-with every version."""
+layers, or the Nature CNN for images), the exploration probability the learner publishes with
+every version, and, where the env has an action mask, only legal actions chosen."""
 
 from __future__ import annotations
 
@@ -14,17 +14,27 @@ from asyncrl.nets import FlatEncoder, ImageEncoder
 class QNetwork(nn.Module):
     """Q(s, .) for every discrete action. ``epsilon`` is a buffer: it travels with each
     published version, so an actor explores with the probability of the version it acts with
-    and every sample records it through the version."""
+    and every sample records it through the version.
+
+    With an action mask (``spec.action_mask``: the observation's last ``n_actions`` entries, 1
+    where legal; flat observations only), the layers read the observation without it, and
+    greedy and random actions alike are drawn among the legal ones (:meth:`legal`)."""
+
+    n_mask = 0  # the mask's entries at the end of each observation (0: none)
 
     def __init__(self, spec: EnvSpec, hidden: list[int], encoder: str):
         super().__init__()
+        if getattr(spec, "action_mask", False):
+            if encoder == "cnn":
+                raise ValueError("encoder: an action mask comes with flat observations (mlp)")
+            self.n_mask = spec.n_actions
         if encoder == "cnn":  # the convolutions, then ``hidden`` linear layers
             self.encoder: nn.Module = ImageEncoder(spec.obs_shape, hidden)
             last = self.encoder.out_dim
             layers: list[nn.Module] = []
         else:
             self.encoder = FlatEncoder(spec.obs_shape)
-            last, layers = self.encoder.out_dim, []
+            last, layers = self.encoder.out_dim - self.n_mask, []
             for size in hidden:
                 layers += [nn.Linear(last, size), nn.ReLU()]
                 last = size
@@ -32,18 +42,41 @@ class QNetwork(nn.Module):
         self.register_buffer("epsilon", torch.ones(()))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(obs))
+        x = self.encoder(obs)
+        return self.head(x[:, : -self.n_mask] if self.n_mask else x)
+
+    def legal(self, obs: torch.Tensor) -> torch.Tensor | None:
+        """[N, A] True where an action is legal (None: no mask). A row with no legal action
+        (a seat that waits) allows every action: its value is then the unmasked one."""
+        if not self.n_mask:
+            return None
+        legal = self.encoder(obs)[:, -self.n_mask :] > 0
+        return legal | ~legal.any(-1, keepdim=True)
 
     @torch.no_grad()
     def act(
         self, obs: torch.Tensor, deterministic: bool = False, generator: torch.Generator = None
     ) -> tuple[torch.Tensor, None]:
-        """The greedy action, or with probability ``epsilon`` a uniformly random one."""
+        """The greedy action, or with probability ``epsilon`` a uniformly random one (with a
+        mask: the greedy legal action, or one drawn uniformly among the legal ones)."""
         q = self.forward(obs)
-        greedy = q.argmax(-1)
+        legal = self.legal(obs)
+        greedy = masked_argmax(q, legal)
         if deterministic:
             return greedy, None
         n = obs.shape[0]
         explore = torch.rand(n, generator=generator) < self.epsilon
-        random = torch.randint(q.shape[-1], (n,), generator=generator)
+        if legal is None:
+            random = torch.randint(q.shape[-1], (n,), generator=generator)
+        else:  # the k-th legal action, k uniform among each row's legal ones
+            count = legal.sum(-1)
+            k = (torch.rand(n, generator=generator) * count).long().clamp(max=count - 1)
+            random = (legal.cumsum(-1) <= k[:, None]).sum(-1)
         return torch.where(explore, random, greedy), None
+
+
+def masked_argmax(q: torch.Tensor, legal: torch.Tensor | None) -> torch.Tensor:
+    """The action of the highest value among the legal ones (``legal`` None: all)."""
+    if legal is None:
+        return q.argmax(-1)
+    return q.masked_fill(~legal, float("-inf")).argmax(-1)

@@ -1,7 +1,9 @@
 """Double DQN (van Hasselt et al. 2016) with a target network and the Huber loss: the update
 rule alone, tensors in and statistics out (no host synchronisation inside an update). An MLP
 Q-network takes the step with its gradients written out (fused.py); others, and ``fused=False``
-(the reference it is tested and benchmarked against), take autograd's."""
+(the reference it is tested and benchmarked against), take autograd's. With an action mask
+(the observation's tail) the next action is picked among the legal ones only, as masked DQN
+does (RLlib's, MaskablePPO's logits): an illegal action's value never enters a target."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from torch import nn
 
 from asyncrl.algos.dqn.config import DQNConfig
 from asyncrl.algos.dqn.fused import QStep, supports
+from asyncrl.algos.dqn.networks import masked_argmax
 
 
 class DQN:
@@ -90,11 +93,14 @@ class DQN:
         cfg = self.cfg
         with torch.no_grad():
             next_q = self.q_target(b["next_obs"])
+            legal = self.q.legal(b["next_obs"])  # None without an action mask
             if cfg.double:  # the online network picks the action, the target one values it
-                pick = self.q(b["next_obs"]).argmax(-1, keepdim=True)
+                pick = masked_argmax(self.q(b["next_obs"]), legal).unsqueeze(-1)
                 next_v = next_q.gather(-1, pick).squeeze(-1)
-            else:
+            elif legal is None:
                 next_v = next_q.max(-1).values
+            else:  # the max over the legal next actions only
+                next_v = next_q.masked_fill(~legal, float("-inf")).max(-1).values
             target = b["reward"] + b["discount"] * next_v
         q = self.q(b["obs"]).gather(-1, b["action"].long().unsqueeze(-1)).squeeze(-1)
         if cfg.td_loss == "huber":
