@@ -219,3 +219,19 @@ def test_bad_pool_settings_are_refused_in_one_line_before_anything_starts(
         asyncrl.train(total_steps=64, run_dir=str(run_dir), progress=False, **settings)
     assert str(e.value).startswith(names) and "\n" not in str(e.value)
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("backend, mode", [("process", "async"), ("thread", "async")])
+def test_a_pool_run_trains_on_actors_beside_the_learner(backend, mode, tmp_path):
+    """Actors that read snapshots while the learner adds them (async): the run ends, its
+    games were rated, snapshots joined and left a pool of 2, and the summary says so."""
+    settings = dict(RUN, backend=backend, mode=mode)
+    result = asyncrl.train(C4, total_steps=512, run_dir=str(tmp_path / "r"), **settings)
+    s = result.summary
+    assert s["opponents"] == "pool" and s["pool_size"] == 2 and s["pool_snapshots"] > 2
+    assert s["pool_games"] > 20 and 0 <= s["win_rate_vs_pool"] <= 1
+    held = sorted(int(k) for k in s["pool_elo"])  # the newest two
+    assert held == [s["pool_snapshots"] - 2, s["pool_snapshots"] - 1]
+    assert math.isfinite(s["learner_elo"]) and s["learner_elo"] != ELO_START
+    state = load_checkpoint(tmp_path / "r")["pool"]
+    assert sorted(state["ids"]) == held
