@@ -179,23 +179,29 @@ RUN = dict(
 )  # fmt: skip
 
 
-def test_a_pool_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(tmp_path):
+@pytest.mark.parametrize("opponents", ["pool", "self"])
+def test_a_self_play_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(opponents, tmp_path):
     """Inline, sync: S steps, then --resume to 2S, against 2S at once. The checkpoints' learner,
     actors (games in progress, opponents' copies and draws) and pool (snapshots' parameters,
-    ratings) are identical, and so are the summaries' pool figures. Pool of 2, a snapshot
-    every 2 updates: snapshots leave the pool during both halves."""
+    ratings) are identical, and so are the summaries' figures. Pool of 2, a snapshot every 2
+    updates: snapshots leave the pool during both halves. Shared self-play (no pool) too: its
+    games in progress are in the checkpoint as well."""
     S = 256
-    whole = asyncrl.train(C4, total_steps=2 * S, run_dir=str(tmp_path / "whole"), **RUN)
-    asyncrl.train(C4, total_steps=S, run_dir=str(tmp_path / "halves"), **RUN)
+    run = dict(RUN, opponents=opponents)
+    whole = asyncrl.train(C4, total_steps=2 * S, run_dir=str(tmp_path / "whole"), **run)
+    asyncrl.train(C4, total_steps=S, run_dir=str(tmp_path / "halves"), **run)
     resumed = asyncrl.train(resume=tmp_path / "halves", total_steps=2 * S)
     a, b = load_checkpoint(tmp_path / "whole"), load_checkpoint(tmp_path / "halves")
-    assert a["pool"]["next_id"] > 2  # the pool was full and replaced snapshots
-    for part in ("learner", "actors", "pool"):
+    pool = opponents == "pool"
+    assert not pool or a["pool"]["next_id"] > 2  # the pool was full and replaced snapshots
+    for part in ("learner", "actors", "pool") if pool else ("learner", "actors"):
         x, y = dict(a[part]), dict(b[part])
         if part == "learner":  # a linear schedule's legs: not used by constant schedules
             x.pop("schedule", None), y.pop("schedule", None)
         assert _differences(x, y) == [], part
-    keys = ("env_steps", "pool_games", "win_rate_vs_pool", "learner_elo", "pool_elo")
+    keys = ("env_steps", "final_return", "last100_return", "win_rate_vs_random")
+    if pool:
+        keys += ("pool_games", "win_rate_vs_pool", "learner_elo", "pool_elo")
     assert {k: whole.summary[k] for k in keys} == {k: resumed.summary[k] for k in keys}
 
 
