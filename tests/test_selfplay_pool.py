@@ -241,3 +241,31 @@ def test_a_pool_run_trains_on_actors_beside_the_learner(backend, mode, tmp_path)
     assert math.isfinite(s["learner_elo"]) and s["learner_elo"] != ELO_START
     state = load_checkpoint(tmp_path / "r")["pool"]
     assert sorted(state["ids"]) == held
+
+
+def test_games_in_progress_go_through_a_weights_only_checkpoint_and_play_on_the_same(tmp_path):
+    """SeatVectorEnv.game_states: plain data a weights-only load reads back; a fresh env given
+    them plays on exactly as the original does (same observations, rewards, turns, ends)."""
+    from asyncrl.envs.pettingzoo import SeatVectorEnv, legal
+    from asyncrl.rundir import _weights_only_safe
+
+    envs, again = SeatVectorEnv(C4, 4), SeatVectorEnv(C4, 4)
+    envs.reset(seed=[1, 2, 3, 4])
+    again.reset(seed=[9, 9, 9, 9])
+    rng = np.random.default_rng(0)
+
+    def moves(obs, active):
+        return np.array(
+            [rng.choice(legal(o, 7)) if a else 0 for o, a in zip(obs, active, strict=True)]
+        )
+
+    for _ in range(9):  # games in progress
+        envs.step(moves(envs.obs, envs.active))
+    torch.save(_weights_only_safe(envs.game_states()), tmp_path / "g.pt")
+    again.set_game_states(torch.load(tmp_path / "g.pt", weights_only=True))
+    for _ in range(60):  # on through game ends and new games
+        actions = moves(envs.obs, envs.active)
+        assert (again.active == envs.active).all() and (again.obs == envs.obs).all()
+        for a, b in zip(envs.step(actions)[:4], again.step(actions)[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+    envs.close(), again.close()

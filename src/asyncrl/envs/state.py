@@ -87,7 +87,7 @@ def _data(value: Any) -> bool:
     return False
 
 
-def object_state(obj: Any) -> dict[str, Any]:
+def object_state(obj: Any, _seen: set[int] | None = None) -> dict[str, Any]:
     """The state of a game object as plain data (a PettingZoo env and its wrappers, which keep
     their state in attributes of lists and dicts): its attributes that are data (copied), each
     random generator's state, and the same of the plain objects it holds (an agent selector, a
@@ -95,6 +95,8 @@ def object_state(obj: Any) -> dict[str, Any]:
     are configuration a fresh env of the same id has already."""
     import copy
 
+    seen = _seen if _seen is not None else set()
+    seen.add(id(obj))  # an object held twice (or a cycle) is captured once
     state: dict[str, Any] = {"attrs": {}, "objects": {}}
     for key, value in vars(obj).items():
         if key in _NOT_STATE or key == "metadata":
@@ -103,8 +105,12 @@ def object_state(obj: Any) -> dict[str, Any]:
             state["attrs"][key] = copy.deepcopy(value)
         elif isinstance(value, np.random.Generator):
             state["attrs"][key] = {"bit_generator_state": value.bit_generator.state}
-        elif hasattr(value, "__dict__") and not isinstance(value, gym.Space | type):
-            state["objects"][key] = object_state(value)
+        elif (
+            hasattr(value, "__dict__")
+            and not isinstance(value, gym.Space | type)
+            and id(value) not in seen
+        ):
+            state["objects"][key] = object_state(value, seen)
     return state
 
 
