@@ -4,6 +4,11 @@ env steps, in sync and async mode (docs: Guides, multi-agent).
 
     python benchmarks/selfplay.py                       # seed 1, sync and async, 200k steps
     python benchmarks/selfplay.py --seeds 1 2 3 --modes sync
+    python benchmarks/selfplay.py --opponents self pool  # beside the opponent pool
+
+With ``--opponents pool`` (snapshots of past selves, the pool's defaults) the budget and the
+marks count the learner's moves only, about half of all moves (shared self-play counts both
+seats').
 
 Each run keeps a checkpoint every --checkpoint-seconds; afterwards each checkpoint's greedy
 policy plays 200 games against the random player (half as first player, half as second, game i
@@ -16,6 +21,7 @@ the figures.
 from __future__ import annotations
 
 import argparse
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -41,37 +47,40 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1])
     ap.add_argument("--modes", nargs="+", default=["sync", "async"])
     ap.add_argument("--games", type=int, default=200)
+    ap.add_argument("--opponents", nargs="+", default=["self"], choices=["self", "pool"])
     ap.add_argument("--checkpoint-seconds", type=float, default=10.0)
     ap.add_argument("--out", default=None, help="run directories here (default: a temp dir)")
     args = ap.parse_args()
     root = Path(args.out or tempfile.mkdtemp(prefix="selfplay-"))
-    print("| mode | seed | " + " | ".join(f"win at {m:,}" for m in args.marks) + " | wall s |"
-          " agent steps/s |")  # fmt: skip
-    print("|---" * (len(args.marks) + 4) + "|")
-    for mode in args.modes:
-        for seed in args.seeds:
-            run_dir = root / f"{mode}-{seed}"
-            result = asyncrl.train(
-                ENV,
-                total_steps=args.steps,
-                mode=mode,
-                seed=seed,
-                run_dir=str(run_dir),
-                checkpoint_every=args.checkpoint_seconds,
-                keep_checkpoints=1000,
-                progress=False,
-            )
-            points = curve(run_dir, args.games)
-            wins = []
-            for mark in args.marks:
-                at = next((p for p in points if p[0] >= mark), None)
-                wins.append("-" if at is None else f"{at[1]:.3f} ({at[0]:,})")
-            s = result.summary
-            print(
-                f"| {mode} | {seed} | " + " | ".join(wins) + f" | {s['wall_seconds']:.0f} | "
-                f"{s['env_steps_per_second_overall']:.0f} |",
-                flush=True,
-            )
+    print("| opponents | mode | seed | " + " | ".join(f"win at {m:,}" for m in args.marks)
+          + " | wall s | agent steps/s |")  # fmt: skip
+    print("|---" * (len(args.marks) + 5) + "|")
+    for opponents, mode, seed in itertools.product(args.opponents, args.modes, args.seeds):
+        run_dir = root / f"{opponents}-{mode}-{seed}"
+        result = asyncrl.train(
+            ENV,
+            total_steps=args.steps,
+            mode=mode,
+            seed=seed,
+            opponents=opponents,
+            run_dir=str(run_dir),
+            checkpoint_every=args.checkpoint_seconds,
+            keep_checkpoints=1000,
+            progress=False,
+        )
+        points = curve(run_dir, args.games)
+        wins = []
+        for mark in args.marks:
+            at = next((p for p in points if p[0] >= mark), None)
+            wins.append("-" if at is None else f"{at[1]:.3f} ({at[0]:,})")
+        s = result.summary
+        print(
+            f"| {opponents} | {mode} | {seed} | "
+            + " | ".join(wins)
+            + f" | {s['wall_seconds']:.0f} | "
+            f"{s['env_steps_per_second_overall']:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

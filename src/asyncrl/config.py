@@ -35,6 +35,7 @@ ENCODERS = ("auto", "mlp", "cnn")
 VECTORIZERS = ("gymnasium", "envpool")
 POLICY_MAPPINGS = ("fixed", "random")
 POPULATION_INITS = ("given", "perturb")
+OPPONENTS = ("self", "pool")
 # the presets: one per env family (envs.env_family); generic for an env no family claims
 FAMILIES = ("generic", "classic", "box2d", "mujoco", "atari", "pixels")
 
@@ -204,6 +205,23 @@ class RunConfig(ConfigMethods):
         "PBT: probability that a mutable setting is drawn anew within its bounds instead of "
         "multiplied by 0.8 or 1.2",
     )
+    # --- self-play on a two-player game (docs: Guides, multi-agent)
+    opponents: str = setting(
+        "self",
+        "a multi-agent game's opponents: self (one policy plays every seat, against its current "
+        "self) or pool (in each game one seat is the learner, the others a frozen snapshot of "
+        "its past drawn from a pool at the game's start)",
+        choices=OPPONENTS,
+    )
+    pool_size: int = setting(8, "--opponents pool: snapshots the pool holds (the oldest leaves)")
+    snapshot_every: int = setting(
+        10, "--opponents pool: learner updates between snapshots (at least; >= 1)"
+    )
+    snapshot_win_rate: float = setting(
+        0.0,
+        "--opponents pool: a snapshot joins only once the learner has won this share of its "
+        "games against the pool since the last one (0: every --snapshot-every updates)",
+    )
     # --- faults
     actor_restarts: int = setting(
         -1,
@@ -324,6 +342,7 @@ RUN_DERIVED = {"actor_restarts": -1, "log_every": 0}
 # what a checkpoint's networks and data are made of, whatever the algorithm
 RUN_FIXED_ON_RESUME = (
     "algo", "env", "hidden", "encoder", "atari_preprocessing", "vectorizer", "policies",
+    "opponents", "pool_size",
 )  # fmt: skip
 
 
@@ -489,6 +508,7 @@ def validate_run(cfg: TrainConfig) -> None:
     if cfg.hogwild:
         _validate_hogwild(cfg)
     _validate_population(cfg)
+    _validate_pool(cfg)
     need(
         cfg.threads_learner >= 0,
         f"threads_learner: must be >= 0 (0: one per CPU), got {cfg.threads_learner}",
@@ -552,6 +572,19 @@ def _validate_population(cfg: TrainConfig) -> None:
     need(
         isinstance(cfg.population, dict),
         f"population: must be a mapping of setting: list of values, got {cfg.population!r}",
+    )
+
+
+def _validate_pool(cfg: TrainConfig) -> None:
+    """Self-play against a pool: its own numbers (what the env must be: settings.env_spec)."""
+    need(cfg.pool_size >= 1, f"pool_size: must be >= 1 snapshots, got {cfg.pool_size}")
+    need(
+        cfg.snapshot_every >= 1,
+        f"snapshot_every: must be >= 1 learner updates, got {cfg.snapshot_every}",
+    )
+    need(
+        0 <= cfg.snapshot_win_rate <= 1,
+        f"snapshot_win_rate: must be in [0, 1], got {cfg.snapshot_win_rate}",
     )
 
 

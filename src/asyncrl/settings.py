@@ -395,7 +395,23 @@ def env_spec(cfg: TrainConfig) -> EnvSpec:
         from asyncrl.envs.pettingzoo import check_seats
 
         check_seats(cfg, spec)
+    if cfg.opponents == "pool":
+        _check_pool(cfg, spec)
     return spec
+
+
+def _check_pool(cfg: TrainConfig, spec: EnvSpec) -> None:
+    """Self-play against a pool needs seats to give the learner and its snapshots."""
+    if spec.agents < 2:
+        raise ConfigError(
+            f"opponents: pool plays the learner against its past snapshots, which needs a "
+            f"multi-agent env (pettingzoo:<module>); {cfg.env} has one agent (allowed: self)"
+        )
+    if cfg.backend == "ray":
+        raise ConfigError(
+            "backend: --opponents pool runs on the inline, thread and process backends "
+            "(its snapshots live in this machine's memory), not ray"
+        )
 
 
 def for_env(

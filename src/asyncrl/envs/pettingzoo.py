@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from asyncrl.config import ConfigError
+from asyncrl.envs.state import object_state, set_object_state
 
 if TYPE_CHECKING:
     from asyncrl.settings import TrainConfig
@@ -221,6 +222,29 @@ class SeatVectorEnv:
             else:  # every agent done: the game starts anew (its generator goes on)
                 self._start(g, None)
         return self.obs.copy(), reward, terminated, truncated, {"final_obs": final}
+
+    def game_states(self) -> list[dict[str, Any]]:
+        """Each game as plain data, with its seats' observations and turns: what a resumed
+        actor needs to go on with the games in progress (see envs.state.object_state)."""
+        out = []
+        for g, par in enumerate(self.games):
+            seats = slice(g * self.agents, (g + 1) * self.agents)
+            out.append(
+                {
+                    "game": object_state(par),
+                    "obs": self.obs[seats].copy(),
+                    "active": self.active[seats].copy(),
+                    "done": self.done[seats].copy(),
+                }
+            )
+        return out
+
+    def set_game_states(self, states: list[dict[str, Any]]) -> None:
+        for g, (par, state) in enumerate(zip(self.games, states, strict=True)):
+            seats = slice(g * self.agents, (g + 1) * self.agents)
+            set_object_state(par, state["game"])
+            for name in ("obs", "active", "done"):
+                getattr(self, name)[seats] = np.asarray(state[name])
 
     def close(self) -> None:
         for par in self.games:

@@ -25,9 +25,10 @@ from asyncrl.envs import (
     set_env_state,
 )
 from asyncrl.nets import FlatParams
-from asyncrl.runtime.mapping import Group, policy_mapping
+from asyncrl.runtime.mapping import MAPPING_SEED, Group, PolicyMapping, PoolSeats, policy_mapping
+from asyncrl.runtime.pool import OPPONENT_SEED, Opponents
 from asyncrl.runtime.supervisor import ActorStatus
-from asyncrl.runtime.transport import PolicyStore, Slot
+from asyncrl.runtime.transport import PolicyStore, PoolStore, Slot
 from asyncrl.settings import TrainConfig, acting_mapping
 
 POLICY_SEED_STRIDE = 7919  # policy p acts with generator seed + 7919 p (policy 0: the seed)
@@ -54,6 +55,7 @@ class Actor:
         store: PolicyStore | list[PolicyStore],
         generation: int = 0,
         status: np.ndarray | None = None,
+        pool: PoolStore | None = None,
     ):
         self.actor_id, self.cfg, self.spec = actor_id, cfg, spec
         self.stores = list(store) if isinstance(store, list) else [store]
@@ -94,9 +96,18 @@ class Actor:
         self.joint = algo.joint_acting(self.actings)
         self.versions = [-1] * len(self.stores)
         seats = (lambda: self.envs.active) if spec.agents > 1 else None
-        self.mapping = policy_mapping(
-            acting_mapping(cfg), self.K, len(self.stores), first_seed, seats
-        )
+        self.opponents: Opponents | None = None
+        if pool is not None:  # self-play against frozen snapshots (runtime/pool.py)
+            self.opponents = Opponents(
+                lambda: _fresh_module(algo, cfg, spec), pool, first_seed + OPPONENT_SEED
+            )
+            self.mapping: PolicyMapping = PoolSeats(
+                self.K, spec.agents, seats, self.opponents, first_seed + MAPPING_SEED
+            )
+        else:
+            self.mapping = policy_mapping(
+                acting_mapping(cfg), self.K, len(self.stores), first_seed, seats
+            )
         # what the algorithm records of one step of one env (under a mapping that marks own
         # steps it writes them into a row of their own, copied into the slot: see _act)
         extra = algo.slot_fields(spec, 1, 1)
@@ -208,6 +219,10 @@ class Actor:
                 slot.own[t, g.columns] = True
                 for name, _, _ in self.row_fields:
                     getattr(slot, name)[t, g.columns] = getattr(into, name)[0]
+        if self.opponents is not None:  # the snapshots' seats: acted for, never trained on
+            mapping = self.mapping
+            slots[0].seat_player[t] = mapping.player
+            self.opponents.act(actable, mapping.opponent_rows(), mapping.player, actions)
 
     def _row(self, envs: int) -> SimpleNamespace:
         """A zeroed row of the algorithm's fields for ``envs`` envs (the slot layout of T=1)."""
@@ -281,7 +296,10 @@ class Actor:
             "env_restarts": self.env_restarts,
             # EnvPool's C++ envs and the Atari training wrapper keep state this cannot read:
             # those continue from fresh episodes
-            "envs": [env_state(e) for e in _env_list(self.envs)],
+            # a multi-agent env's: each game's state (envs.pettingzoo.SeatVectorEnv)
+            "envs": self.envs.game_states()
+            if self.spec.agents > 1
+            else [env_state(e) for e in _env_list(self.envs)],
             "acting": self.acting.state_dict(),  # a recurrent policy's hidden states
         }
         # a population's checkpoints hold every policy's generator too (one policy's never did:
@@ -296,12 +314,14 @@ class Actor:
         for g, saved in zip(self.generators, state.get("generators") or [], strict=False):
             g.set_state(saved)
         self.mapping.load_state_dict(state)
-        if self.spec.agents == 1:  # a multi-agent env's games start anew (not saved)
-            self.obs = torch.as_tensor(_array(state["obs"], self.obs_dtype))
-            self.ep_return = _array(state["ep_return"], np.float64)
-            self.ep_length = _array(state["ep_length"], np.int64)
+        self.obs = torch.as_tensor(_array(state["obs"], self.obs_dtype))
+        self.ep_return = _array(state["ep_return"], np.float64)
+        self.ep_length = _array(state["ep_length"], np.int64)
         self.env_restarts = int(state["env_restarts"])
         self.acting.load_state_dict(state.get("acting", {}))
+        if self.spec.agents > 1:
+            self.envs.set_game_states(state["envs"])
+            return
         envs = _env_list(self.envs)
         if len(envs) == len(state["envs"]):
             for env, layers in zip(envs, state["envs"], strict=True):
@@ -331,6 +351,13 @@ def _actable(obs: torch.Tensor) -> torch.Tensor:
     if not obs.is_floating_point() or np.isfinite(obs.numpy().sum(dtype=np.float64)):
         return obs
     return torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _fresh_module(algo: Algorithm, cfg: TrainConfig, spec: EnvSpec):
+    """An acting network whose weights are read in after (drawn without moving torch's global
+    random stream: see Actor.__init__)."""
+    with torch.random.fork_rng(devices=[]):
+        return algo.acting_module(cfg, spec)
 
 
 def _env_list(envs) -> list:

@@ -166,6 +166,72 @@ class SharedSeats(PolicyMapping):
         return self._every
 
 
+class PoolSeats(SharedSeats):
+    """Seats of two-player (or N-player) games against frozen snapshots (``--opponents
+    pool``): at each game's start, one seat drawn for the learner and one snapshot from the
+    pool for the others, both from the mapping's own generator; they hold until every seat of
+    the game has ended (the env then starts it anew). The learner acts for its seats only, its
+    slot marks those steps ``own`` and holds every seat's rewards and ends; only its seats'
+    episodes are reported (:meth:`of`). ``player[r]``: who plays row ``r`` (-1: the learner,
+    else a snapshot id); ``opponents``: the actor's :class:`asyncrl.runtime.pool.Opponents`."""
+
+    def __init__(
+        self, rows: int, agents: int, active: Callable[[], np.ndarray], opponents: Any, seed: int
+    ):
+        super().__init__(rows, active)
+        self.agents, self.opponents = agents, opponents
+        self.rng = np.random.default_rng(seed)
+        self.player = np.full(rows, -1, np.int64)
+        self.finished = np.zeros(rows, bool)  # seats whose episode ended in the current game
+        self._draw(np.arange(rows // agents))
+
+    def _draw(self, games: np.ndarray) -> None:
+        for g in games:
+            seat = int(self.rng.integers(self.agents))
+            while True:  # a snapshot replaced between the look and the copy: draw again
+                ids = self.opponents.ids()
+                sid = int(ids[self.rng.integers(ids.size)])
+                if self.opponents.load(sid):
+                    break
+            first = int(g) * self.agents
+            self.player[first : first + self.agents] = sid
+            self.player[first + seat] = -1
+            self.finished[first : first + self.agents] = False
+        self.opponents.keep(self.player[self.player >= 0])
+
+    def groups(self) -> list[Group]:
+        ids = np.flatnonzero(self.active() & (self.player < 0))
+        return [Group(0, ids, ids, ids, False)]
+
+    def opponent_rows(self) -> np.ndarray:
+        """The snapshots' seats that act at this step."""
+        return np.flatnonzero(self.active() & (self.player >= 0))
+
+    def of(self, rows: np.ndarray) -> list[Group]:
+        return super().of(rows[self.player[rows] < 0])
+
+    def episodes_ended(self, rows: np.ndarray) -> None:
+        self.finished[rows] = True
+        over = self.finished.reshape(-1, self.agents).all(axis=1)
+        if over.any():
+            self._draw(np.flatnonzero(over))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "pool_player": self.player.copy(),
+            "pool_finished": self.finished.copy(),
+            "mapping_rng": self.rng.bit_generator.state,
+            **self.opponents.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "pool_player" in state:
+            self.player = torch.as_tensor(state["pool_player"]).numpy().astype(np.int64)
+            self.finished = torch.as_tensor(state["pool_finished"]).numpy().astype(bool)
+            self.rng.bit_generator.state = state["mapping_rng"]
+            self.opponents.load_state_dict(state)
+
+
 def policy_mapping(
     kind: str, rows: int, policies: int, seed: int, seats: Callable[[], np.ndarray] | None = None
 ) -> PolicyMapping:

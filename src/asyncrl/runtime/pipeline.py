@@ -33,6 +33,7 @@ from asyncrl.runtime.backends import check_backend, make_backend
 from asyncrl.runtime.backends.base import Backend
 from asyncrl.runtime.lifecycle import RunEnd, StopRequested, StopSignals
 from asyncrl.runtime.pbt import PBT
+from asyncrl.runtime.pool import OpponentPool
 from asyncrl.runtime.population import Population
 from asyncrl.runtime.processes import POLL
 from asyncrl.runtime.shell import Callback, RunShell
@@ -51,10 +52,10 @@ class PolicyLoop:
 
     def __init__(
         self, index: int, cfg: TrainConfig, learner: Any, backend: Any, end: RunEnd,
-        meter: Throughput, pbt: PBT,
+        meter: Throughput, pbt: PBT, pool: OpponentPool | None = None,
     ):  # fmt: skip
         self.index, self.cfg, self.learner, self.backend = index, cfg, learner, backend
-        self.end, self.meter, self.pbt = end, meter, pbt
+        self.end, self.meter, self.pbt, self.pool = end, meter, pbt, pool
 
     def updating(self) -> contextlib.AbstractContextManager:
         """Where the learner's state changes: in this process, a signal's abort waits for it."""
@@ -73,6 +74,9 @@ class PolicyLoop:
         learner.publish(backend.sink(p))
         learner.record(batch)  # a learner process's episodes, mirrored here
         self.pbt.record(p, batch)
+        if self.pool is not None:  # the games' outcomes, then a snapshot if one is due
+            self.pool.record(batch)
+            self.pool.updated(learner.policy_vector)
         backend.release(batch, p)
         return {**stats, **self.meter.iteration(waited, stats)}
 
@@ -241,7 +245,7 @@ def train_pipeline(
         cleanup.callback(shell.close)
         population.attach(shell)
         loops = [
-            PolicyLoop(p, c, h, backend, shell.end, m, population.pbt)
+            PolicyLoop(p, c, h, backend, shell.end, m, population.pbt, population.pool)
             for p, (c, h, m) in enumerate(
                 zip(population.configs, population.handles, population.meters, strict=True)
             )

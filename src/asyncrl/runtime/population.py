@@ -39,6 +39,7 @@ from asyncrl.rundir import (
 from asyncrl.runtime.learners import LocalLearner, RemoteLearner, adoptable, policy_learner
 from asyncrl.runtime.memory import MB, MemoryWatch, Process
 from asyncrl.runtime.pbt import PBT
+from asyncrl.runtime.pool import OpponentPool
 from asyncrl.runtime.shell import RunShell, run_figures
 from asyncrl.settings import TrainConfig, policy_configs
 
@@ -68,6 +69,7 @@ class Population:
         self.best = 0
         self.memory = MemoryWatch()
         self.replay_mb: dict[int, float] = {}  # each policy's, from its newest row
+        self.pool: OpponentPool | None = None  # --opponents pool (one policy): see start
 
     def _pbt_values(self) -> tuple[list[dict[str, float]], dict[str, Any] | None]:
         """Each policy's values of its algorithm's mutable settings, and PBT's saved state."""
@@ -120,6 +122,12 @@ class Population:
                 handle.ready()  # built, resumed and version 0 published
         for learner in local:  # learners in processes come with backends that save no actors
             learner.episodes_continue(backend.continuing_actors())
+        if getattr(backend, "pool", None) is not None:  # self-play: the first snapshot is v0
+            self.pool = OpponentPool(self.cfg, self.spec.agents, backend.pool)
+            if "pool" in self.state:
+                self.pool.load_state_dict(self.state["pool"])
+            else:
+                self.pool.snapshot(self.handles[0].policy_vector())
         backend.learner_pids = self.learner_pids
 
     def attach(self, shell: RunShell) -> None:
@@ -184,6 +192,8 @@ class Population:
         if "memory/replay_mb" in row:
             self.replay_mb[p] = row["memory/replay_mb"]
         row.update(self.memory.sample(self.env_steps(), self.processes()))
+        if self.pool is not None:
+            row.update(self.pool.figures())
         self.shell.log.write(self.env_steps(), row, self.files.row_policy(p))
 
     def write_rows(self) -> None:
@@ -278,6 +288,8 @@ class OnePolicyFiles:
 
     def checkpoint(self, pop: Population) -> Path:
         state = {**pop.handles[0].state(), "actors": pop.backend.actor_state()}
+        if pop.pool is not None:
+            state["pool"] = pop.pool.state_dict()
         return pop.shell.checkpoint(state)
 
     def summary(self, pop: Population, new_steps: int) -> dict[str, Any]:
@@ -290,6 +302,7 @@ class OnePolicyFiles:
             "learn_seconds": h.learn_seconds,
             **h.summary_fields(meter.wall),
             **pop.backend.health(),
+            **(pop.pool.summary() if pop.pool is not None else {}),
         }
 
 

@@ -103,6 +103,8 @@ def rollout_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> SlotLayo
     extra = algo.slot_fields(spec, T, K, cfg)
     if marks_own(cfg, spec):
         extra = (*extra, ("own", (T, K), "bool"))  # the steps this policy acted
+    if cfg.opponents == "pool":  # who played each seat: -1 the learner,
+        extra = (*extra, ("seat_player", (T, K), "int64"))  # else a snapshot id (runtime/pool)
     return SlotLayout.for_rollout(spec, T, K, extra)
 
 
@@ -506,6 +508,85 @@ class SharedArray:
 
     def close(self) -> None:
         self.array = None  # type: ignore[assignment]
+        if self._segments is not None:
+            self._segments.close()
+            self._segments = None
+
+
+class PoolStore:
+    """The opponent pool's snapshots (``--opponents pool``): ``capacity`` buffers, each a
+    finished copy of the learner's parameters and the id of that snapshot. One writer (the
+    driver, between updates) and readers that copy a snapshot at a game's start, without locks:
+    each buffer is a seqlock as in :class:`PolicyStore` (odd while written), so a reader keeps a
+    copy only if the buffer held the snapshot it asked for, complete, from start to end."""
+
+    HEADER = 2  # int64 words per buffer: sequence, snapshot id (-1: empty)
+
+    def __init__(self, numel: int, capacity: int, shared: bool):
+        self.numel, self.capacity, self.shared = numel, capacity, shared
+        self._stride = 8 * self.HEADER + 4 * numel
+        self._segments: _Segments | None = None
+        if shared:
+            self.names = _segment_names("pool", 1)
+            self._segments = _Segments(self.names, capacity * self._stride, create=True)
+            buf = self._segments.shms[0].buf
+        else:
+            self.names = []
+            buf = bytearray(capacity * self._stride)
+        self._bind(buf)
+        for head in self._head:
+            head[1] = -1
+
+    def _bind(self, buf: Any) -> None:
+        self._head, self._params = [], []
+        for b in range(self.capacity):
+            off = b * self._stride
+            self._head.append(np.frombuffer(buf, dtype=np.int64, count=self.HEADER, offset=off))
+            self._params.append(
+                np.frombuffer(buf, dtype=np.float32, count=self.numel, offset=off + 8 * self.HEADER)
+            )
+
+    def __getstate__(self) -> dict[str, Any]:
+        if not self.shared:
+            raise TypeError("a non-shared PoolStore cannot be sent to another process")
+        return {"numel": self.numel, "capacity": self.capacity, "names": self.names}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.numel, self.capacity, self.names = state["numel"], state["capacity"], state["names"]
+        self.shared = True
+        self._stride = 8 * self.HEADER + 4 * self.numel
+        self._segments = _Segments(self.names, 0, create=False)
+        self._bind(self._segments.shms[0].buf)
+
+    def ids(self) -> np.ndarray:
+        """The snapshot id in each buffer now (-1: empty)."""
+        return np.array([int(head[1]) for head in self._head], np.int64)
+
+    def write(self, index: int, snapshot: int, params: np.ndarray) -> None:
+        """Buffer ``index`` holds snapshot ``snapshot`` (``params``) from now on. One writer."""
+        head = self._head[index]
+        head[0] += 1  # odd: being written
+        head[1] = snapshot
+        self._params[index][:] = params
+        head[0] += 1  # even: complete
+
+    def read(self, snapshot: int, read: Any) -> bool:
+        """``read(array)`` with snapshot ``snapshot``'s parameters; False if no buffer holds it
+        complete (it left the pool, or is being replaced: the reader draws again)."""
+        for head, params in zip(self._head, self._params, strict=True):
+            seq = int(head[0])
+            if seq % 2 or int(head[1]) != snapshot:
+                continue
+            read(params)
+            return int(head[0]) == seq
+        return False
+
+    def params(self, index: int) -> np.ndarray:
+        """A copy of buffer ``index``'s parameters (the writer's side: checkpoints)."""
+        return self._params[index].copy()
+
+    def close(self) -> None:
+        self._head, self._params = [], []
         if self._segments is not None:
             self._segments.close()
             self._segments = None

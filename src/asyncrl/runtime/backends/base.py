@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from asyncrl.core import Algorithm
 from asyncrl.runtime.lifecycle import StopRequested
 from asyncrl.runtime.supervisor import Restarts
-from asyncrl.runtime.transport import PolicyStore, Slot, SlotStore, population_layouts
+from asyncrl.runtime.transport import (
+    PolicyStore,
+    PoolStore,
+    Slot,
+    SlotStore,
+    population_layouts,
+)
 
 if TYPE_CHECKING:
     from asyncrl.settings import TrainConfig
@@ -91,10 +97,13 @@ class OwnedTransport:
         are also ``slots`` and ``store``, a one-policy run's only ones."""
         self.slot_stores: list[SlotStore] = []
         self.stores: list[PolicyStore] = []
+        self.pool: PoolStore | None = None  # --opponents pool: the snapshots
         try:
             for layout in population_layouts(cfg, spec, algo):
                 self.slot_stores.append(SlotStore(layout, slot_count, shared=shared))
                 self.stores.append(PolicyStore(numel, shared=shared, buffers=buffers))
+            if cfg.opponents == "pool":
+                self.pool = PoolStore(numel, cfg.pool_size, shared=shared)
         except BaseException:
             self._close_transport()
             raise
@@ -145,6 +154,8 @@ class OwnedTransport:
     def _close_transport(self) -> None:
         for store in (*getattr(self, "slot_stores", ()), *getattr(self, "stores", ())):
             store.close()
+        if getattr(self, "pool", None) is not None:
+            self.pool.close()
 
 
 # ------------------------------------------------------------------------------ slot ledger

@@ -32,7 +32,7 @@ class InlineBackend(OwnedTransport):
         # act with the published vectors in place
         self.per_actor = cfg.rollouts_per_batch
         self._own_transport(cfg, spec, algo, numel, cfg.actors * self.per_actor, False, buffers=1)
-        self.fleet = LocalFleet(cfg, spec, algo, self.stores)
+        self.fleet = LocalFleet(cfg, spec, algo, self.stores, self.pool)
         self.restarts = self.fleet.restarts
         P = cfg.policies
         self.waiting: list[deque[int]] = [deque() for _ in range(P)]  # per policy

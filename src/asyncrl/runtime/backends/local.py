@@ -18,7 +18,7 @@ from asyncrl.envs import EnvSpec
 from asyncrl.runtime.actor import Actor
 from asyncrl.runtime.faults import ActorError, actor_label, is_env_error
 from asyncrl.runtime.supervisor import ActorStatus, Lost, Supervisor
-from asyncrl.runtime.transport import PolicyStore, Slot
+from asyncrl.runtime.transport import PolicyStore, PoolStore, Slot
 from asyncrl.settings import TrainConfig
 
 
@@ -29,8 +29,9 @@ class LocalFleet:
         spec: EnvSpec,
         algo: Algorithm,
         store: PolicyStore | list[PolicyStore],
+        pool: PoolStore | None = None,
     ):
-        self.cfg, self.spec, self.algo, self.store = cfg, spec, algo, store
+        self.cfg, self.spec, self.algo, self.store, self.pool = cfg, spec, algo, store, pool
         self.status = ActorStatus(np.zeros((cfg.actors, 2)))
         # its hang checks run in the learner's waits: a stopped process, or a learner busy
         # training, is not time an actor is charged for (the supervisor's pauses)
@@ -55,6 +56,7 @@ class LocalFleet:
                     self.store,
                     generation=self.generation[i],
                     status=self.status.rows[i],
+                    pool=self.pool,
                 )
                 if self.restored[i] is not None:
                     self.actors[i].load_state_dict(self.restored[i])
@@ -80,7 +82,7 @@ class LocalFleet:
         actor starts as the generation after all the saved ones, with env seeds no earlier
         actor had (a resumed run's envs continue to new episodes, not the first ones again)."""
         saved = state.get("actors")
-        K = self.cfg.envs_per_actor
+        K = self.cfg.envs_per_actor // self.spec.agents  # a multi-agent env's: its games
         if (
             saved is not None
             and len(saved) == len(self.actors)

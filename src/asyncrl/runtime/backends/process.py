@@ -33,7 +33,14 @@ from asyncrl.runtime.processes import (
     wait_for,
 )
 from asyncrl.runtime.supervisor import ActorStatus, Supervisor
-from asyncrl.runtime.transport import IdChannel, PolicyStore, SharedArray, SlotStore, StopFlag
+from asyncrl.runtime.transport import (
+    IdChannel,
+    PolicyStore,
+    PoolStore,
+    SharedArray,
+    SlotStore,
+    StopFlag,
+)
 from asyncrl.settings import TrainConfig
 
 
@@ -51,6 +58,7 @@ def actor_main(
     full: IdChannel,
     stop: Any,
     parent: int,
+    pool: PoolStore | None = None,
 ) -> None:
     """Entry point of an actor process: fill the slots it is granted until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how the run ends
@@ -72,6 +80,7 @@ def actor_main(
             store,
             generation=generation,
             status=row,
+            pool=pool,
         )
         while True:
             t0 = time.perf_counter()
@@ -91,7 +100,7 @@ def actor_main(
         row = None
         if actor is not None:
             actor.close()
-        for handle in (*slots, *store):
+        for handle in (*slots, *store, *([pool] if pool is not None else [])):
             handle.close()
         status.close()
 
@@ -197,6 +206,7 @@ class ProcessBackend(OwnedTransport):
             self.full,
             self.stop,
             os.getpid(),
+            self.pool,
         )
         self.children.start(actor_main, args, actor, generation)
 

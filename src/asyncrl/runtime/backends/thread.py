@@ -27,7 +27,7 @@ class ThreadBackend(OwnedTransport):
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
         self._own_transport(cfg, spec, algo, numel, cfg.actors * per_actor, False, 1 if sync else 2)
-        self.fleet = LocalFleet(cfg, spec, algo, self.stores)
+        self.fleet = LocalFleet(cfg, spec, algo, self.stores, self.pool)
         self.restarts = self.fleet.restarts
         self.book = SlotBooks.of_run(cfg)
         self.granted: deque[tuple[int, int, float]] = deque()  # (actor, slot, granted at)

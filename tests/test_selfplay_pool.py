@@ -1,0 +1,271 @@
+"""Self-play against an opponent pool (``--opponents pool``, runtime/pool.py): Elo against
+hand-computed values, the pool's capacity and replacement, a snapshot read whole or not at
+all, opponents that change only at game starts and are never trained on (from the actor's own
+records), an exact resume with the pool and its ratings, and refusals before anything starts."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import asyncrl
+from asyncrl.algos import algorithm
+from asyncrl.config import ConfigError
+from asyncrl.envs import check_env
+from asyncrl.nets import FlatParams
+from asyncrl.rundir import load_checkpoint
+from asyncrl.runtime.actor import Actor
+from asyncrl.runtime.pool import (
+    ELO_START,
+    OpponentPool,
+    elo_expected,
+    elo_update,
+    game_outcomes,
+)
+from asyncrl.runtime.transport import PolicyStore, PoolStore, SlotStore, rollout_layout
+from asyncrl.settings import TrainConfig, resolve
+
+pytest.importorskip("pettingzoo")
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+C4 = "pettingzoo:pettingzoo.classic.connect_four_v3"
+sys.path.insert(0, str(Path(__file__).parent))  # test_resume's comparison of checkpoints
+from test_resume import _differences  # noqa: E402
+
+
+def _pool_cfg(**kw) -> SimpleNamespace:
+    values = dict(pool_size=3, snapshot_every=2, snapshot_win_rate=0.0) | kw
+    return SimpleNamespace(**values)
+
+
+def test_elo_moves_ratings_as_computed_by_hand():
+    # equal ratings: a win moves each by K / 2 = 16, a draw by nothing
+    assert elo_update(1000.0, 1000.0, 1.0) == (1016.0, 984.0)
+    assert elo_update(1000.0, 1000.0, 0.5) == (1000.0, 1000.0)
+    # 200 points above: expected 1 / (1 + 10 ** -0.5) = 0.7597469266479578; a loss costs 32 x it
+    assert elo_expected(1200.0, 1000.0) == pytest.approx(0.7597469266479578, abs=1e-15)
+    learner, snapshot = elo_update(1200.0, 1000.0, 0.0)
+    assert learner == pytest.approx(1175.6880983472653, abs=1e-9)
+    assert snapshot == pytest.approx(1024.3119016527347, abs=1e-9)
+
+
+def test_a_full_pool_replaces_its_oldest_snapshot_and_rates_newcomers_as_the_learner():
+    store = PoolStore(4, 3, shared=False)
+    pool = OpponentPool(_pool_cfg(), agents=2, store=store)
+    for k in range(5):
+        pool.learner_rating = ELO_START + k
+        assert pool.snapshot(np.full(4, k, np.float32)) == k
+    assert sorted(pool.ids) == [2, 3, 4] and pool.ids == [3, 4, 2]  # 0 then 1 replaced, in place
+    assert pool.ratings == [ELO_START + 3, ELO_START + 4, ELO_START + 2]
+    out = np.zeros(4, np.float32)
+    assert not store.read(0, lambda a: np.copyto(out, a))  # it left the pool: draw again
+    assert store.read(4, lambda a: np.copyto(out, a)) and (out == 4).all()
+    assert sorted(int(i) for i in store.ids()) == [2, 3, 4]
+
+
+def test_a_reader_keeps_no_snapshot_being_written():
+    store = PoolStore(4, 1, shared=False)
+    store.write(0, 7, np.ones(4, np.float32))
+    store._head[0][0] += 1  # the writer is midway through buffer 0
+    assert not store.read(7, lambda a: None)
+    store._head[0][0] += 1
+    torn = []
+
+    def read_while_replaced(array):  # the writer replaces the buffer during the copy
+        torn.append(array.copy())
+        store.write(0, 8, np.zeros(4, np.float32))
+
+    assert not store.read(7, read_while_replaced) and torn
+
+
+def _slot(returns, players):
+    return SimpleNamespace(ep_returns=np.array(returns, np.float32), seat_player=np.array(players))
+
+
+def test_outcomes_and_snapshots_follow_the_games_reported():
+    pool = OpponentPool(_pool_cfg(snapshot_win_rate=0.6), agents=2, store=PoolStore(2, 3, False))
+    pool.snapshot(np.zeros(2, np.float32))  # id 0
+    nan = math.nan
+    # two games of two seats, two steps: the learner (-1) wins game 0 at step 0 against 0, and
+    # draws game 1 at step 1; the opponent's seats report no return
+    slot = _slot([[1.0, nan, nan, nan], [nan, nan, nan, 0.0]], [[-1, 0, 0, -1], [-1, 0, 0, -1]])
+    assert game_outcomes(slot, 2) == [(0, 1.0), (0, 0.5)]
+    pool.record([slot])
+    learner, snap = elo_update(ELO_START, ELO_START, 1.0)
+    learner, snap = elo_update(learner, snap, 0.5)
+    assert (pool.learner_rating, pool.ratings[0]) == (learner, snap)
+    assert pool.total == {"games": 2, "wins": 1, "draws": 1}
+    # every 2 updates, and only once the win rate since the last passes 0.6 (1 of 2: not yet)
+    assert not pool.updated(lambda: np.ones(2, np.float32))
+    assert not pool.updated(lambda: np.ones(2, np.float32))
+    pool.record([_slot([[1.0, nan]], [[-1, 0]])])  # 2 of 3
+    assert pool.updated(lambda: np.ones(2, np.float32))
+    assert pool.ids[1] == 1 and pool.ratings[1] == pool.learner_rating
+    assert (pool.updates, pool.games) == (0, 0)
+    figures = pool.figures()
+    assert figures["pool/size"] == 2 and figures["pool/win_rate"] == pytest.approx(2 / 3)
+
+
+def test_opponents_change_only_at_game_starts_and_the_learner_owns_only_its_seats_moves():
+    """An actor on connect four against a pool of three snapshots, three rollouts: from its
+    records (who played each seat at each step), every game has one learner seat and one
+    snapshot, both changing only where every seat of the game has ended; the learner's slot
+    marks its own seats' moves and no other; only the learner's seats report episodes."""
+    K, T = 8, 48
+    cfg = resolve(
+        TrainConfig(env=C4, envs_per_actor=K, rollout=T, opponents="pool", pool_size=3), "generic"
+    )
+    spec, algo = check_env(C4), algorithm("ppo")
+    module = algo.acting_module(cfg, spec)
+    flat = FlatParams(module)
+    store = PolicyStore(flat.numel, shared=False)
+    store.publish(0, flat.write_to)
+    pool = PoolStore(flat.numel, 3, shared=False)
+    for sid in range(3):
+        torch.manual_seed(sid)
+        FlatParams(algo.acting_module(cfg, spec)).write_to(vector := np.empty(flat.numel, "f4"))
+        pool.write(sid, sid, vector)
+    slots = SlotStore(rollout_layout(cfg, spec, algo), 3, shared=False)
+    actor = Actor(0, cfg, spec, algo, store, pool=pool)
+    active = []
+    record = actor._act
+
+    def act(slots_, t, groups, actions):  # which seats were to move at each step
+        active.append(actor.envs.active.copy())
+        record(slots_, t, groups, actions)
+
+    actor._act = act
+    for slot in slots.slots:
+        actor.collect(slot)
+    actor.close()
+    join = lambda name: np.concatenate([getattr(s, name) for s in slots.slots])  # noqa: E731
+    player, own = join("seat_player"), join("own")
+    ended = join("terminated") | join("truncated")
+    returns, active = join("ep_returns"), np.array(active)
+    games = player.reshape(3 * T, K // 2, 2)
+    assert ((games == -1).sum(axis=2) == 1).all()  # one learner seat per game, always
+    assert ((games >= 0).sum(axis=2) == 1).all()
+    finished, starts, changes = np.zeros(K, bool), 0, 0
+    for t in range(1, 3 * T):
+        finished |= ended[t - 1]
+        for g in range(K // 2):
+            seats = slice(2 * g, 2 * g + 2)
+            if finished[seats].all():  # the game started anew at step t
+                finished[seats] = False
+                starts += 1
+                changes += (player[t, seats] != player[t - 1, seats]).any()
+            else:
+                assert (player[t, seats] == player[t - 1, seats]).all(), (t, g)
+    assert starts >= 10 and changes >= 3  # draws happened and varied
+    assert set(np.unique(player[player >= 0]).tolist()) == {0, 1, 2}
+    # the learner's samples: exactly its seats' moves
+    assert (own == (active & (player == -1))).all()
+    assert own.any() and (active & (player >= 0)).any()
+    # episodes reported: the learner's seats' only, one per game end
+    assert (player[~np.isnan(returns)] == -1).all()
+    assert (~np.isnan(returns)).sum() == starts + ended[-1].reshape(-1, 2).all(axis=1).sum()
+
+
+RUN = dict(
+    mode="sync", backend="inline", actors=2, envs_per_actor=4, rollout=16, minibatch_size=32,
+    epochs=1, progress=False, tensorboard=False, checkpoint_every=0, seed=3, opponents="pool",
+    snapshot_every=2, pool_size=2, lr_schedule="constant", clip_schedule="constant",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("opponents", ["pool", "self"])
+def test_a_self_play_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(opponents, tmp_path):
+    """Inline, sync: S steps, then --resume to 2S, against 2S at once. The checkpoints' learner,
+    actors (games in progress, opponents' copies and draws) and pool (snapshots' parameters,
+    ratings) are identical, and so are the summaries' figures. Pool of 2, a snapshot every 2
+    updates: snapshots leave the pool during both halves. Shared self-play (no pool) too: its
+    games in progress are in the checkpoint as well."""
+    S = 256
+    run = dict(RUN, opponents=opponents)
+    whole = asyncrl.train(C4, total_steps=2 * S, run_dir=str(tmp_path / "whole"), **run)
+    asyncrl.train(C4, total_steps=S, run_dir=str(tmp_path / "halves"), **run)
+    resumed = asyncrl.train(resume=tmp_path / "halves", total_steps=2 * S)
+    a, b = load_checkpoint(tmp_path / "whole"), load_checkpoint(tmp_path / "halves")
+    pool = opponents == "pool"
+    assert not pool or a["pool"]["next_id"] > 2  # the pool was full and replaced snapshots
+    for part in ("learner", "actors", "pool") if pool else ("learner", "actors"):
+        x, y = dict(a[part]), dict(b[part])
+        if part == "learner":  # a linear schedule's legs: not used by constant schedules
+            x.pop("schedule", None), y.pop("schedule", None)
+        assert _differences(x, y) == [], part
+    keys = ("env_steps", "final_return", "last100_return", "win_rate_vs_random")
+    if pool:
+        keys += ("pool_games", "win_rate_vs_pool", "learner_elo", "pool_elo")
+    assert {k: whole.summary[k] for k in keys} == {k: resumed.summary[k] for k in keys}
+
+
+@pytest.mark.parametrize(
+    "settings, names",
+    [
+        ({"env": "CartPole-v1", "opponents": "pool"}, "opponents: pool"),
+        ({"env": C4, "opponents": "pool", "policies": 2, "envs_per_actor": 4}, "policies:"),
+        ({"env": C4, "opponents": "pool", "backend": "ray"}, "backend:"),
+        ({"env": C4, "opponents": "pool", "pool_size": 0}, "pool_size:"),
+        ({"env": C4, "opponents": "pool", "snapshot_every": 0}, "snapshot_every:"),
+        ({"env": C4, "opponents": "pool", "snapshot_win_rate": 1.5}, "snapshot_win_rate:"),
+        ({"env": C4, "opponents": "league"}, "opponents:"),
+    ],
+)
+def test_bad_pool_settings_are_refused_in_one_line_before_anything_starts(
+    settings, names, tmp_path
+):
+    run_dir = tmp_path / "r"
+    with pytest.raises(ConfigError) as e:
+        asyncrl.train(total_steps=64, run_dir=str(run_dir), progress=False, **settings)
+    assert str(e.value).startswith(names) and "\n" not in str(e.value)
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("backend, mode", [("process", "async"), ("thread", "async")])
+def test_a_pool_run_trains_on_actors_beside_the_learner(backend, mode, tmp_path):
+    """Actors that read snapshots while the learner adds them (async): the run ends, its
+    games were rated, snapshots joined and left a pool of 2, and the summary says so."""
+    settings = dict(RUN, backend=backend, mode=mode)
+    result = asyncrl.train(C4, total_steps=512, run_dir=str(tmp_path / "r"), **settings)
+    s = result.summary
+    assert s["opponents"] == "pool" and s["pool_size"] == 2 and s["pool_snapshots"] > 2
+    assert s["pool_games"] > 20 and 0 <= s["win_rate_vs_pool"] <= 1
+    held = sorted(int(k) for k in s["pool_elo"])  # the newest two
+    assert held == [s["pool_snapshots"] - 2, s["pool_snapshots"] - 1]
+    assert math.isfinite(s["learner_elo"]) and s["learner_elo"] != ELO_START
+    state = load_checkpoint(tmp_path / "r")["pool"]
+    assert sorted(state["ids"]) == held
+
+
+def test_games_in_progress_go_through_a_weights_only_checkpoint_and_play_on_the_same(tmp_path):
+    """SeatVectorEnv.game_states: plain data a weights-only load reads back; a fresh env given
+    them plays on exactly as the original does (same observations, rewards, turns, ends)."""
+    from asyncrl.envs.pettingzoo import SeatVectorEnv, legal
+    from asyncrl.rundir import _weights_only_safe
+
+    envs, again = SeatVectorEnv(C4, 4), SeatVectorEnv(C4, 4)
+    envs.reset(seed=[1, 2, 3, 4])
+    again.reset(seed=[9, 9, 9, 9])
+    rng = np.random.default_rng(0)
+
+    def moves(obs, active):
+        return np.array(
+            [rng.choice(legal(o, 7)) if a else 0 for o, a in zip(obs, active, strict=True)]
+        )
+
+    for _ in range(9):  # games in progress
+        envs.step(moves(envs.obs, envs.active))
+    torch.save(_weights_only_safe(envs.game_states()), tmp_path / "g.pt")
+    again.set_game_states(torch.load(tmp_path / "g.pt", weights_only=True))
+    for _ in range(60):  # on through game ends and new games
+        actions = moves(envs.obs, envs.active)
+        assert (again.active == envs.active).all() and (again.obs == envs.obs).all()
+        for a, b in zip(envs.step(actions)[:4], again.step(actions)[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+    envs.close(), again.close()
