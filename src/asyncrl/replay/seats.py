@@ -6,7 +6,8 @@ moves again (a loss arrives at the opponent's move), and as next observation the
 at next -- or, where its episode ends first, the final observation, terminated or truncated
 there. The next move may lie in a later rollout (sync DQN's rollouts are one step), so each
 actor's seats keep their open transition between slots. Open transitions are not checkpointed:
-a resumed run's games start anew (docs: Guides, multi-agent).
+a resumed run drops them, so a seat's last move before the checkpoint joins no transition
+(docs: Guides, multi-agent).
 """
 
 from __future__ import annotations
