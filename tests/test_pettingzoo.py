@@ -286,6 +286,23 @@ def test_a_parallel_envs_agents_act_together_and_a_done_one_waits_for_the_next_g
     envs.close()
 
 
+def test_a_parallel_env_trains_to_the_end_with_no_games_against_a_player(tmp_path):
+    """A parallel env has no turns to play against a random or look-ahead player: its run ends
+    as any run does (it raised at the end, after its checkpoint, when the games were played)."""
+    result = asyncrl.train(
+        env="pettingzoo:parallel_game",
+        total_steps=512,
+        backend="inline",
+        mode="sync",
+        seed=1,
+        progress=False,
+        tensorboard=False,
+        run_dir=str(tmp_path / "run"),
+    )
+    assert result.summary["env_steps"] >= 512 and result.summary["episodes"] > 0
+    assert not any(k.startswith("win_rate_vs") for k in result.summary)
+
+
 @pytest.mark.slow
 def test_self_play_on_connect_four_beats_a_random_player_most_of_the_time(tmp_path):
     """What this slice reaches, not issue #55's goal (>= 95% of 200 games within 200k steps,

@@ -321,6 +321,15 @@ def check_opponent(env_id: str, opponent: str) -> None:
         )
 
 
+def plays_games(env_id: str) -> bool:
+    """Whether a run's policy can be played against an opponent (:func:`play_vs`): a
+    two-player turn-based game with action masks; a parallel env has no such games."""
+    module = _module(env_id)
+    if not hasattr(module, "env") or not seat_spaces(env_id)[3]:
+        return False
+    return len(module.env().possible_agents) == 2
+
+
 def play_vs(
     env_id: str,
     choose: Callable[[np.ndarray], int],

@@ -18,6 +18,7 @@ from asyncrl.algos import algorithm
 from asyncrl.config import learner_threads
 from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec, env_family
+from asyncrl.envs.pettingzoo import plays_games
 from asyncrl.rundir import default_run_dir, run_dir_held, save_config, save_summary
 from asyncrl.runtime import hogwild, pipeline
 from asyncrl.runtime.lifecycle import Interrupted, StopSignals
@@ -129,8 +130,8 @@ def train(
             result = pipeline.train_pipeline(
                 cfg, spec, algo, run_dir, resume, on_start, callback, stop
             )
-        if spec.agents > 1 and result.get("checkpoint"):  # a game: its final policy's play
-            result = _games(run_dir, result)
+        if spec.agents > 1 and result.get("checkpoint") and plays_games(cfg.env):
+            result = _games(run_dir, result)  # a two-player game: its final policy's play
         return result
 
 
