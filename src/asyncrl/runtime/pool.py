@@ -14,13 +14,16 @@ snapshot and one for the learner (:class:`OpponentPool`, the driver's side).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from asyncrl.nets import FlatParams
 from asyncrl.runtime.transport import PoolStore
+
+if TYPE_CHECKING:
+    from asyncrl.settings import TrainConfig
 
 ELO_K = 32.0  # the rating change of a game the winner was expected to lose even odds: K / 2
 ELO_START = 1000.0  # the initial policy's rating and the learner's at the start
@@ -59,7 +62,7 @@ class OpponentPool:
     """The driver's side of the pool: which snapshot each buffer of the store holds, the
     ratings, when the next snapshot joins, and the figures of the games reported so far."""
 
-    def __init__(self, cfg: Any, agents: int, store: PoolStore):
+    def __init__(self, cfg: TrainConfig, agents: int, store: PoolStore):
         self.store, self.agents = store, agents
         self.every, self.threshold = cfg.snapshot_every, cfg.snapshot_win_rate
         capacity = cfg.pool_size
