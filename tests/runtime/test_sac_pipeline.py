@@ -150,10 +150,15 @@ def test_resume_with_saved_replay_continues_without_a_new_warm_up(tmp_path):
     assert result["episodes"] == 2 and math.isfinite(result["mean_return"])
 
 
+# Sync repeats on every backend (the work_ahead test): inline, the same bits for less CPU, to 15k,
+# where seeds 1-3 are well past -250; async is a race: 20k (docs: Tests and CI, SAC Pendulum).
+BUDGETS = {"sync": dict(backend="inline", total_steps=15_000), "async": dict(total_steps=20_000)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_pendulum_reaches_minus_250_within_20k_steps(tmp_path, mode):
-    s = train(_cfg(tmp_path, mode=mode, total_steps=20_000, seed=1))
+    s = train(_cfg(tmp_path, mode=mode, seed=1, **BUDGETS[mode]))
     assert s["env_steps"] <= 20_000 + 4
     assert s["final_return"] >= -250, s
     assert s["replay_ratio_achieved"] == pytest.approx(1.0, abs=0.01)
