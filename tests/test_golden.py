@@ -44,6 +44,7 @@ def golden_file(name: str) -> Path:
     own = GOLDEN / CPU / f"{name}.json"
     return own if own.exists() else GOLDEN / f"{name}.json"
 
+
 # figures that depend on the machine's speed or on where the run was written (and every
 # figure named for seconds, a rate per second or memory)
 VARIES = {"T", "eps", "run_dir", "checkpoint"}

@@ -174,9 +174,9 @@ def test_a_single_agent_run_is_evaluated_without_an_opponent(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
-def test_a_training_run_never_takes_an_illegal_move(tmp_path, monkeypatch):
-    """Every action of every active seat, at every step of a run, checked against the mask
-    its observation carried (the inline backend: the actor steps in this process)."""
+def _count_illegal_moves(monkeypatch) -> dict[str, int]:
+    """Counts of every active seat's moves and of those its observation's mask forbade, over
+    every step the actors' seat envs take from now on (in this process)."""
     seen = {"moves": 0, "illegal": 0}
     step = SeatVectorEnv.step
 
@@ -187,6 +187,13 @@ def test_a_training_run_never_takes_an_illegal_move(tmp_path, monkeypatch):
         return step(self, actions)
 
     monkeypatch.setattr(SeatVectorEnv, "step", checked)
+    return seen
+
+
+def test_a_training_run_never_takes_an_illegal_move(tmp_path, monkeypatch):
+    """Every action of every active seat, at every step of a run, checked against the mask
+    its observation carried (the inline backend: the actor steps in this process)."""
+    seen = _count_illegal_moves(monkeypatch)
     result = asyncrl.train(
         C4,
         total_steps=4096,
@@ -225,16 +232,7 @@ def test_a_dqn_run_never_takes_an_illegal_move(tmp_path, monkeypatch, capsys, mo
     """As the PPO run above, with DQN: epsilon-greedy with epsilon near 1 early on, so most
     moves are random ones, drawn among the legal moves only; greedy ones are legal too (the
     final policy's games against the random and the look-ahead players, in the summary)."""
-    seen = {"moves": 0, "illegal": 0}
-    step = SeatVectorEnv.step
-
-    def checked(self, actions):
-        for r in np.flatnonzero(self.active):
-            seen["moves"] += 1
-            seen["illegal"] += actions[r] not in legal(self.obs[r], self.n_actions)
-        return step(self, actions)
-
-    monkeypatch.setattr(SeatVectorEnv, "step", checked)
+    seen = _count_illegal_moves(monkeypatch)
     result = asyncrl.train(
         C4,
         algo="dqn",
