@@ -359,7 +359,62 @@ class IdChannel:
         self._writer.close()
 
 
-class PolicyStore:
+class _SeqlockBuffers:
+    """``count`` buffers of ``numel`` float32 parameters, each behind a header of int64 words
+    (word 0 a sequence number, odd while the buffer is written; word 1 what it holds, -1:
+    nothing), after ``PREFIX`` int64 words of the store's own; in one shared-memory segment
+    (``shared``), or in this process. What :class:`PolicyStore` and :class:`PoolStore` share."""
+
+    HEADER = 2
+    KIND, PREFIX = "", 0
+
+    def __init__(self, numel: int, count: int, shared: bool):
+        self.numel, self.count, self.shared = numel, count, shared
+        size = 8 * self.PREFIX + count * self._stride
+        self._segments: _Segments | None = None
+        if shared:
+            self.names = _segment_names(self.KIND, 1)
+            self._segments = _Segments(self.names, size, create=True)
+            buf = self._segments.shms[0].buf
+        else:
+            self.names = []
+            buf = bytearray(size)
+        self._bind(buf)
+        for head in self._head:
+            head[1] = -1
+
+    @property
+    def _stride(self) -> int:
+        return 8 * self.HEADER + 4 * self.numel
+
+    def _bind(self, buf: Any) -> None:
+        self._head, self._params = [], []
+        for b in range(self.count):
+            off = 8 * self.PREFIX + b * self._stride
+            self._head.append(np.frombuffer(buf, dtype=np.int64, count=self.HEADER, offset=off))
+            self._params.append(
+                np.frombuffer(buf, dtype=np.float32, count=self.numel, offset=off + 8 * self.HEADER)
+            )
+
+    def __getstate__(self) -> dict[str, Any]:
+        if not self.shared:
+            raise TypeError(f"a non-shared {type(self).__name__} cannot be sent to another process")
+        return {"numel": self.numel, "count": self.count, "names": self.names}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.numel, self.count, self.names = state["numel"], state["count"], state["names"]
+        self.shared = True
+        self._segments = _Segments(self.names, 0, create=False)
+        self._bind(self._segments.shms[0].buf)
+
+    def close(self) -> None:
+        self._head, self._params = [], []
+        if self._segments is not None:
+            self._segments.close()
+            self._segments = None
+
+
+class PolicyStore(_SeqlockBuffers):
     """The newest policy version, published by one writer (the learner) without any lock.
 
     A lock held by a reader that is SIGKILLed mid-copy is never released, and the learner's next
@@ -377,47 +432,20 @@ class PolicyStore:
     on that (and on CPython's own barriers elsewhere).
     """
 
-    HEADER = 2  # int64 words per buffer: sequence, version
+    KIND, PREFIX = "policy", 1  # word 0: the buffer readers are pointed at
 
     def __init__(self, numel: int, shared: bool, buffers: int = 2):
         if buffers not in (1, 2):
             raise ValueError(f"buffers must be 1 or 2, got {buffers}")
-        self.numel, self.shared, self.buffers = numel, shared, buffers
-        self._stride = 8 * self.HEADER + 4 * numel
-        size = 8 + buffers * self._stride  # word 0: the buffer readers are pointed at
-        self._segments: _Segments | None = None
-        if shared:
-            self.names = _segment_names("policy", 1)
-            self._segments = _Segments(self.names, size, create=True)
-            buf = self._segments.shms[0].buf
-        else:
-            self.names = []
-            buf = bytearray(size)
-        self._bind(buf)
-        for b in range(buffers):
-            self._head[b][1] = -1
+        super().__init__(numel, buffers, shared)
 
     def _bind(self, buf: Any) -> None:
+        super()._bind(buf)
         self._active = np.frombuffer(buf, dtype=np.int64, count=1, offset=0)
-        self._head, self._params = [], []
-        for b in range(self.buffers):
-            off = 8 + b * self._stride
-            self._head.append(np.frombuffer(buf, dtype=np.int64, count=self.HEADER, offset=off))
-            self._params.append(
-                np.frombuffer(buf, dtype=np.float32, count=self.numel, offset=off + 8 * self.HEADER)
-            )
 
-    def __getstate__(self) -> dict[str, Any]:
-        if not self.shared:
-            raise TypeError("a non-shared PolicyStore cannot be sent to another process")
-        return {"numel": self.numel, "names": self.names, "buffers": self.buffers}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.numel, self.names, self.buffers = state["numel"], state["names"], state["buffers"]
-        self.shared = True
-        self._stride = 8 * self.HEADER + 4 * self.numel
-        self._segments = _Segments(self.names, 0, create=False)
-        self._bind(self._segments.shms[0].buf)
+    @property
+    def buffers(self) -> int:
+        return self.count
 
     @property
     def version(self) -> int:
@@ -470,10 +498,7 @@ class PolicyStore:
 
     def close(self) -> None:
         self._active = None  # type: ignore[assignment]
-        self._head, self._params = [], []
-        if self._segments is not None:
-            self._segments.close()
-            self._segments = None
+        super().close()
 
 
 class SharedArray:
@@ -513,50 +538,21 @@ class SharedArray:
             self._segments = None
 
 
-class PoolStore:
+class PoolStore(_SeqlockBuffers):
     """The opponent pool's snapshots (``--opponents pool``): ``capacity`` buffers, each a
     finished copy of the learner's parameters and the id of that snapshot. One writer (the
     driver, between updates) and readers that copy a snapshot at a game's start, without locks:
     each buffer is a seqlock as in :class:`PolicyStore` (odd while written), so a reader keeps a
     copy only if the buffer held the snapshot it asked for, complete, from start to end."""
 
-    HEADER = 2  # int64 words per buffer: sequence, snapshot id (-1: empty)
+    KIND = "pool"
 
     def __init__(self, numel: int, capacity: int, shared: bool):
-        self.numel, self.capacity, self.shared = numel, capacity, shared
-        self._stride = 8 * self.HEADER + 4 * numel
-        self._segments: _Segments | None = None
-        if shared:
-            self.names = _segment_names("pool", 1)
-            self._segments = _Segments(self.names, capacity * self._stride, create=True)
-            buf = self._segments.shms[0].buf
-        else:
-            self.names = []
-            buf = bytearray(capacity * self._stride)
-        self._bind(buf)
-        for head in self._head:
-            head[1] = -1
+        super().__init__(numel, capacity, shared)
 
-    def _bind(self, buf: Any) -> None:
-        self._head, self._params = [], []
-        for b in range(self.capacity):
-            off = b * self._stride
-            self._head.append(np.frombuffer(buf, dtype=np.int64, count=self.HEADER, offset=off))
-            self._params.append(
-                np.frombuffer(buf, dtype=np.float32, count=self.numel, offset=off + 8 * self.HEADER)
-            )
-
-    def __getstate__(self) -> dict[str, Any]:
-        if not self.shared:
-            raise TypeError("a non-shared PoolStore cannot be sent to another process")
-        return {"numel": self.numel, "capacity": self.capacity, "names": self.names}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.numel, self.capacity, self.names = state["numel"], state["capacity"], state["names"]
-        self.shared = True
-        self._stride = 8 * self.HEADER + 4 * self.numel
-        self._segments = _Segments(self.names, 0, create=False)
-        self._bind(self._segments.shms[0].buf)
+    @property
+    def capacity(self) -> int:
+        return self.count
 
     def ids(self) -> np.ndarray:
         """The snapshot id in each buffer now (-1: empty)."""
@@ -584,9 +580,3 @@ class PoolStore:
     def params(self, index: int) -> np.ndarray:
         """A copy of buffer ``index``'s parameters (the writer's side: checkpoints)."""
         return self._params[index].copy()
-
-    def close(self) -> None:
-        self._head, self._params = [], []
-        if self._segments is not None:
-            self._segments.close()
-            self._segments = None
