@@ -76,14 +76,7 @@ class Actor:
         self.policies, self.flats, self.in_places = [], [], []
         self.generators, self.actings = [], []
         for p, policy_store in enumerate(self.stores):
-            # Its initial weights are overwritten by the first published version: drawing them
-            # must not advance the global random stream, which the learner's updates use when
-            # the actor lives in the learner's process (inline, thread), or a run would depend
-            # on the backend.
-            with torch.random.fork_rng(devices=[]):
-                module = algo.acting_module(cfg, spec)
-            module.requires_grad_(False)
-            flat = FlatParams(module)
+            module, flat = frozen_net(algo, cfg, spec)
             self.in_places.append(policy_store.attach(flat))
             generator = torch.Generator().manual_seed(first_seed + POLICY_SEED_STRIDE * p)
             self.policies.append(module)
@@ -99,7 +92,7 @@ class Actor:
         self.opponents: Opponents | None = None
         if pool is not None:  # self-play against frozen snapshots (runtime/pool.py)
             self.opponents = Opponents(
-                lambda: _fresh_module(algo, cfg, spec), pool, first_seed + OPPONENT_SEED
+                lambda: frozen_net(algo, cfg, spec), pool, first_seed + OPPONENT_SEED
             )
             self.mapping: PolicyMapping = PoolSeats(
                 self.K, spec.agents, seats, self.opponents, first_seed + MAPPING_SEED
@@ -353,11 +346,17 @@ def _actable(obs: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def _fresh_module(algo: Algorithm, cfg: TrainConfig, spec: EnvSpec):
-    """An acting network whose weights are read in after (drawn without moving torch's global
-    random stream: see Actor.__init__)."""
+def frozen_net(
+    algo: Algorithm, cfg: TrainConfig, spec: EnvSpec
+) -> tuple[torch.nn.Module, FlatParams]:
+    """An acting network (and its flat view) whose weights are read in afterwards: drawing its
+    initial ones must not advance the global random stream, which the learner's updates use
+    when actors live in the learner's process (inline, thread), or a run would depend on the
+    backend."""
     with torch.random.fork_rng(devices=[]):
-        return algo.acting_module(cfg, spec)
+        module = algo.acting_module(cfg, spec)
+    module.requires_grad_(False)
+    return module, FlatParams(module)
 
 
 def _env_list(envs) -> list:

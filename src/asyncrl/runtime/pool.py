@@ -173,6 +173,7 @@ class Opponents:
     snapshot's seats with a generator of its own."""
 
     def __init__(self, make: Any, store: PoolStore, seed: int):
+        """``make()``: a frozen acting network and its flat view (runtime.actor.frozen_net)."""
         self.make, self.store = make, store
         self.nets: dict[int, tuple[Any, FlatParams]] = {}
         self.generator = torch.Generator().manual_seed(seed)
@@ -182,16 +183,11 @@ class Opponents:
         ids = self.store.ids()
         return ids[ids != LEARNER]
 
-    def _net(self) -> tuple[Any, FlatParams]:
-        module = self.make()
-        module.requires_grad_(False)
-        return module, FlatParams(module)
-
     def load(self, sid: int) -> bool:
         """Hold snapshot ``sid``; False if the pool no longer has it (draw again)."""
         if sid in self.nets:
             return True
-        net = self._net()
+        net = self.make()
         if not self.store.read(sid, net[1].read_from):
             return False
         self.nets[sid] = net
@@ -227,6 +223,6 @@ class Opponents:
         self.generator.set_state(state["opponent_generator"])
         self.nets = {}
         for sid, params in zip(state["opponent_ids"], state["opponent_params"], strict=True):
-            net = self._net()
+            net = self.make()
             net[1].read_from(torch.as_tensor(params).numpy())
             self.nets[int(sid)] = net
