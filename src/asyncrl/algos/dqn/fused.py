@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from asyncrl.algos.dqn.networks import legal_actions
 from asyncrl.learning.fused import PackedAdam, compile_step, flat_span, lies_in, move_into_one
 from asyncrl.nets import FlatEncoder
 
@@ -98,8 +99,7 @@ class QStep(PackedAdam):
         x, nx = self.encoder(obs), self.encoder(next_obs)
         illegal = None
         if self.n_mask:  # the layers read the observation without its mask (QNetwork.legal)
-            legal = nx[:, -self.n_mask :] > 0
-            illegal = ~(legal | ~legal.any(-1, keepdim=True))
+            illegal = ~legal_actions(nx[:, -self.n_mask :])
             x, nx = x[:, : -self.n_mask], nx[:, : -self.n_mask]
         # double DQN: the online network's forward over obs and next_obs at once
         h = self._forward(w, torch.cat([x, nx]) if cfg.double else x)

@@ -42,16 +42,14 @@ class QNetwork(nn.Module):
         self.register_buffer("epsilon", torch.ones(()))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.encoder(obs)
+        return self._values(self.encoder(obs))
+
+    def _values(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(x[:, : -self.n_mask] if self.n_mask else x)
 
     def legal(self, obs: torch.Tensor) -> torch.Tensor | None:
-        """[N, A] True where an action is legal (None: no mask). A row with no legal action
-        (a seat that waits) allows every action: its value is then the unmasked one."""
-        if not self.n_mask:
-            return None
-        legal = self.encoder(obs)[:, -self.n_mask :] > 0
-        return legal | ~legal.any(-1, keepdim=True)
+        """[N, A] True where an action is legal (None: no mask; see :func:`legal_actions`)."""
+        return legal_actions(self.encoder(obs)[:, -self.n_mask :]) if self.n_mask else None
 
     @torch.no_grad()
     def act(
@@ -59,8 +57,9 @@ class QNetwork(nn.Module):
     ) -> tuple[torch.Tensor, None]:
         """The greedy action, or with probability ``epsilon`` a uniformly random one (with a
         mask: the greedy legal action, or one drawn uniformly among the legal ones)."""
-        q = self.forward(obs)
-        legal = self.legal(obs)
+        x = self.encoder(obs)  # once: the values and the mask both read it
+        q = self._values(x)
+        legal = legal_actions(x[:, -self.n_mask :]) if self.n_mask else None
         greedy = masked_argmax(q, legal)
         if deterministic:
             return greedy, None
@@ -73,6 +72,14 @@ class QNetwork(nn.Module):
             k = (torch.rand(n, generator=generator) * count).long().clamp(max=count - 1)
             random = (legal.cumsum(-1) <= k[:, None]).sum(-1)
         return torch.where(explore, random, greedy), None
+
+
+def legal_actions(mask: torch.Tensor) -> torch.Tensor:
+    """[N, A] True where an action is legal, from an observation's mask entries (1: legal). A
+    row with no legal action (a seat that waits) allows every action: its value is then the
+    unmasked one."""
+    legal = mask > 0
+    return legal | ~legal.any(-1, keepdim=True)
 
 
 def masked_argmax(q: torch.Tensor, legal: torch.Tensor | None) -> torch.Tensor:
