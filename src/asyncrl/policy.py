@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos import algorithm
 from asyncrl.config import ConfigError
 from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec, check_env, make_env
@@ -33,7 +32,7 @@ from asyncrl.rundir import (
     policy_dir,
     policy_of,
 )
-from asyncrl.settings import TrainConfig, load_run_config, policy_config
+from asyncrl.settings import TrainConfig, load_run_config, plugin, policy_config
 
 CHECKPOINTS = ("latest", "best")
 RENDER_TIMEOUT = 30.0  # seconds a MuJoCo env's first off-screen frame may take to draw
@@ -434,7 +433,7 @@ def load(
         state = load_checkpoint(run_dir)
     if index is not None:
         cfg = policy_config(cfg, index)
-    algo = algorithm(cfg.algo)  # the saved run's
+    algo = plugin(cfg)  # the saved run's
     policy_ = Policy.build(cfg, spec, algo, seed)
     policy_.index = index
     try:

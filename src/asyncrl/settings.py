@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -169,11 +170,23 @@ def _warmup(name: str, value: Any, algo: str, budget: int) -> Any:
     return value.of(budget) if algo in FIELDS[name].metadata["owners"] else value.steps
 
 
-def resolve(cfg: TrainConfig, family: str | None = None, agree: bool = True) -> TrainConfig:
+def plugin(cfg: TrainConfig) -> Algorithm:
+    """The algorithm ``cfg.algo`` names: the one place a name is looked up in the registry. A
+    run looks it up once (:func:`prepare`) and hands the object on."""
+    return algorithm(cfg.algo)
+
+
+def resolve(
+    cfg: TrainConfig,
+    family: str | None = None,
+    agree: bool = True,
+    algo: Algorithm | None = None,
+) -> TrainConfig:
     """Fill what was left unset (see the module doc; ``family``: the env's, from
     ``asyncrl.envs.env_family``, for preset ``auto``), make the values filled agree with the
     others (``agree``; see :func:`agreed`), then the settings derived from others. A resolved
-    config resolves to itself (its preset is a name, not auto)."""
+    config resolves to itself (its preset is a name, not auto). ``algo``: ``cfg.algo``'s
+    plug-in, if the caller holds it."""
     lists = {n: getattr(cfg, n) for n in FIELDS if n != "population" and _listed(n, cfg)}
     if lists:  # per-policy values given to TrainConfig itself: as from_dict takes them
         cfg = from_dict(lists, cfg)
@@ -194,7 +207,7 @@ def resolve(cfg: TrainConfig, family: str | None = None, agree: bool = True) -> 
     budget = changes.get("total_steps", cfg.total_steps)
     changes.update((n, _warmup(n, v, cfg.algo, budget)) for n, v in changes.items())
     cfg = dataclasses.replace(cfg, **changes)
-    algo = algorithm(cfg.algo)
+    algo = algo or plugin(cfg)
     if agree:
         kept = _tuned_names(preset, cfg.algo) if tuned else frozenset()
         cfg = dataclasses.replace(cfg, **agreed(cfg, frozenset(changes) - {"preset"}, algo, kept))
@@ -203,6 +216,38 @@ def resolve(cfg: TrainConfig, family: str | None = None, agree: bool = True) -> 
         changes["actor_restarts"] = 3 * (cfg.hogwild or cfg.actors)
     changes.update(algo.derived(cfg))
     return _drawn_population(dataclasses.replace(cfg, **changes), algo)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run as :func:`prepare_settings` leaves it: the settings as given and resolved, the
+    env's spec, the algorithm (the runtime is handed this object, never its name) and
+    for_env's lines."""
+
+    given: TrainConfig
+    cfg: TrainConfig
+    spec: EnvSpec
+    algo: Algorithm
+    env_lines: list[str]
+
+
+def prepare_settings(given: TrainConfig) -> Prepared:
+    """``given`` resolved, validated and fitted to its env's spec in one pass, before any
+    process, segment or file exists: the algorithm looked up once, the settings resolved once
+    (twice for an env whose images change its family). A setting that cannot work raises
+    ConfigError here."""
+    from asyncrl.envs import env_family
+
+    algo = plugin(given)
+    family = env_family(given.env)
+    cfg = resolve(given, family, algo=algo)
+    _checked(cfg, algo)
+    spec = env_spec(cfg, algo)
+    if env_family(cfg.env, spec) != family:  # image observations: known once the env is made
+        cfg = resolve(given, env_family(cfg.env, spec), algo=algo)
+        _checked(cfg, algo)
+    cfg, env_lines = for_env(cfg, spec, given, algo)  # what depends on the observations
+    return Prepared(given, cfg, spec, algo, env_lines)
 
 
 def _tuned_names(preset: str, algo: str) -> frozenset[str]:
@@ -306,12 +351,16 @@ def underive(saved: TrainConfig) -> TrainConfig:
     return dataclasses.replace(saved, **changes)
 
 
-def validate(cfg: TrainConfig, family: str | None = None) -> None:
+def validate(cfg: TrainConfig, family: str | None = None, algo: Algorithm | None = None) -> None:
     """Reject settings that cannot work, one clear sentence each. Touches no env or process.
     Checks ``cfg`` as :func:`resolve` completes it (``family``: for preset auto)."""
-    cfg = resolve(cfg, family)
+    algo = algo or plugin(cfg)
+    _checked(resolve(cfg, family, algo=algo), algo)
+
+
+def _checked(cfg: TrainConfig, algo: Algorithm) -> None:
+    """:func:`validate` of a resolved ``cfg``."""
     validate_run(cfg)
-    algo = algorithm(cfg.algo)
     precisions = getattr(algo, "precisions", ("fp32",))
     need(
         cfg.precision in precisions,
@@ -328,7 +377,7 @@ def validate(cfg: TrainConfig, family: str | None = None) -> None:
             name, _, why = str(e).partition(": ")
             raise ConfigError(f"{name}: policy {p}: {why}") from None
     if cfg.hogwild:  # a worker runs the synchronous one-actor loop: check what it will run
-        validate(worker_config(cfg, 0))
+        validate(worker_config(cfg, 0), algo=algo)
 
 
 def _validate_population(cfg: TrainConfig, algo: Algorithm) -> None:
@@ -380,13 +429,13 @@ def _refuse_others_settings(cfg: TrainConfig) -> None:
         )
 
 
-def env_spec(cfg: TrainConfig) -> EnvSpec:
+def env_spec(cfg: TrainConfig, algo: Algorithm | None = None) -> EnvSpec:
     """The spec of ``cfg.env`` as its actors make it, checked against what ``cfg.algo`` can
     train: a ConfigError naming the setting (and the algorithms that can) otherwise."""
     from asyncrl.envs import check_env
 
     spec = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
-    why = algorithm(cfg.algo).accepts(spec)
+    why = (algo or plugin(cfg)).accepts(spec)
     if why is not None:
         others = [a.name for a in algorithms() if a.accepts(spec) is None]
         use = f" (use --algo {' or '.join(others)})" if others else ""
@@ -415,7 +464,10 @@ def _check_pool(cfg: TrainConfig, spec: EnvSpec) -> None:
 
 
 def for_env(
-    cfg: TrainConfig, spec: EnvSpec, given: TrainConfig | None = None
+    cfg: TrainConfig,
+    spec: EnvSpec,
+    given: TrainConfig | None = None,
+    algo: Algorithm | None = None,
 ) -> tuple[TrainConfig, list[str]]:
     """The settings that depend on the env's observations, checked and resolved against its
     ``spec`` before any process starts: ``encoder auto`` becomes cnn for uint8 images of rank
@@ -438,7 +490,7 @@ def for_env(
             f"encoder: cnn needs images of at least 5 x 5 pixels; {cfg.env} has {shape}",
         )
     cfg = dataclasses.replace(cfg, encoder=encoder)
-    changes, lines = algorithm(cfg.algo).for_env(cfg, spec, given)
+    changes, lines = (algo or plugin(cfg)).for_env(cfg, spec, given)
     return dataclasses.replace(cfg, **changes), lines
 
 
@@ -446,7 +498,7 @@ def check_resume(saved: TrainConfig, new: TrainConfig) -> None:
     """Refuse, in one ConfigError naming them, the settings a resumed run changes that its
     checkpoint depends on (the networks' shapes, the env, the replay's layout). Everything
     else may change: total_steps, max_seconds, learning rates, logging, ..."""
-    names = RUN_FIXED_ON_RESUME + algorithm(saved.algo).fixed_on_resume
+    names = RUN_FIXED_ON_RESUME + plugin(saved).fixed_on_resume
     changed = [n for n in names if getattr(saved, n) != getattr(new, n)]
     if saved.encoder == "auto":  # a run saved before encoders were resolved: as auto chose
         changed = [n for n in changed if n != "encoder"]
@@ -461,21 +513,23 @@ def check_resume(saved: TrainConfig, new: TrainConfig) -> None:
         )
 
 
-def preset_line(given: TrainConfig, resolved: TrainConfig) -> str | None:
+def preset_line(
+    given: TrainConfig, resolved: TrainConfig, algo: Algorithm | None = None
+) -> str | None:
     """The one line a run prints at its start: the preset and the values it filled for the
     algorithm, those tuned on one env apart and named with it (None if it filled none, as when
     a saved run resumes)."""
-    algo = resolved.algo
-    env = tuned_env(resolved.preset, algo, given.env if given.preset == "auto" else None)
-    tuned = TUNED[resolved.preset][algo][1] if env else {}
-    table = {**PRESETS[resolved.preset][algo], **tuned}
+    algo_name = resolved.algo
+    env = tuned_env(resolved.preset, algo_name, given.env if given.preset == "auto" else None)
+    tuned = TUNED[resolved.preset][algo_name][1] if env else {}
+    table = {**PRESETS[resolved.preset][algo_name], **tuned}
     if "total_steps" in table:  # the budget last, after values the tuned ones add
         table["total_steps"] = table.pop("total_steps")
     unset = frozenset(name for name in FIELDS if getattr(given, name) is None)
-    kept, plugin = frozenset(tuned), algorithm(algo)
-    unagreed = resolve(given, resolved.preset, agree=False)
-    made_to_agree = agreed(unagreed, unset, plugin, kept) if unset else {}
-    switch, by_switch = plugin.switch_values(unagreed, unset - kept)
+    kept, owner = frozenset(tuned), algo or plugin(resolved)
+    unagreed = resolve(given, resolved.preset, agree=False, algo=owner)
+    made_to_agree = agreed(unagreed, unset, owner, kept) if unset else {}
+    switch, by_switch = owner.switch_values(unagreed, unset - kept)
     filled = [name for name in table if name in unset and name not in made_to_agree]
     if not filled and not made_to_agree:
         return None
@@ -484,7 +538,7 @@ def preset_line(given: TrainConfig, resolved: TrainConfig) -> str | None:
     def values(names: list[str]) -> str:
         return ", ".join(f"{name} {_shown(name, resolved)}" for name in names)
 
-    line = f"asyncrl: preset {resolved.preset}{why} for {algo}: "
+    line = f"asyncrl: preset {resolved.preset}{why} for {algo_name}: "
     line += values([n for n in filled if n not in tuned])
     if any(n in tuned for n in filled):
         line += f"; tuned on {env}: " + values([n for n in filled if n in tuned])

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from asyncrl.algos import algorithm
 from asyncrl.config import learner_threads
-from asyncrl.core import Algorithm
-from asyncrl.envs import EnvSpec, env_family
 from asyncrl.envs.pettingzoo import plays_games
 from asyncrl.rundir import default_run_dir, run_dir_held, save_config, save_summary
 from asyncrl.runtime import hogwild, pipeline
@@ -25,14 +21,12 @@ from asyncrl.runtime.lifecycle import Interrupted, StopSignals
 from asyncrl.runtime.shell import Callback
 from asyncrl.runtime.transport import check_shared_memory, memory_line
 from asyncrl.settings import (
+    Prepared,
     TrainConfig,
     check_resume,
-    env_spec,
-    for_env,
     load_run_config,
+    prepare_settings,
     preset_line,
-    resolve,
-    validate,
 )
 
 __all__ = ["Callback", "Interrupted", "Prepared", "prepare", "process_state_kept", "train"]
@@ -65,35 +59,15 @@ def process_state_kept(cfg: TrainConfig) -> Iterator[StopSignals]:
         torch.set_num_threads(threads)
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A run as :func:`prepare` leaves it: the settings as given and resolved, the env's spec,
-    the algorithm (the runtime is handed this object, never its name) and for_env's lines."""
-
-    given: TrainConfig
-    cfg: TrainConfig
-    spec: EnvSpec
-    algo: Algorithm
-    env_lines: list[str]
-
-
 def prepare(cfg: TrainConfig) -> Prepared:
-    """``cfg`` as given resolved, validated and fitted to its env's spec, before any process,
-    segment or file exists; the one place the runtime looks its algorithm up by name. A setting
-    that cannot work raises ConfigError here."""
-    family = env_family(cfg.env)
-    given, cfg = cfg, resolve(cfg, family)
-    validate(cfg)
-    spec = env_spec(cfg)
-    if env_family(cfg.env, spec) != family:  # image observations: known once the env is made
-        cfg = resolve(given, env_family(cfg.env, spec))
-        validate(cfg)
-    cfg, env_lines = for_env(cfg, spec, given)  # what depends on the observations
-    algo = algorithm(cfg.algo)
-    check_shared_memory(cfg, spec, algo)
-    if not cfg.hogwild:  # e.g. a Ray cluster too small: before --overwrite deletes anything
-        pipeline.check_backend(cfg)
-    return Prepared(given, cfg, spec, algo, env_lines)
+    """``cfg`` prepared (:func:`asyncrl.settings.prepare_settings`), then what the runtime must know
+    before any process, segment or file exists: that the shared memory and the backend can
+    hold the run. A setting that cannot work raises ConfigError here."""
+    run = prepare_settings(cfg)
+    check_shared_memory(run.cfg, run.spec, run.algo)
+    if not run.cfg.hogwild:  # e.g. a Ray cluster too small: before --overwrite deletes anything
+        pipeline.check_backend(run.cfg)
+    return run
 
 
 def train(
@@ -121,7 +95,7 @@ def train(
     with run_dir_held(run_dir, resume=resume, overwrite=overwrite):  # locked till the end
         if not resume:  # a resumed run's, once its checkpoint has loaded
             save_config(run_dir, cfg)
-        line = preset_line(given, cfg)
+        line = preset_line(given, cfg, algo)
         for text in ([line] if line else []) + run.env_lines + [memory_line(cfg, spec, algo)]:
             print(text, flush=True)
         with process_state_kept(cfg) as stop:
