@@ -21,9 +21,6 @@ import yaml
 
 from asyncrl.system import cpus_allowed
 
-if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
-
 MODES = ("sync", "async")
 BACKENDS = ("inline", "thread", "process", "ray")
 SYNC_MODES = ("shared", "synced")
@@ -79,7 +76,7 @@ class Hyperparameters:
     """Base of an algorithm's hyperparameter dataclass."""
 
     @classmethod
-    def of(cls, cfg: TrainConfig) -> Any:
+    def of(cls, cfg: Settings) -> Any:
         """The algorithm's typed view of a run's settings."""
         return cls(**{name: getattr(cfg, name) for name in cls.__dataclass_fields__})
 
@@ -337,6 +334,18 @@ class RunConfig(ConfigMethods):
     eval_episodes: int = setting(10, "episodes per evaluation during training")
 
 
+class Settings(RunConfig):
+    """A run's settings as the layers under :mod:`asyncrl.settings` see them: the run's own,
+    typed here, and every algorithm's hyperparameters, which that module composes with them
+    into the one dataclass a run holds (``TrainConfig``, a subclass of this) and which an
+    algorithm reads by name. Lower layers annotate with this type, so that none of them
+    imports the composition above it."""
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any: ...  # an algorithm's hyperparameter
+
+
 # run-level settings derived from others when left at these values (see settings.resolve)
 RUN_DERIVED = {"actor_restarts": -1, "log_every": 0}
 # what a checkpoint's networks and data are made of, whatever the algorithm
@@ -398,7 +407,7 @@ def need(ok: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
-def check_kinds(cfg: TrainConfig, fields: dict[str, Any], kinds: dict[str, type]) -> None:
+def check_kinds(cfg: Settings, fields: dict[str, Any], kinds: dict[str, type]) -> None:
     """Every setting given is of its kind (unset ones are the presets' to fill), and so is each
     of a population's per-policy values, named with its policy."""
     # the per-policy values first: policy 0's also stands as the setting's own value
@@ -442,7 +451,7 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def validate_run(cfg: TrainConfig) -> None:
+def validate_run(cfg: Settings) -> None:
     """Refuse run-level settings that cannot work, one clear sentence each (``cfg``
     resolved). Touches no env or process."""
     for name in ("actors", "envs_per_actor", "rollout", "total_steps", "keep_checkpoints"):
@@ -529,7 +538,7 @@ def need_wandb() -> None:
     )
 
 
-def _validate_wandb(cfg: TrainConfig) -> None:
+def _validate_wandb(cfg: Settings) -> None:
     need(
         isinstance(cfg.wandb_tags, list)
         and all(isinstance(t, str) and 1 <= len(t) <= 64 for t in cfg.wandb_tags),
@@ -539,7 +548,7 @@ def _validate_wandb(cfg: TrainConfig) -> None:
     need(cfg.wandb_project != "", "wandb_project: must name a W&B project, got ''")
 
 
-def _validate_population(cfg: TrainConfig) -> None:
+def _validate_population(cfg: Settings) -> None:
     """The run-level settings of a population (the per-policy values: settings.validate)."""
     need(cfg.policies >= 1, f"policies: must be >= 1, got {cfg.policies}")
     need(
@@ -575,7 +584,7 @@ def _validate_population(cfg: TrainConfig) -> None:
     )
 
 
-def _validate_pool(cfg: TrainConfig) -> None:
+def _validate_pool(cfg: Settings) -> None:
     """Self-play against a pool: its own numbers (what the env must be: settings.env_spec)."""
     need(cfg.pool_size >= 1, f"pool_size: must be >= 1 snapshots, got {cfg.pool_size}")
     need(
@@ -588,7 +597,7 @@ def _validate_pool(cfg: TrainConfig) -> None:
     )
 
 
-def _validate_hogwild(cfg: TrainConfig) -> None:
+def _validate_hogwild(cfg: Settings) -> None:
     need(
         cfg.rollouts_per_batch == 1,
         f"rollouts_per_batch: Hogwild! workers each train on their own rollouts, no learner "
@@ -608,7 +617,7 @@ def _validate_hogwild(cfg: TrainConfig) -> None:
         )
 
 
-def _validate_device(cfg: TrainConfig) -> None:
+def _validate_device(cfg: Settings) -> None:
     """Refuse a device the learner could not use, before anything starts (torch is imported
     only for this question, so the config stays light for everything else)."""
     if cfg.device != "cuda":
@@ -628,7 +637,7 @@ def _validate_device(cfg: TrainConfig) -> None:
     )
 
 
-def _validate_precision(cfg: TrainConfig) -> None:
+def _validate_precision(cfg: Settings) -> None:
     """bf16 where the learner's device has no native bfloat16 would be emulated, slower than
     fp32: refused before anything starts."""
     if cfg.precision != "bf16":
@@ -643,7 +652,7 @@ def _validate_precision(cfg: TrainConfig) -> None:
     )
 
 
-def worker_config(cfg: TrainConfig, worker: int) -> TrainConfig:
+def worker_config(cfg: Settings, worker: int) -> Settings:
     """The config a Hogwild! worker runs: the synchronous single-actor loop on its own envs,
     with its own seeds. Its schedules (learning rate, clip) run over its share of the total step
     budget."""
@@ -665,13 +674,13 @@ def worker_config(cfg: TrainConfig, worker: int) -> TrainConfig:
     )
 
 
-def learners_in_processes(cfg: TrainConfig) -> bool:
+def learners_in_processes(cfg: Settings) -> bool:
     """Whether a run's learners each get a process: a population on a backend whose slots and
     policy stores are shared memory (process; ray, whose driver-side slots then are)."""
     return cfg.policies > 1 and cfg.backend in ("process", "ray")
 
 
-def learner_process_config(cfg: TrainConfig) -> TrainConfig:
+def learner_process_config(cfg: Settings) -> Settings:
     """The config a population's learner runs with in a process of its own (P learner
     processes train at once): "one per CPU" (``threads_learner`` 0) is its share of the CPUs,
     as a Hogwild! worker's is, so that P of them do not take every CPU each; its training loop
@@ -681,7 +690,7 @@ def learner_process_config(cfg: TrainConfig) -> TrainConfig:
     return dataclasses.replace(cfg, threads_learner=learner_threads(cfg, cfg.policies))
 
 
-def learner_threads(cfg: TrainConfig, learners: int = 1) -> int:
+def learner_threads(cfg: Settings, learners: int = 1) -> int:
     """The torch threads a learner runs with: ``threads_learner``, or with 0 the CPUs this
     process may use shared among ``learners`` (Hogwild! workers, a population's learner
     processes), at least one each."""

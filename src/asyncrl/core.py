@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 # (name, shape, dtype) of one field of a rollout slot
 SlotField = tuple[str, tuple[int, ...], str]
@@ -180,43 +180,43 @@ class Algorithm(Protocol):
     def accepts(self, spec: Any) -> str | None:
         """None if it can train on an env of ``spec``, else why not (one line)."""
 
-    def validate(self, cfg: TrainConfig) -> None:
+    def validate(self, cfg: Settings) -> None:
         """Raise ConfigError for settings it cannot run with (``cfg`` resolved)."""
 
-    def agree(self, cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
+    def agree(self, cfg: Settings, filled: frozenset[str]) -> dict[str, Any]:
         """New values for the settings in ``filled`` (those a preset or default filled, not
         the user) that would contradict others of ``cfg``, so that defaults never conflict."""
 
-    def derived(self, cfg: TrainConfig) -> dict[str, Any]:
+    def derived(self, cfg: Settings) -> dict[str, Any]:
         """Settings derived from others (its own, and ``log_every``'s default)."""
 
-    def switch_values(self, cfg: TrainConfig, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
+    def switch_values(self, cfg: Settings, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
         """What a switch of ``cfg`` (PPO's ``--recurrent``) gives the settings in ``filled`` in
         place of the preset's, and the switch as the start-up line names it ("", {}: none)."""
 
     def for_env(
-        self, cfg: TrainConfig, spec: Any, given: TrainConfig | None
+        self, cfg: Settings, spec: Any, given: Settings | None
     ) -> tuple[dict[str, Any], list[str]]:
         """Settings that depend on the env's spec, and lines to print about them."""
 
     def slot_fields(
-        self, spec: Any, rollout: int, num_envs: int, cfg: TrainConfig | None = None
+        self, spec: Any, rollout: int, num_envs: int, cfg: Settings | None = None
     ) -> tuple[SlotField, ...]:
         """What an actor records per step beside observations, actions and rewards (``cfg``:
         the run's settings, where its fields depend on them)."""
 
-    def memory_note(self, cfg: TrainConfig, spec: Any) -> str | None:
+    def memory_note(self, cfg: Settings, spec: Any) -> str | None:
         """Its own part of the start-up memory line (a replay's size), if any."""
 
-    def acting_module(self, cfg: TrainConfig, spec: Any) -> ActingModule: ...
+    def acting_module(self, cfg: Settings, spec: Any) -> ActingModule: ...
 
-    def acting(self, cfg: TrainConfig, spec: Any, module: Any, generator: Any) -> Acting: ...
+    def acting(self, cfg: Settings, spec: Any, module: Any, generator: Any) -> Acting: ...
 
     def joint_acting(self, actings: list[Any]) -> JointActing | None:
         """One forward for a population's ``actings``, or None (each acts in turn; one policy
         acts alone)."""
 
-    def learner(self, cfg: TrainConfig, spec: Any) -> Learner: ...
+    def learner(self, cfg: Settings, spec: Any) -> Learner: ...
 
     def acting_state(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
         """The acting module's state dict inside a checkpoint."""

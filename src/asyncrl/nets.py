@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from asyncrl.envs import EnvSpec
-from asyncrl.envs.registry import is_image
+from asyncrl.envs.spec import is_image
 
 LOG_2PI = math.log(2 * math.pi)
 

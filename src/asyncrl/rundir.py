@@ -58,7 +58,7 @@ from asyncrl.config import ConfigError
 from asyncrl.core import NonFiniteError
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 CONFIG = "config.yaml"
 CHECKPOINT = "checkpoint.pt"
@@ -103,7 +103,7 @@ class CheckpointWriteError(OSError):
     ``errno`` is that of the failed write (``errno.ENOSPC`` for a full disk)."""
 
 
-def default_run_dir(cfg: TrainConfig, create: bool = False) -> Path:
+def default_run_dir(cfg: Settings, create: bool = False) -> Path:
     """``runs/<env>-<algo>-<mode>-<time>``, with ``-2``, ``-3``, ... appended if a run started
     in the same second already has that name: a default never points at another run.
     ``create``: make the directory too, exclusively (``mkdir`` fails on an existing one), so
@@ -126,7 +126,7 @@ def default_run_dir(cfg: TrainConfig, create: bool = False) -> Path:
         path = base.with_name(f"{base.name}-{n}")
 
 
-def default_study_dir(kind: str, cfg: TrainConfig) -> Path:
+def default_study_dir(kind: str, cfg: Settings) -> Path:
     """Where ``asyncrl compare`` / ``tune`` put their runs and tables unless told."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{kind}-{cfg.env.replace(':', '-')}-{cfg.algo}-{stamp}"
@@ -666,7 +666,7 @@ def save_wandb_run(run_dir: str | Path, run: dict[str, Any]) -> None:
     _atomic_write(Path(run_dir) / WANDB_RUN, lambda p: p.write_text(text))
 
 
-def save_config(run_dir: Path, cfg: TrainConfig) -> None:
+def save_config(run_dir: Path, cfg: Settings) -> None:
     """Write the run's config, and the marker that makes the directory an asyncrl run's and
     names the format it is written in (a run resumed from an older format is this one now)."""
     _atomic_write(run_dir / CONFIG, cfg.save)

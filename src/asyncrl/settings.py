@@ -25,8 +25,8 @@ from asyncrl.config import (
     RUN_DERIVED,
     RUN_FIXED_ON_RESUME,
     ConfigError,
-    ConfigMethods,
     RunConfig,
+    Settings,
     Warmup,
     as_field_type,
     check_kinds,
@@ -91,7 +91,7 @@ def _compose() -> type:
         else:
             field = dataclasses.field(default=values[0], metadata=meta)
         fields.append((name, hint, field))
-    cls = dataclasses.make_dataclass("TrainConfig", fields, bases=(ConfigMethods,))
+    cls = dataclasses.make_dataclass("TrainConfig", fields, bases=(Settings,))
     cls.__module__ = __name__  # where pickle (spawned processes, Ray) finds it
     return cls
 

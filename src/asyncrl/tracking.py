@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from asyncrl.config import ConfigError
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 STEP = "env_steps"  # the x-axis of every chart
 
@@ -29,7 +29,7 @@ class Tracker:
     its local files in ``run_dir/wandb`` unless ``WANDB_DIR`` says elsewhere. End it with
     :meth:`finish`."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Path, run_id: str | None = None):
+    def __init__(self, cfg: Settings, run_dir: Path, run_id: str | None = None):
         import wandb
 
         try:

@@ -12,9 +12,9 @@ from asyncrl.envs.partial import (
     masked_velocity_cartpole,
 )
 from asyncrl.envs.partial import register as _register_partial
-from asyncrl.envs.registry import ENV_FAMILIES, MUJOCO_MODULE, env_family, is_atari, resolve_id
+from asyncrl.envs.registry import ENV_FAMILIES, MUJOCO_MODULE, is_atari, resolve_id
 from asyncrl.envs.seeds import actor_seed, eval_seeds, restart_seed
-from asyncrl.envs.spec import EnvSpec, check_env, spec_from_spaces
+from asyncrl.envs.spec import EnvSpec, check_env, env_family, is_image, spec_from_spaces
 from asyncrl.envs.state import env_state, set_env_state
 
 _register_partial()
@@ -39,6 +39,7 @@ __all__ = [
     "eval_seeds",
     "import_envpool",
     "is_atari",
+    "is_image",
     "make_env",
     "make_vector_env",
     "masked_velocity_cartpole",

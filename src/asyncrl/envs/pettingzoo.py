@@ -22,7 +22,7 @@ from asyncrl.config import ConfigError
 from asyncrl.envs.state import object_state, set_object_state
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 PREFIX = "pettingzoo:"
 MASK = "action_mask"  # PettingZoo's key of the legal actions in an observation dict
@@ -108,7 +108,7 @@ def seat_spaces(env_id: str) -> tuple[int, gym.spaces.Box, gym.spaces.Discrete, 
     return len(agents), box, act, masked
 
 
-def check_seats(cfg: TrainConfig, spec: Any) -> None:
+def check_seats(cfg: Settings, spec: Any) -> None:
     """What a run on a multi-agent env cannot use yet, refused in one line naming the setting
     (before anything starts)."""
     refusals = (

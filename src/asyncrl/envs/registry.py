@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
 from asyncrl.config import ConfigError
 from asyncrl.envs.pettingzoo import is_pettingzoo
-
-if TYPE_CHECKING:
-    from asyncrl.envs.spec import EnvSpec
 
 # Env ids that an optional extra registers on import, the module that registers them and the
 # extra that installs it. PyBullet's own ``pybullet_envs`` no longer imports with Gymnasium; the
@@ -88,31 +84,18 @@ def _mujoco_class(env_id: str) -> bool:
     return isinstance(cls, type) and issubclass(cls, MujocoEnv)
 
 
-def env_family(env_id: str, spec: EnvSpec | None = None) -> str:
-    """The family of ``env_id`` (a key of settings.PRESETS): from its registration alone, so no
-    env is made; an id nothing registers is a ConfigError naming ``env``. With the env's
-    ``spec`` (as check_env gives it), image observations outside ALE are the pixels family."""
+def registered_family(env_id: str) -> str:
+    """The family of ``env_id`` from its registration alone (no env is made; see
+    :func:`asyncrl.envs.spec.env_family`, which knows images too); an id nothing registers is
+    a ConfigError naming ``env``."""
     env_id = resolve_id(env_id)
     if is_pettingzoo(env_id):
         return GENERIC  # no game preset yet (docs: Guides, multi-agent)
     module = entry_module(env_id)
-    family = GENERIC
     for package, name in ENV_FAMILIES:
         if module == package or module.startswith(package + "."):
-            family = name
-            break
-    else:
-        if _mujoco_class(env_id):
-            family = "mujoco"
-    if spec is not None and family != "atari" and is_image(spec):
-        return PIXELS
-    return family
-
-
-def is_image(spec: EnvSpec) -> bool:
-    """Image-shaped observations: uint8 of rank 3 (channels and two spatial axes), what the CNN
-    encoder reads."""
-    return spec.obs_dtype == "uint8" and len(spec.obs_shape) == 3
+            return name
+    return "mujoco" if _mujoco_class(env_id) else GENERIC
 
 
 def is_atari(env_id: str) -> bool:

@@ -15,7 +15,7 @@ from asyncrl.envs.atari import ATARI_STACK
 from asyncrl.envs.envpool import envpool_task
 from asyncrl.envs.make import make_env
 from asyncrl.envs.pettingzoo import is_pettingzoo, seat_spaces
-from asyncrl.envs.registry import is_atari, resolve_id
+from asyncrl.envs.registry import PIXELS, is_atari, registered_family, resolve_id
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,22 @@ class EnvSpec:
     @property
     def obs_dim(self) -> int:
         return int(np.prod(self.obs_shape))
+
+
+def is_image(spec: EnvSpec) -> bool:
+    """Image-shaped observations: uint8 of rank 3 (channels and two spatial axes), what the CNN
+    encoder reads."""
+    return spec.obs_dtype == "uint8" and len(spec.obs_shape) == 3
+
+
+def env_family(env_id: str, spec: EnvSpec | None = None) -> str:
+    """The family of ``env_id`` (a key of settings.PRESETS): from its registration alone, so no
+    env is made; an id nothing registers is a ConfigError naming ``env``. With the env's
+    ``spec`` (as check_env gives it), image observations outside ALE are the pixels family."""
+    family = registered_family(env_id)
+    if spec is not None and family != "atari" and is_image(spec):
+        return PIXELS
+    return family
 
 
 def spec_from_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> EnvSpec:

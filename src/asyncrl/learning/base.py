@@ -23,7 +23,7 @@ from asyncrl.metrics import EpisodeStats
 from asyncrl.nets import FlatParams
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 
 def _finite(grads: list[torch.Tensor]) -> bool:
@@ -45,7 +45,7 @@ class LearnerBase:
     :meth:`update` (and :meth:`iteration_fields`, :meth:`own_summary` where it has figures of
     its own), ``state_dict`` and ``load_state_dict``."""
 
-    cfg: TrainConfig
+    cfg: Settings
     policy: torch.nn.Module
     flat: FlatParams
     CHECKED: tuple[str, ...] = ()  # slot fields that must be finite

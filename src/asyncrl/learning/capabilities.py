@@ -16,7 +16,7 @@ import torch
 from asyncrl.nets import RunningNorm
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 
 def _nothing() -> None:
@@ -51,7 +51,7 @@ class PBTAdoption:
     """PBT's perturbation (new values of the algorithm's mutable settings) and exploit (a copy
     of another learner's state, see :class:`asyncrl.core.Adoptable`)."""
 
-    cfg: TrainConfig
+    cfg: Settings
     version: int
     episode_stats: Any
     state_dict: Callable[[], dict[str, Any]]

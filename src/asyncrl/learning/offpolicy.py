@@ -14,7 +14,7 @@ from asyncrl.config import Hyperparameters, need, preset_setting, setting
 from asyncrl.core import SlotField
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 
 @dataclass
@@ -51,13 +51,13 @@ REPLAY_FIXED_ON_RESUME = ("buffer_size", "replay_layout")
 MEMORY_SHARE = 0.5
 
 
-def insert_batch(cfg: TrainConfig) -> int:
+def insert_batch(cfg: Settings) -> int:
     """Transitions an async learner inserts into the replay buffer at once: its batch of
     ``rollouts_per_batch`` rollouts (the rate limiter's largest insert; sync has 1)."""
     return cfg.envs_per_actor * cfg.rollout * cfg.rollouts_per_batch
 
 
-def validate_replay(cfg: TrainConfig, algo: str) -> None:
+def validate_replay(cfg: Settings, algo: str) -> None:
     need(cfg.replay_ratio > 0, f"replay_ratio: must be > 0, got {cfg.replay_ratio}")
     need(cfg.batch_size >= 1, f"batch_size: must be >= 1, got {cfg.batch_size}")
     need(cfg.buffer_size >= 1, f"buffer_size: must be >= 1, got {cfg.buffer_size}")
@@ -93,7 +93,7 @@ def validate_replay(cfg: TrainConfig, algo: str) -> None:
     )
 
 
-def derived_replay(cfg: TrainConfig) -> dict[str, Any]:
+def derived_replay(cfg: Settings) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if cfg.log_every == 0:
         # an iteration is one batched env step: a row each would be a line per env step
@@ -105,20 +105,20 @@ def derived_replay(cfg: TrainConfig) -> dict[str, Any]:
     return out
 
 
-def replay_bytes(cfg: TrainConfig, spec: Any) -> int:
+def replay_bytes(cfg: Settings, spec: Any) -> int:
     """Bytes one stored transition takes, as the replay of this run lays it out."""
     from asyncrl.replay import bytes_per_transition
 
     return bytes_per_transition(cfg, spec)
 
 
-def replay_buffers(cfg: TrainConfig) -> int:
+def replay_buffers(cfg: Settings) -> int:
     """Replay buffers of ``buffer_size`` a run fills: one per learner, each keeping its own --
     a population's policies', or Hogwild! workers'."""
     return cfg.hogwild or cfg.policies
 
 
-def _each(cfg: TrainConfig) -> str:
+def _each(cfg: Settings) -> str:
     """What the buffers are, where there are several (for the memory lines)."""
     n = replay_buffers(cfg)
     if n == 1:
@@ -129,7 +129,7 @@ def _each(cfg: TrainConfig) -> str:
 
 
 def fit_replay(
-    cfg: TrainConfig, spec: Any, given: TrainConfig | None
+    cfg: Settings, spec: Any, given: Settings | None
 ) -> tuple[dict[str, Any], list[str]]:
     """The replay buffers are allocated whole, up front, one per learner: a given
     ``buffer_size`` whose buffers do not fit in the memory available together is refused; a
@@ -164,7 +164,7 @@ def fit_replay(
     return {"buffer_size": fits}, [line]
 
 
-def replay_note(cfg: TrainConfig, spec: Any) -> str:
+def replay_note(cfg: Settings, spec: Any) -> str:
     """The replay's part of the start-up memory line; for the frame layout, also what the
     whole-observation layout would take."""
     from asyncrl.replay import action_dtype, layout, transition_bytes
@@ -218,25 +218,25 @@ class ReplayAlgorithm:
     the replay's, a buffer fitted to memory, the replay in the memory line, and a slot field
     for every episode's final observation. SAC and DQN subclass it."""
 
-    def switch_values(self, cfg: TrainConfig, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
+    def switch_values(self, cfg: Settings, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
         return "", {}  # no switch of theirs derives other settings
 
     fixed_on_resume = REPLAY_FIXED_ON_RESUME
     derive_markers = REPLAY_DERIVED
     masked_slots = False  # the replay takes whole slots
 
-    def derived(self, cfg: TrainConfig) -> dict[str, Any]:
+    def derived(self, cfg: Settings) -> dict[str, Any]:
         return derived_replay(cfg)
 
     def for_env(
-        self, cfg: TrainConfig, spec: Any, given: TrainConfig | None
+        self, cfg: Settings, spec: Any, given: Settings | None
     ) -> tuple[dict[str, Any], list[str]]:
         return fit_replay(cfg, spec, given)
 
     def slot_fields(
-        self, spec: Any, rollout: int, num_envs: int, cfg: TrainConfig | None = None
+        self, spec: Any, rollout: int, num_envs: int, cfg: Settings | None = None
     ) -> tuple[SlotField, ...]:
         return slot_fields(spec, rollout, num_envs)
 
-    def memory_note(self, cfg: TrainConfig, spec: Any) -> str | None:
+    def memory_note(self, cfg: Settings, spec: Any) -> str | None:
         return replay_note(cfg, spec)

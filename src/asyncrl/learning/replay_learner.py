@@ -29,7 +29,7 @@ from asyncrl.replay.rate_limiter import LimiterClosed, RateLimiter
 from asyncrl.replay.seats import SeatTransitions
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 CHECKED = ("obs", "actions", "rewards")  # for NaN and inf; final_obs where episodes ended
 
@@ -45,7 +45,7 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
     acting module), ``flat`` and ``replay``, and converts samples in :meth:`update_batch`; it
     calls :meth:`_start` at the end of its ``__init__``."""
 
-    cfg: TrainConfig
+    cfg: Settings
     rule: Any
     policy: Any
     flat: Any

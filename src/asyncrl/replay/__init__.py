@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from asyncrl.envs.registry import is_image
+from asyncrl.envs.spec import is_image
 from asyncrl.replay.buffer import ReplayBuffer, transition_bytes
 from asyncrl.replay.frames import FrameReplay, frame_row_bytes
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 
 def action_dtype(spec: Any) -> str:
     return "int64" if spec.discrete else "float32"
 
 
-def layout(cfg: TrainConfig, spec: Any) -> str:
+def layout(cfg: Settings, spec: Any) -> str:
     """``transitions`` or ``frames`` (see ``--replay-layout``; auto: frames for image
     observations, stacked or not, so that each is stored once)."""
     if cfg.replay_layout == "auto":
@@ -25,7 +25,7 @@ def layout(cfg: TrainConfig, spec: Any) -> str:
     return cfg.replay_layout
 
 
-def bytes_per_transition(cfg: TrainConfig, spec: Any) -> int:
+def bytes_per_transition(cfg: Settings, spec: Any) -> int:
     """Bytes one transition takes in the replay :func:`make_replay` gives the run."""
     if layout(cfg, spec) == "frames":
         return frame_row_bytes(
@@ -36,7 +36,7 @@ def bytes_per_transition(cfg: TrainConfig, spec: Any) -> int:
 
 
 def make_replay(
-    cfg: TrainConfig, spec: Any, seed: int | None = None, n_step: int = 1, gamma: float = 0.99
+    cfg: Settings, spec: Any, seed: int | None = None, n_step: int = 1, gamma: float = 0.99
 ) -> Any:
     """The replay buffer of ``cfg.buffer_size`` transitions for the run's envs."""
     if layout(cfg, spec) == "frames":

@@ -18,14 +18,13 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from asyncrl.config import MODES, ConfigError
 from asyncrl.rundir import default_study_dir
 from asyncrl.settings import TrainConfig, for_env, load_run_config, resolve, validate
-from asyncrl.study.runs import Curve, read_curve, read_summary
+from asyncrl.study.runs import StudyRun, read_curve, read_summary
 
 RUN_FIELDS = (
     "k",
@@ -42,35 +41,6 @@ RUN_FIELDS = (
     "seconds_to_target",
     "run_dir",
 )
-
-
-@dataclass
-class StudyRun:
-    k: int
-    mode: str
-    run_dir: Path
-    summary: dict[str, Any]
-    curve: Curve
-    reused: bool = False
-
-    def row(self, target: float | None) -> dict[str, Any]:
-        reached = self.curve.first_reaching(target) if target is not None else None
-        s = self.summary
-        return {
-            "k": self.k,
-            "mode": self.mode,
-            "actors": s["actors"],
-            "T": s["T"],
-            "eps": s["eps"],
-            "env_steps_per_second": s["env_steps_per_second"],
-            "policy_lag_mean": s["policy_lag_mean"],
-            "env_steps": s["env_steps"],
-            "wall_seconds": s["wall_seconds"],
-            "final_return": s["final_return"],
-            "steps_to_target": reached[0] if reached else None,
-            "seconds_to_target": reached[1] if reached else None,
-            "run_dir": str(self.run_dir),
-        }
 
 
 def _parse_modes(modes: list[str]) -> list[str]:

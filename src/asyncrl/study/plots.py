@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 if TYPE_CHECKING:
-    from asyncrl.study.compare import StudyRun
+    from asyncrl.study.runs import StudyRun
 
 MODE_STYLE = {"sync": "--", "async": "-"}
 

@@ -59,3 +59,32 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
         return None
     summary = json.loads(path.read_text())
     return None if summary.get("interrupted") else summary
+
+
+@dataclass
+class StudyRun:
+    k: int
+    mode: str
+    run_dir: Path
+    summary: dict[str, Any]
+    curve: Curve
+    reused: bool = False
+
+    def row(self, target: float | None) -> dict[str, Any]:
+        reached = self.curve.first_reaching(target) if target is not None else None
+        s = self.summary
+        return {
+            "k": self.k,
+            "mode": self.mode,
+            "actors": s["actors"],
+            "T": s["T"],
+            "eps": s["eps"],
+            "env_steps_per_second": s["env_steps_per_second"],
+            "policy_lag_mean": s["policy_lag_mean"],
+            "env_steps": s["env_steps"],
+            "wall_seconds": s["wall_seconds"],
+            "final_return": s["final_return"],
+            "steps_to_target": reached[0] if reached else None,
+            "seconds_to_target": reached[1] if reached else None,
+            "run_dir": str(self.run_dir),
+        }

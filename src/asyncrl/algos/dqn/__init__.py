@@ -10,7 +10,7 @@ from asyncrl.algos.dqn import config
 from asyncrl.learning import offpolicy
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 
 class DQNAlgorithm(offpolicy.ReplayAlgorithm):
@@ -28,19 +28,19 @@ class DQNAlgorithm(offpolicy.ReplayAlgorithm):
             )
         return None  # a multi-agent env's seats and action masks included
 
-    def validate(self, cfg: TrainConfig) -> None:
+    def validate(self, cfg: Settings) -> None:
         config.validate(cfg)
 
-    def agree(self, cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
+    def agree(self, cfg: Settings, filled: frozenset[str]) -> dict[str, Any]:
         return config.agree(cfg, filled)
 
-    def acting_module(self, cfg: TrainConfig, spec: Any) -> Any:
+    def acting_module(self, cfg: Settings, spec: Any) -> Any:
         from asyncrl.algos.dqn.networks import QNetwork
         from asyncrl.nets import choose_encoder, encoder_of
 
         return QNetwork(spec, cfg.hidden, choose_encoder(encoder_of(cfg), spec))
 
-    def acting(self, cfg: TrainConfig, spec: Any, module: Any, generator: Any) -> Any:
+    def acting(self, cfg: Settings, spec: Any, module: Any, generator: Any) -> Any:
         from asyncrl.algos.dqn.acting import DQNActing
 
         return DQNActing(module, generator)
@@ -48,7 +48,7 @@ class DQNAlgorithm(offpolicy.ReplayAlgorithm):
     def joint_acting(self, actings: list[Any]) -> None:
         return None  # a population's policies act in turn
 
-    def learner(self, cfg: TrainConfig, spec: Any) -> Any:
+    def learner(self, cfg: Settings, spec: Any) -> Any:
         from asyncrl.algos.dqn.learner import DQNLearner
 
         return DQNLearner(cfg, spec)

@@ -10,7 +10,7 @@ from asyncrl.config import need, preset_setting, setting
 from asyncrl.learning.offpolicy import ReplaySettings, validate_replay
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 
 @dataclass
@@ -112,7 +112,7 @@ TUNED: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def agree(cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
+def agree(cfg: Settings, filled: frozenset[str]) -> dict[str, Any]:
     """Values in ``filled`` (a preset's, not the user's) that would contradict a setting given:
     sync DQN (and a Hogwild! worker, whose loop is sync) steps with rollouts of 1, and a
     transition's return sums steps of one rollout."""
@@ -125,7 +125,7 @@ def agree(cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
     return out
 
 
-def validate(cfg: TrainConfig) -> None:
+def validate(cfg: Settings) -> None:
     validate_replay(cfg, "dqn")
     need(cfg.lr > 0, f"lr: must be > 0, got {cfg.lr}")
     need(0 <= cfg.gamma <= 1, f"gamma: must be in [0, 1], got {cfg.gamma}")
@@ -144,7 +144,7 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.max_grad_norm >= 0, f"max_grad_norm: must be >= 0, got {cfg.max_grad_norm}")
 
 
-def epsilon(cfg: TrainConfig, env_steps: int) -> float:
+def epsilon(cfg: Settings, env_steps: int) -> float:
     """The exploration probability at ``env_steps``: linear from epsilon_start to epsilon_end
     over exploration_fraction x total_steps, then epsilon_end."""
     span = cfg.exploration_fraction * cfg.total_steps

@@ -17,13 +17,13 @@ from asyncrl.nets import FlatParams, choose_encoder, encoder_of, learner_device
 from asyncrl.replay import make_replay
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 
 class DQNLearner(ReplayLearner):
     name = "dqn"
 
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec):
+    def __init__(self, cfg: Settings, spec: EnvSpec):
         self.cfg, self.spec = cfg, spec
         self.hp = DQNConfig.of(cfg)
         self.device = learner_device(cfg.device)

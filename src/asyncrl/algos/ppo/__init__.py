@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from asyncrl.algos.ppo import config
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 
 class PPOAlgorithm:
@@ -33,34 +33,34 @@ class PPOAlgorithm:
     def accepts(self, spec: Any) -> str | None:
         return None  # Discrete and 1-D Box actions, as every spec is
 
-    def validate(self, cfg: TrainConfig) -> None:
+    def validate(self, cfg: Settings) -> None:
         config.validate(cfg)
 
-    def agree(self, cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
+    def agree(self, cfg: Settings, filled: frozenset[str]) -> dict[str, Any]:
         return config.agree(cfg, filled)
 
-    def derived(self, cfg: TrainConfig) -> dict[str, Any]:
+    def derived(self, cfg: Settings) -> dict[str, Any]:
         return config.derived(cfg)
 
-    def switch_values(self, cfg: TrainConfig, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
+    def switch_values(self, cfg: Settings, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
         return config.switch_values(cfg, filled)
 
     def for_env(
-        self, cfg: TrainConfig, spec: Any, given: TrainConfig | None
+        self, cfg: Settings, spec: Any, given: Settings | None
     ) -> tuple[dict[str, Any], list[str]]:
         return config.for_env(cfg, spec, given)
 
     def slot_fields(
-        self, spec: Any, rollout: int, num_envs: int, cfg: TrainConfig | None = None
+        self, spec: Any, rollout: int, num_envs: int, cfg: Settings | None = None
     ) -> tuple:
         from asyncrl.algos.ppo.acting import slot_fields
 
         return slot_fields(spec, rollout, num_envs, cfg)
 
-    def memory_note(self, cfg: TrainConfig, spec: Any) -> str | None:
+    def memory_note(self, cfg: Settings, spec: Any) -> str | None:
         return config.memory_note(cfg)
 
-    def acting_module(self, cfg: TrainConfig, spec: Any) -> Any:
+    def acting_module(self, cfg: Settings, spec: Any) -> Any:
         from asyncrl.algos.ppo.networks import build_policy
         from asyncrl.nets import encoder_of
 
@@ -76,7 +76,7 @@ class PPOAlgorithm:
             cfg.norm_obs_keep_sparse,
         )
 
-    def acting(self, cfg: TrainConfig, spec: Any, module: Any, generator: Any) -> Any:
+    def acting(self, cfg: Settings, spec: Any, module: Any, generator: Any) -> Any:
         import numpy as np
 
         from asyncrl.algos.ppo.acting import PPOActing
@@ -89,7 +89,7 @@ class PPOAlgorithm:
 
         return JointPPOActing.of(actings)
 
-    def learner(self, cfg: TrainConfig, spec: Any) -> Any:
+    def learner(self, cfg: Settings, spec: Any) -> Any:
         from asyncrl.algos.ppo.learner import PPOLearner
 
         return PPOLearner(cfg, spec)

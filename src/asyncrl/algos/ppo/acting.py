@@ -16,11 +16,11 @@ from asyncrl.core import SlotField
 from asyncrl.nets import LOG_2PI, as_float
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 
 def slot_fields(
-    spec: Any, rollout: int, num_envs: int, cfg: TrainConfig | None = None
+    spec: Any, rollout: int, num_envs: int, cfg: Settings | None = None
 ) -> tuple[SlotField, ...]:
     T, K = rollout, num_envs
     fields: tuple[SlotField, ...] = (

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from asyncrl.config import Hyperparameters, need, preset_setting, setting
-from asyncrl.envs.registry import is_image
+from asyncrl.envs.spec import is_image
 from asyncrl.learning.population import envs_of_policy
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 CORRECTIONS = ("none", "vtrace", "decoupled")
 # Gradient steps from which --compile is on by default: a first compilation on a machine (an
@@ -210,7 +210,7 @@ FIXED_ON_RESUME = (
 )
 
 
-def recurrence(cfg: TrainConfig) -> int:
+def recurrence(cfg: Settings) -> int:
     """Env steps per BPTT chunk: ``recurrence``, or with 0 the rollout length."""
     return cfg.recurrence or cfg.rollout
 
@@ -220,7 +220,7 @@ def state_rows(kind: str) -> int:
     return 2 if kind == "lstm" else 1
 
 
-def memory_note(cfg: TrainConfig) -> str | None:
+def memory_note(cfg: Settings) -> str | None:
     """The hidden states a recurrent policy's slots hold, for the start-up memory line."""
     kind, size = cfg.recurrent, cfg.rnn_size
     if kind == "none":
@@ -233,14 +233,14 @@ def memory_note(cfg: TrainConfig) -> str | None:
     )
 
 
-def train_batch(cfg: TrainConfig) -> int:
+def train_batch(cfg: Settings) -> int:
     """Samples PPO trains on per iteration: every actor's rollout in sync, ``rollouts_per_batch``
     rollouts in async."""
     rollouts = cfg.actors if cfg.mode == "sync" else cfg.rollouts_per_batch
     return cfg.envs_per_actor * cfg.rollout * rollouts
 
 
-def gradient_steps(cfg: TrainConfig) -> int:
+def gradient_steps(cfg: Settings) -> int:
     """The minibatch steps a run of ``cfg`` takes, all its updates together (0 for settings
     validate refuses: derived settings are computed before it runs)."""
     batch = train_batch(cfg)
@@ -249,7 +249,7 @@ def gradient_steps(cfg: TrainConfig) -> int:
     return cfg.total_steps // batch * cfg.epochs * max(batch // cfg.minibatch_size, 1)
 
 
-def _smallest_batch(cfg: TrainConfig, rollout: int) -> int:
+def _smallest_batch(cfg: Settings, rollout: int) -> int:
     """The training batch of the policy with the fewest envs (a population's policies train
     on their own envs' share of each rollout under the fixed mapping)."""
     envs = cfg.envs_per_actor
@@ -258,7 +258,7 @@ def _smallest_batch(cfg: TrainConfig, rollout: int) -> int:
     return train_batch(dataclasses.replace(cfg, envs_per_actor=envs, rollout=rollout))
 
 
-def switch_values(cfg: TrainConfig, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
+def switch_values(cfg: Settings, filled: frozenset[str]) -> tuple[str, dict[str, Any]]:
     """What ``--recurrent`` gives the settings in ``filled`` on the preset's family (see
     RECURRENT_PRESETS), and how the start-up line names it. Its sequences of 16 steps go with
     its rollout, and only where they divide the minibatch: with a rollout given, a sequence is
@@ -274,7 +274,7 @@ def switch_values(cfg: TrainConfig, filled: frozenset[str]) -> tuple[str, dict[s
     return f"--recurrent {cfg.recurrent}", out
 
 
-def agree(cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
+def agree(cfg: Settings, filled: frozenset[str]) -> dict[str, Any]:
     """The filled (not given) settings a recurrent policy's sequences or the training batch
     contradict, made to agree (docs, Guides: presets, derived settings): a rollout of whole
     --recurrence chunks; a minibatch of whole sequences and no larger than the batch; and for
@@ -297,7 +297,7 @@ def agree(cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
     return out
 
 
-def derived(cfg: TrainConfig) -> dict[str, Any]:
+def derived(cfg: Settings) -> dict[str, Any]:
     """``log_every`` (a row per update) and ``compile`` where left unset (see the setting)."""
     out: dict[str, Any] = {"log_every": 1} if cfg.log_every == 0 else {}
     if cfg.compile is None:
@@ -306,7 +306,7 @@ def derived(cfg: TrainConfig) -> dict[str, Any]:
     return out
 
 
-def validate(cfg: TrainConfig) -> None:
+def validate(cfg: Settings) -> None:
     for name in ("epochs", "minibatch_size"):
         need(getattr(cfg, name) >= 1, f"{name}: must be >= 1, got {getattr(cfg, name)}")
     need(
@@ -345,7 +345,7 @@ def validate(cfg: TrainConfig) -> None:
         _validate_recurrent(cfg)
 
 
-def _validate_recurrent(cfg: TrainConfig) -> None:
+def _validate_recurrent(cfg: Settings) -> None:
     need(
         cfg.policies == 1,
         f"recurrent: a population (--policies {cfg.policies}) of recurrent policies is not "
@@ -372,9 +372,7 @@ def _validate_recurrent(cfg: TrainConfig) -> None:
     )
 
 
-def for_env(
-    cfg: TrainConfig, spec: Any, given: TrainConfig | None
-) -> tuple[dict[str, Any], list[str]]:
+def for_env(cfg: Settings, spec: Any, given: Settings | None) -> tuple[dict[str, Any], list[str]]:
     """Image observations are scaled by 1/255 in the network: ``norm_obs`` is refused for them
     if the user set it, and turned off, with a line, if a preset did. ``compile`` is off for
     the CNN unless given: its step gains nothing from it (docs/benchmarks/learner-floor.md);

@@ -26,7 +26,7 @@ from asyncrl.learning.guard import zero_unowned
 from asyncrl.nets import FlatParams, encoder_of, learner_device
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 ROLLOUT_FIELDS = ("obs", "actions", "logp", "rewards", "terminated", "truncated", "trunc_values")
 CHECKED = ("obs", "actions", "rewards", "logp", "trunc_values")  # for NaN and inf
@@ -38,7 +38,7 @@ SEATS_KEEP = ("rewards", "trunc_values")
 class PPOLearner(LearnerBase, HogwildSharing, PBTAdoption):
     CHECKED = CHECKED
 
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec):
+    def __init__(self, cfg: Settings, spec: EnvSpec):
         super().__init__()
         self.cfg, self.spec = cfg, spec
         self.hp = PPOConfig.of(cfg)

@@ -11,7 +11,7 @@ from asyncrl.algos.sac import config
 from asyncrl.learning import offpolicy
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 
 class SACAlgorithm(offpolicy.ReplayAlgorithm):
@@ -42,14 +42,14 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
             )
         return None
 
-    def validate(self, cfg: TrainConfig) -> None:
+    def validate(self, cfg: Settings) -> None:
         config.validate(cfg)
 
-    def agree(self, cfg: TrainConfig, filled: frozenset[str]) -> dict[str, Any]:
+    def agree(self, cfg: Settings, filled: frozenset[str]) -> dict[str, Any]:
         return {}  # its presets agree with every run-level setting as they are
 
     def for_env(
-        self, cfg: TrainConfig, spec: Any, given: TrainConfig | None
+        self, cfg: Settings, spec: Any, given: Settings | None
     ) -> tuple[dict[str, Any], list[str]]:
         changes, lines = super().for_env(cfg, spec, given)
         # saved resolved, each policy's too: PBT perturbs by a factor, which leaves 0 at 0
@@ -62,7 +62,7 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
             changes["population"] = {**cfg.population, "target_entropy": own}
         return changes, lines
 
-    def acting_module(self, cfg: TrainConfig, spec: Any) -> Any:
+    def acting_module(self, cfg: Settings, spec: Any) -> Any:
         from asyncrl.algos.sac.networks import SquashedGaussianActor
         from asyncrl.nets import choose_encoder, encoder_of, make_encoder
 
@@ -75,7 +75,7 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
             encoder=make_encoder(choose_encoder(encoder_of(cfg), spec), spec, ()),
         )
 
-    def acting(self, cfg: TrainConfig, spec: Any, module: Any, generator: Any) -> Any:
+    def acting(self, cfg: Settings, spec: Any, module: Any, generator: Any) -> Any:
         from asyncrl.algos.sac.acting import SACActing
 
         return SACActing(module, generator, spec.action_low, spec.action_high)
@@ -83,7 +83,7 @@ class SACAlgorithm(offpolicy.ReplayAlgorithm):
     def joint_acting(self, actings: list[Any]) -> None:
         return None  # a population's policies act in turn
 
-    def learner(self, cfg: TrainConfig, spec: Any) -> Any:
+    def learner(self, cfg: Settings, spec: Any) -> Any:
         from asyncrl.algos.sac.learner import SACLearner
 
         return SACLearner(cfg, spec)

@@ -10,7 +10,7 @@ from asyncrl.config import Warmup, need, preset_setting, setting
 from asyncrl.learning.offpolicy import ReplaySettings, validate_replay
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.config import Settings
 
 
 @dataclass
@@ -66,7 +66,7 @@ def target_entropy(value: float, n_actions: int) -> float:
     return float(value) if value else -float(n_actions)
 
 
-def validate(cfg: TrainConfig) -> None:
+def validate(cfg: Settings) -> None:
     need(
         not cfg.norm_obs,
         "norm_obs: SAC here has no observation normaliser (its replay buffer keeps raw "
