@@ -251,6 +251,7 @@ def test_a_dqn_run_never_takes_an_illegal_move(tmp_path, monkeypatch, capsys, mo
     )
     assert seen["illegal"] == 0 and seen["moves"] >= 3000
     summary = result.summary
+    assert summary["seat_transitions_broken"] == 0  # each slot goes on from its actor's last
     assert summary["gradient_steps"] > 200  # replay ratio 0.1 of ~2,500 moves past 500
     assert sum(summary[f"{k}_rate_vs_random"] for k in ("win", "draw", "loss")) == pytest.approx(1)
     # connect four: the summary plays the look-ahead player too

@@ -172,11 +172,35 @@ def test_a_seats_transition_spans_its_move_to_its_next_across_slots():
 def test_an_actor_whose_rollout_was_dropped_starts_its_seats_transitions_anew():
     seats = SeatTransitions()
     seats.add(_slot(0, [[10, 0], [0, 11]], [1, 0], [1, 0], [0, 0], [0, 0]))
-    seats.add(_slot(1, [[20, 0], [0, 21]], [1, 0], [1, 0], [0, 0], [0, 0]))
+    seats.add(_slot(1, [[20, 0], [22, 21]], [1, 0], [1, 0], [0, 0], [0, 0]))
     seats.forget(0)  # a rollout of actor 0 held a NaN: what its seats received is not known
     out = seats.add(_slot(0, [[12, 0], [0, 13]], [3, 0], [1, 0], [0, 0], [0, 0]))
     assert len(out["reward"]) == 0  # no transition from 10 across the missing rollout
-    assert len(seats.add(_slot(1, [[22, 0], [0, 0]], [3, 0], [1, 0], [0, 0], [0, 0]))["obs"]) == 1
+    assert len(seats.add(_slot(1, [[22, 21], [0, 0]], [3, 0], [1, 0], [0, 0], [0, 0]))["obs"]) == 1
+    assert seats.broken == 0  # forgotten, not broken
+
+
+def test_a_replaced_actors_first_slot_drops_the_open_transitions_its_predecessor_left():
+    """Actor 0 is killed after its seat 0 moved at 10, and replaced (generation 1, new envs):
+    seat 0's move at 10 joins no transition with a move of the replacement's games; actor 1,
+    going on, is untouched."""
+    seats = SeatTransitions()
+    seats.add(_slot(0, [[10, 0], [0, 11]], [1, 0], [1, 0], [0, 0], [0, 0]))
+    seats.add(_slot(1, [[20, 0], [22, 21]], [1, 0], [1, 0], [0, 0], [0, 0]))
+
+    def replaced(*args):
+        slot = _slot(0, *args)
+        slot.generation = np.array([1])
+        return slot
+
+    out = seats.add(replaced([[5, 0], [0, 6]], [3, 0], [1, 0], [0, 0], [0, 0]))
+    assert len(out["reward"]) == 0 and seats.broken == 1
+    assert seats.open[0]["open"].tolist() == [True, False]  # its move at 5 opens anew
+    seats.add(replaced([[0, 6], [7, 0]], [0, 2], [0, 1], [0, 0], [0, 0]))
+    out = seats.add(replaced([[7, 0], [0, 8]], [4, 0], [1, 0], [0, 0], [0, 0]))
+    assert out["obs"][:, 0].tolist() == [5] and out["next_obs"][:, 0].tolist() == [7]
+    assert len(seats.add(_slot(1, [[22, 21], [0, 0]], [3, 0], [1, 0], [0, 0], [0, 0]))["obs"]) == 1
+    assert seats.broken == 1
 
 
 def test_the_learner_forgets_the_open_transitions_of_an_actor_whose_rollout_it_dropped():

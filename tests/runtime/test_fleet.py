@@ -376,6 +376,32 @@ def test_actor_killed_is_replaced_and_the_run_reaches_its_budget(tmp_path, algo,
 
 
 @pytest.mark.slow
+def test_a_replaced_actors_seats_start_their_transitions_anew(tmp_path):
+    """DQN on connect four: a seat's transition spans from its move to its next, across
+    slots. Actor 0 is killed mid-rollout and replaced; its replacement's new games must not
+    join the killed actor's open transitions: the learner drops them (some, since seats that
+    moved in an unfinished game are open) and no more than the killed actor's seats (a slot
+    that went on from its actor's last, as every other does, breaks nothing)."""
+    pytest.importorskip("pettingzoo")
+    K = 4
+    cfg = dataclasses.replace(
+        _run_cfg(tmp_path, "ppo", "async"),
+        algo="dqn",
+        env="pettingzoo:pettingzoo.classic.connect_four_v3",
+        envs_per_actor=K,
+        rollout=4,
+        learning_starts=500,
+        hidden=[64, 64],
+        total_steps=8_000,
+    )
+    killer = Killer(ActorStatus.STEPPING)
+    summary = train(cfg, on_start=killer)
+    assert killer.killed is not None and summary["actor_restarts"] == 1
+    assert summary["env_steps"] >= cfg.total_steps
+    assert 1 <= summary["seat_transitions_broken"] <= 2 * K  # two seats a game
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_with_no_restarts_a_kill_ends_the_run_at_once_with_a_checkpoint(tmp_path, mode):
     cfg = _run_cfg(tmp_path, "ppo", mode, actor_restarts=0, total_steps=10**7)

@@ -314,6 +314,7 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
 
     def own_summary(self, wall: float) -> dict:
         lim = self.limiter
+        seats = {} if self.seats is None else {"seat_transitions_broken": self.seats.broken}
         return {
             "gradient_steps": self.updates,
             "gradient_steps_per_second": self.updates / wall,
@@ -323,6 +324,7 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
             "replay_ratio_achieved": lim.achieved_ratio,
             "insert_blocked_seconds": lim.insert_blocked_seconds,
             "sample_blocked_seconds": lim.sample_blocked_seconds,
+            **seats,
         }
 
     def close(self) -> None:

@@ -5,7 +5,10 @@ moves to its next: the observation it moved at, its action, every reward it rece
 moves again (a loss arrives at the opponent's move), and as next observation the one it moves
 at next -- or, where its episode ends first, the final observation, terminated or truncated
 there. The next move may lie in a later rollout (sync DQN's rollouts are one step), so each
-actor's seats keep their open transition between slots. Open transitions are not checkpointed:
+actor's seats keep their open transition between slots -- of one actor process: a replacement
+(the actor killed and restarted, its envs made anew; the slot's ``generation`` says which) drops
+the open transitions its predecessor left, and counts them (``broken``), as a dropped rollout
+does (:meth:`SeatTransitions.forget`). Open transitions are not checkpointed:
 a resumed run drops them, so a seat's last move before the checkpoint joins no transition
 (docs: Guides, multi-agent).
 """
@@ -24,13 +27,19 @@ class SeatTransitions:
     ``own`` where the seat moved) into the transitions it completes, in the order they end."""
 
     def __init__(self) -> None:
-        self.open: dict[int, dict[str, np.ndarray]] = {}  # actor -> per-seat arrays
+        self.open: dict[int, dict[str, Any]] = {}  # actor -> its generation, per-seat arrays
+        self.broken = 0  # open transitions dropped where an actor was replaced
 
-    def _seats(self, slot: Any) -> dict[str, np.ndarray]:
+    def _seats(self, slot: Any) -> dict[str, Any]:
         actor, K = int(slot.actor[0]), slot.rewards.shape[1]
+        generation = int(slot.generation[0]) if hasattr(slot, "generation") else 0
         p = self.open.get(actor)
+        if p is not None and p["generation"] != generation:  # a replacement's first slot
+            self.broken += int(p["open"].sum())
+            p = None
         if p is None or p["open"].shape[0] != K:
             p = self.open[actor] = {
+                "generation": generation,
                 "open": np.zeros(K, bool),
                 "obs": np.zeros((K, *slot.obs.shape[2:]), slot.obs.dtype),
                 "action": np.zeros((K, *slot.actions.shape[2:]), slot.actions.dtype),

@@ -58,6 +58,7 @@ class Actor:
         pool: PoolStore | None = None,
     ):
         self.actor_id, self.cfg, self.spec = actor_id, cfg, spec
+        self.generation = generation  # actors that held this id before (restarts)
         self.stores = list(store) if isinstance(store, list) else [store]
         self.store = self.stores[0]
         self.K = cfg.envs_per_actor
@@ -151,6 +152,8 @@ class Actor:
             s.rollout_seconds[0] = time.perf_counter() - t0
             s.wait_seconds[0] = waited
             s.env_steps[0] = n
+            if self.spec.agents > 1:
+                s.generation[0] = self.generation
         ActorStatus.set(status, ActorStatus.WAITING)
 
     def _rollout(self, slots: list[Slot]) -> list[int]:

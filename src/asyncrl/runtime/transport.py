@@ -103,6 +103,8 @@ def rollout_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> SlotLayo
     extra = algo.slot_fields(spec, T, K, cfg)
     if marks_own(cfg, spec):
         extra = (*extra, ("own", (T, K), "bool"))  # the steps this policy acted
+    if spec.agents > 1:  # the actor's restarts: a seat's transition spans slots of one actor
+        extra = (*extra, ("generation", (1,), "int64"))
     if cfg.opponents == "pool":  # who played each seat: -1 the learner,
         extra = (*extra, ("seat_player", (T, K), "int64"))  # else a snapshot id (runtime/pool)
     return SlotLayout.for_rollout(spec, T, K, extra)
