@@ -64,6 +64,24 @@ SAC = dict(
     checkpoint_every=0,
     seed=3,
 )
+DQN = dict(
+    env="CartPole-v1",
+    algo="dqn",
+    backend="inline",
+    mode="sync",
+    actors=1,
+    envs_per_actor=4,
+    hidden=[32, 32],
+    learning_starts=200,
+    buffer_size=1_000,
+    save_replay=True,
+    exploration_fraction=0.0,  # epsilon_end throughout: its schedule runs over the budget,
+    epsilon_end=0.2,  # which differs between the S-step leg and the 2S-step run
+    progress=False,
+    tensorboard=False,
+    checkpoint_every=0,
+    seed=3,
+)
 TIMED = {"learn_seconds", "wall_seconds"}  # clocks, not state
 
 
@@ -103,7 +121,7 @@ def _assert_same(run_a: Path, run_b: Path, skip: tuple[str, ...] = ()) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("settings", [PPO, SAC], ids=["ppo", "sac"])
+@pytest.mark.parametrize("settings", [PPO, SAC, DQN], ids=["ppo", "sac", "dqn"])
 def test_s_steps_resumed_for_s_more_equal_2s_steps_bit_for_bit(tmp_path, settings):
     """As a user does it: a run of S steps, then --resume with --total-steps 2S. Constant
     schedules: a linear one ends at 0 at S by definition, and continues without a jump."""
@@ -130,6 +148,40 @@ def test_a_norm_reward_run_resumed_equals_the_unbroken_run_bit_for_bit(tmp_path)
     # the envs were mid-episode at the stop: there were returns to carry on
     returns = load_checkpoint(tmp_path / "halves")["learner"]["reward_norm"]["returns"]
     assert returns.shape == (PPO["actors"] * PPO["envs_per_actor"],) and bool(returns.any())
+
+
+@pytest.mark.slow
+def test_a_dqn_self_play_run_resumed_completes_its_seats_open_transitions(tmp_path):
+    """DQN on connect four: a seat's transition spans its move to its next, across slots, so
+    at a checkpoint some seats' transitions are open; saved with the replay, the resumed run
+    completes them as the unbroken run does, and ends bit for bit where it ends."""
+    pytest.importorskip("pettingzoo")
+    S = 1_000
+    same = dict(
+        env="pettingzoo:pettingzoo.classic.connect_four_v3",
+        algo="dqn",
+        backend="inline",
+        mode="sync",
+        actors=1,
+        envs_per_actor=4,
+        hidden=[32, 32],
+        learning_starts=200,
+        buffer_size=1_000,
+        save_replay=True,
+        lr_schedule="constant",
+        exploration_fraction=0.0,  # epsilon_end throughout: a schedule over the budget
+        epsilon_end=0.2,  # would differ between the S-step leg and the 2S-step run
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+        seed=3,
+    )
+    asyncrl.train(total_steps=2 * S, run_dir=str(tmp_path / "whole"), **same)
+    asyncrl.train(total_steps=S, run_dir=str(tmp_path / "halves"), **same)
+    seats = load_checkpoint(tmp_path / "halves")["learner"]["seats"]
+    assert any(bool(p["open"].any()) for p in seats["actors"])  # transitions left open
+    asyncrl.train(resume=tmp_path / "halves", total_steps=2 * S)
+    _assert_same(tmp_path / "whole", tmp_path / "halves", skip=("schedule",))
 
 
 def test_a_checkpoint_without_the_per_env_returns_still_loads(tmp_path):

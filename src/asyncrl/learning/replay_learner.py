@@ -357,6 +357,8 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         elif self.cfg.save_replay:
             with self._replay_lock:
                 state["replay"] = self.replay.state_dict()
+                if self.seats is not None:  # transitions the next slots complete
+                    state["seats"] = self.seats.state_dict()
         return state
 
     def adoptable_state(self) -> dict:
@@ -368,6 +370,8 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         self.updates = state["counters"]["updates"]
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
+            if self.seats is not None and "seats" in state:
+                self.seats.load_state_dict(state["seats"])
             self.limiter.load_state_dict(state["limiter"])
             self._samples_at_load = int(state["limiter"]["samples"])
         self._updates_at_load = self.updates

@@ -8,9 +8,9 @@ there. The next move may lie in a later rollout (sync DQN's rollouts are one ste
 actor's seats keep their open transition between slots -- of one actor process: a replacement
 (the actor killed and restarted, its envs made anew; the slot's ``generation`` says which) drops
 the open transitions its predecessor left, and counts them (``broken``), as a dropped rollout
-does (:meth:`SeatTransitions.forget`). Open transitions are not checkpointed:
-a resumed run drops them, so a seat's last move before the checkpoint joins no transition
-(docs: Guides, multi-agent).
+does (:meth:`SeatTransitions.forget`). Open transitions are checkpointed with the replay
+(``--save-replay``), so that a resumed run completes them as an unbroken one does; a run
+resumed without its replay starts them anew (docs: Guides, multi-agent).
 """
 
 from __future__ import annotations
@@ -46,6 +46,20 @@ class SeatTransitions:
                 "reward": np.zeros(K, np.float32),
             }
         return p
+
+    def state_dict(self) -> dict[str, Any]:
+        """The open transitions of every actor's seats (a checkpoint's), and the count."""
+        return {"broken": self.broken, "actors": [{"actor": a, **p} for a, p in self.open.items()]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.broken = int(state["broken"])
+        self.open = {
+            int(p["actor"]): {
+                "generation": int(p["generation"]),
+                **{k: np.asarray(p[k]) for k in ("open", "obs", "action", "reward")},
+            }
+            for p in state["actors"]
+        }
 
     def forget(self, actor: int) -> None:
         """Drop ``actor``'s open transitions: a rollout of it was dropped (a NaN or inf), so
