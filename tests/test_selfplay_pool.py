@@ -269,3 +269,34 @@ def test_games_in_progress_go_through_a_weights_only_checkpoint_and_play_on_the_
         for a, b in zip(envs.step(actions)[:4], again.step(actions)[:4], strict=True):
             np.testing.assert_array_equal(a, b)
     envs.close(), again.close()
+
+
+def test_a_pool_runs_policy_is_evaluated_against_its_pools_snapshots(tmp_path, capsys):
+    """asyncrl eval --opponent pool: the run's policy plays the snapshots its checkpoint's pool
+    holds, in turn (two games each, one as either player), and the line names them; a run
+    trained against itself has no pool to play, which is refused in one line."""
+    from asyncrl.cli import main
+    from asyncrl.evaluate import evaluate
+
+    run = tmp_path / "pool"
+    asyncrl.train(C4, total_steps=256, run_dir=str(run), **RUN)
+    result = evaluate(run, episodes=8, opponent="pool")
+    rates = [result[f"{k}_rate_vs_pool"] for k in ("win", "draw", "loss")]
+    assert sum(rates) == pytest.approx(1.0) and result["games"] == 8
+    assert main(["eval", str(run), "--opponent", "pool", "--episodes", "4"]) == 0
+    line = capsys.readouterr().out.splitlines()[-2]
+    assert line.endswith("over 4 games against the run's pool of past snapshots")
+    policy = asyncrl.load(run)
+    state = load_checkpoint(run)["pool"]
+    players = policy._snapshots(seed=0)  # the pool's two snapshots, with their parameters
+    assert len(players) == len([i for i in state["ids"] if int(i) >= 0]) == 2
+    row = np.zeros(check_env(C4).obs_shape, np.float32)
+    row[-7:] = 1  # an empty board: every column legal
+    assert all(0 <= p(row) < 7 for p in players)
+
+    selfplay = tmp_path / "self"
+    asyncrl.train(C4, total_steps=256, run_dir=str(selfplay), **dict(RUN, opponents="self"))
+    with pytest.raises(ConfigError) as e:
+        evaluate(selfplay, episodes=4, opponent="pool")
+    assert str(e.value).startswith("opponent: pool plays a run's past snapshots;")
+    assert "\n" not in str(e.value)

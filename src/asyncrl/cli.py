@@ -276,9 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--opponent",
         choices=OPPONENTS,
         default=None,
-        help="a game's opponent: random, uniform over the legal moves, or lookahead, connect "
-        "four's one-step look-ahead (wins if it can, blocks if it must); --episodes games, "
-        "half as the first player (default: random)",
+        help="a game's opponent: random, uniform over the legal moves; lookahead, connect "
+        "four's one-step look-ahead (wins if it can, blocks if it must); or pool, the "
+        "snapshots of a --opponents pool run's pool at the checkpoint, in turn; --episodes "
+        "games, half as the first player (default: random)",
     )
     ev.add_argument(
         "--video",

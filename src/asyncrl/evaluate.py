@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncrl.config import ConfigError, need_wandb
-from asyncrl.envs.pettingzoo import check_opponent, is_pettingzoo
+from asyncrl.envs.pettingzoo import check_opponent, is_connect_four, is_pettingzoo
 from asyncrl.policy import load, probe_rendering
 from asyncrl.settings import load_run_config
 
@@ -32,18 +32,25 @@ def evaluate(
     and each episode's return and length) and the policy's training env steps. ``policy``: a
     population run's policy i (default: its best). ``wandb``: also log the result, and the
     video, to the run's W&B run (a new one if it has none) at the policy's env steps.
-    ``opponent``: a game's (random, the default, or lookahead: connect four only); the result
-    then holds ``win/draw/loss_rate_vs_<opponent>`` over ``episodes`` games."""
+    ``opponent``: a game's (random, the default; lookahead: connect four only; pool: a
+    ``--opponents pool`` run's snapshots at the checkpoint); the result then holds
+    ``win/draw/loss_rate_vs_<opponent>`` over ``episodes`` games."""
     if wandb:  # before anything runs
         need_wandb()
     if video is not None:  # before this process loads the OpenGL library, which may hang
         cfg = load_run_config(run_dir)
         probe_rendering(cfg.env, cfg.atari_preprocessing)
     if opponent is not None:  # before anything loads
-        env = load_run_config(run_dir).env
-        if not is_pettingzoo(env):
-            raise ConfigError(f"opponent: {env} is a single-agent env, played without one")
-        check_opponent(env, opponent)
+        cfg = load_run_config(run_dir)
+        if not is_pettingzoo(cfg.env):
+            raise ConfigError(f"opponent: {cfg.env} is a single-agent env, played without one")
+        check_opponent(cfg.env, opponent)
+        if opponent == "pool" and cfg.opponents != "pool":
+            raise ConfigError(
+                f"opponent: pool plays a run's past snapshots; {run_dir} trained with "
+                f"--opponents {cfg.opponents} and has none (allowed: random"
+                + (", lookahead)" if is_connect_four(cfg.env) else ")")
+            )
     loaded = load(run_dir, checkpoint, policy=policy)
     if loaded.spec.agents > 1:  # a game: ``episodes`` games against an opponent
         if video is not None or wandb:

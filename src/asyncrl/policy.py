@@ -8,6 +8,7 @@ through it, so they agree action for action on the same observations.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import subprocess
@@ -24,6 +25,7 @@ import torch
 from asyncrl.config import ConfigError
 from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec, check_env, make_env
+from asyncrl.envs.pettingzoo import is_connect_four
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import (
     load_best_checkpoint,
@@ -104,6 +106,7 @@ class Policy:
         self.index: int | None = None  # which policy of a population run
         self.generator = torch.Generator().manual_seed(seed)  # stochastic actions only
         self._flat: FlatParams | None = None
+        self.pool: dict[str, Any] | None = None  # a pool run's snapshots (its checkpoint's)
 
     @classmethod
     def build(cls, config: TrainConfig, spec: EnvSpec, algo: Algorithm, seed: int = 0) -> Policy:
@@ -187,15 +190,34 @@ class Policy:
         deterministic: bool = True,
     ) -> dict[str, float]:
         """Win, draw and loss rates in ``games`` games of the run's two-player game against
-        ``opponent``: ``random`` (uniform over the legal moves) or ``lookahead`` (connect
-        four's one-step look-ahead: wins if it can, blocks if it must, else random), half as
-        the first player and half as the second (:func:`asyncrl.envs.pettingzoo.play_vs`; game
-        ``i`` seeded ``seed + i``)."""
+        ``opponent``: ``random`` (uniform over the legal moves), ``lookahead`` (connect
+        four's one-step look-ahead: wins if it can, blocks if it must, else random) or
+        ``pool`` (the snapshots of a ``--opponents pool`` run's pool at this checkpoint, in
+        turn, each sampling its moves as in training), half as the first player and half as
+        the second (:func:`asyncrl.envs.pettingzoo.play_vs`; game ``i`` seeded ``seed + i``)."""
         from asyncrl.envs.pettingzoo import play_vs
 
+        players = self._snapshots(seed) if opponent == "pool" else None
         self.generator.manual_seed(seed)
         choose = lambda row: self.act(row, deterministic=deterministic)  # noqa: E731
-        return play_vs(self.config.env, choose, opponent, games, seed)
+        return play_vs(self.config.env, choose, opponent, games, seed, players)
+
+    def _snapshots(self, seed: int) -> list[Callable[[np.ndarray], int]]:
+        """The pool's snapshots as players, each with a generator of its own."""
+        if not self.pool:
+            raise ConfigError(
+                f"opponent: pool plays a run's past snapshots, and this checkpoint holds none "
+                f"(the run trained with --opponents {self.config.opponents}); allowed: random"
+                + (", lookahead" if is_connect_four(self.config.env) else "")
+            )
+        players = []
+        for k, (sid, params) in enumerate(zip(self.pool["ids"], self.pool["params"], strict=True)):
+            if int(sid) < 0:  # an empty buffer of the pool
+                continue
+            snapshot = Policy(copy.deepcopy(self.module), self.config, self.spec, seed + 1 + k)
+            snapshot.load_vector(torch.as_tensor(params).numpy())
+            players.append(lambda row, s=snapshot: s.act(row, deterministic=False))
+        return players
 
     def play_vs_random(
         self, games: int = 200, seed: int = 10_000, deterministic: bool = True
@@ -449,6 +471,7 @@ def load(
     else:
         policy_.env_steps = int(state.get("env_steps", 0))
     policy_.evaluation = state.get("eval")
+    policy_.pool = state.get("pool")
     return policy_
 
 

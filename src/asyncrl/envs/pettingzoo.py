@@ -252,7 +252,11 @@ class SeatVectorEnv:
 
 
 # the players a policy is evaluated against in a game, and how a line names them
-OPPONENT_NAMES = {"random": "a uniform random player", "lookahead": "the look-ahead player"}
+OPPONENT_NAMES = {
+    "random": "a uniform random player",
+    "lookahead": "the look-ahead player",
+    "pool": "the run's pool of past snapshots",
+}
 OPPONENTS = tuple(OPPONENT_NAMES)
 CONNECT_FOUR = "pettingzoo.classic.connect_four_v"  # a module name's stem (connect_four_v3)
 ROWS, COLS = 6, 7  # connect four's board
@@ -336,13 +340,18 @@ def play_vs(
     opponent: str = "random",
     games: int = 200,
     seed: int = 0,
+    players: list[Callable[[np.ndarray], int]] | None = None,
 ) -> dict[str, float]:
     """Win, draw and loss rates of ``choose`` (a flat, masked observation to an action) in a
     two-player turn-based game against ``opponent``: ``random``, uniform over the legal moves,
-    or ``lookahead``, connect four's one-step look-ahead (:func:`lookahead_move`). Half of the
-    games as the first player, half as the second; game ``i`` seeded ``seed + i``; the
-    opponent's draws from one generator seeded ``seed``."""
+    ``lookahead``, connect four's one-step look-ahead (:func:`lookahead_move`), or ``pool``,
+    the ``players`` given (a run's snapshots), in turn, two games each (one as either
+    player). Half of the games as the first player, half as the second; game ``i`` seeded
+    ``seed + i``; the random and look-ahead players' draws from one generator seeded
+    ``seed``."""
     check_opponent(env_id, opponent)
+    if (opponent == "pool") != bool(players):
+        raise ValueError("play_vs: the pool's players are given with opponent 'pool' only")
     module = _module(env_id)
     if not hasattr(module, "env"):
         raise ConfigError(f"env: {env_id} has no turn-based env(); allowed: a two-player AEC game")
@@ -357,6 +366,8 @@ def play_vs(
         other = lambda row: int(rng.choice(legal(row, n)))  # noqa: E731
     wins = draws = losses = 0
     for i in range(games):
+        if players:
+            other = players[(i // 2) % len(players)]
         env = module.env()
         env.reset(seed=seed + i)
         if len(env.possible_agents) != 2:
