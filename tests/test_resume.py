@@ -157,25 +157,8 @@ def test_a_dqn_self_play_run_resumed_completes_its_seats_open_transitions(tmp_pa
     completes them as the unbroken run does, and ends bit for bit where it ends."""
     pytest.importorskip("pettingzoo")
     S = 1_000
-    same = dict(
-        env="pettingzoo:pettingzoo.classic.connect_four_v3",
-        algo="dqn",
-        backend="inline",
-        mode="sync",
-        actors=1,
-        envs_per_actor=4,
-        hidden=[32, 32],
-        learning_starts=200,
-        buffer_size=1_000,
-        save_replay=True,
-        lr_schedule="constant",
-        exploration_fraction=0.0,  # epsilon_end throughout: a schedule over the budget
-        epsilon_end=0.2,  # would differ between the S-step leg and the 2S-step run
-        progress=False,
-        tensorboard=False,
-        checkpoint_every=0,
-        seed=3,
-    )
+    game = "pettingzoo:pettingzoo.classic.connect_four_v3"
+    same = dict(DQN, env=game, lr_schedule="constant")
     asyncrl.train(total_steps=2 * S, run_dir=str(tmp_path / "whole"), **same)
     asyncrl.train(total_steps=S, run_dir=str(tmp_path / "halves"), **same)
     seats = load_checkpoint(tmp_path / "halves")["learner"]["seats"]
