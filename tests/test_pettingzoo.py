@@ -73,7 +73,9 @@ def test_one_seat_acts_per_game_and_the_loser_hears_of_the_loss_at_the_winners_m
     [
         ({"env": "pettingzoo:pettingzoo.classic.no_such_game_v0"}, "env: cannot import"),
         ({"env": C4, "envs_per_actor": 3}, "envs_per_actor:"),
-        ({"env": C4, "policies": 2, "envs_per_actor": 4}, "policies:"),
+        ({"env": C4, "policies": 2, "envs_per_actor": 4}, "policy_mapping:"),
+        ({"env": C4, "policies": 2, "policy_mapping": "random", "opponents": "pool"}, "opponents:"),
+        ({"env": C4, "algo": "dqn", "policies": 2}, "policies:"),
         ({"env": C4, "recurrent": "gru"}, "recurrent:"),
         ({"env": C4, "correction": "vtrace"}, "correction:"),
         ({"env": C4, "algo": "dqn", "n_step": 3, "rollout": 4, "mode": "async"}, "n_step:"),
@@ -219,6 +221,36 @@ def test_a_training_run_never_takes_an_illegal_move(tmp_path, monkeypatch):
     played = evaluate(result.run_dir, episodes=20, seed=7)
     assert played["games"] == 20 and played["env_steps"] == result.summary["env_steps"]
     assert played == evaluate(result.run_dir, episodes=20, seed=7)  # seeded: it repeats
+
+
+def test_a_population_plays_itself_each_policy_learning_from_its_own_seats(tmp_path, monkeypatch):
+    """--policies 2 on connect four: each game's seats drawn among the two policies (async: a
+    population's random mapping), no illegal move, and each policy's learner trained on the
+    moves of its own seats (the summary's per-policy steps add up to the run's)."""
+    seen = _count_illegal_moves(monkeypatch)
+    result = asyncrl.train(
+        C4,
+        policies=2,
+        policy_mapping="random",
+        total_steps=4096,
+        mode="async",
+        backend="inline",
+        actors=2,
+        envs_per_actor=4,
+        rollout=32,
+        minibatch_size=32,
+        epochs=2,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+        seed=1,
+    )
+    assert seen["illegal"] == 0 and seen["moves"] >= 4096
+    s = result.summary
+    steps = [p["env_steps"] for p in s["population"]]
+    assert all(n > 1000 for n in steps) and sum(steps) == s["env_steps"]
+    assert 0 <= s["win_rate_vs_random"] <= 1  # the population's best plays the random player
 
 
 def test_dqn_resolves_on_connect_four_with_its_generic_preset():

@@ -443,6 +443,12 @@ def env_spec(cfg: TrainConfig, algo: Algorithm | None = None) -> EnvSpec:
     if spec.agents > 1:  # what a multi-agent env cannot use yet
         from asyncrl.envs.pettingzoo import check_seats
 
+        if cfg.policies > 1 and not (algo or plugin(cfg)).masked_slots:
+            raise ConfigError(
+                f"policies: a population's games give one env's seats to different policies, "
+                f"which {cfg.algo}'s replay cannot split; it trains one policy on {cfg.env} "
+                "(allowed: 1)"
+            )
         check_seats(cfg, spec)
     if cfg.opponents == "pool":
         _check_pool(cfg, spec)

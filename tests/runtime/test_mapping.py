@@ -9,6 +9,7 @@ import torch
 from asyncrl.runtime.mapping import (
     MAPPING_SEED,
     FixedMapping,
+    PopulationSeats,
     RandomMapping,
     policy_mapping,
 )
@@ -103,3 +104,39 @@ def test_the_random_mapping_state_round_trips_also_as_a_checkpoint_holds_it():
         np.testing.assert_array_equal(a.policy, b.policy)
     b.load_state_dict({})  # a checkpoint of a run without the random mapping: kept as is
     np.testing.assert_array_equal(a.policy, b.policy)
+
+
+def test_a_populations_seats_are_drawn_per_game_and_held_until_every_seat_of_it_ended():
+    """Four two-seat games, three policies: each game's seats drawn at its start; a policy
+    acts for its seats whose agent acts, and its slot receives every seat it holds (a waiting
+    seat's loss); a game's seats are drawn again only once both have ended."""
+    active = np.array([1, 0, 0, 1, 1, 0, 0, 1], bool)
+    m = policy_mapping("random", 8, 3, seed=5, seats=lambda: active, agents=2)
+    assert isinstance(m, PopulationSeats) and m.marks_own
+    first = m.policy.copy()
+    for groups in (m.groups(), m.outcomes(m.groups())):
+        assert [g.policy for g in groups] == [0, 1, 2]
+        for g in groups:
+            assert (m.policy[g.ids] == g.policy).all()  # each policy's rows only
+    acted = np.concatenate([g.ids for g in m.groups()])
+    assert sorted(acted.tolist()) == np.flatnonzero(active).tolist()
+    held = np.concatenate([g.ids for g in m.outcomes(m.groups())])
+    assert sorted(held.tolist()) == list(range(8))
+    m.episodes_ended(np.array([0, 2, 3]))  # game 1 ended (both seats), game 0 only in part
+    np.testing.assert_array_equal(m.policy[[0, 1, 4, 5, 6, 7]], first[[0, 1, 4, 5, 6, 7]])
+    m.episodes_ended(np.array([1]))  # now game 0 too
+    np.testing.assert_array_equal(m.policy[4:], first[4:])
+    # many games: every policy meets every other, itself included
+    pairs = set()
+    for _ in range(200):
+        m.episodes_ended(np.arange(8))
+        pairs |= {tuple(sorted(m.policy[g : g + 2])) for g in range(0, 8, 2)}
+    assert pairs == {(a, b) for a in range(3) for b in range(a, 3)}
+    saved = {k: torch.as_tensor(v) if isinstance(v, np.ndarray) else v
+             for k, v in m.state_dict().items()}  # fmt: skip
+    again = PopulationSeats(8, 2, 3, lambda: active, seed=99)
+    again.load_state_dict(saved)
+    for _ in range(5):
+        for x in (m, again):
+            x.episodes_ended(np.arange(8))
+        np.testing.assert_array_equal(m.policy, again.policy)

@@ -111,8 +111,20 @@ def seat_spaces(env_id: str) -> tuple[int, gym.spaces.Box, gym.spaces.Discrete, 
 def check_seats(cfg: Settings, spec: Any) -> None:
     """What a run on a multi-agent env cannot use yet, refused in one line naming the setting
     (before anything starts)."""
+    population = cfg.policies > 1
     refusals = (
-        (cfg.policies == 1, "policies", "1 (all agents share one policy)"),
+        # a population draws each game's seats' policies: the fixed mapping would seat each
+        # policy at the same seat of every game
+        (
+            not population or cfg.policy_mapping == "random",
+            "policy_mapping",
+            "random with --policies > 1 (each game's seats drawn among the policies)",
+        ),
+        (
+            not population or cfg.opponents == "self",
+            "opponents",
+            "self with --policies > 1 (the population plays itself)",
+        ),
         (cfg.envs_per_actor % spec.agents == 0, "envs_per_actor", f"multiples of {spec.agents}"),
         (cfg.recurrent == "none", "recurrent", "none"),
         (cfg.correction != "vtrace", "correction", "none or decoupled"),

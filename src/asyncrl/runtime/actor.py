@@ -100,7 +100,7 @@ class Actor:
             )
         else:
             self.mapping = policy_mapping(
-                acting_mapping(cfg), self.K, len(self.stores), first_seed, seats
+                acting_mapping(cfg), self.K, len(self.stores), first_seed, seats, spec.agents
             )
         # what the algorithm records of one step of one env (under a mapping that marks own
         # steps it writes them into a row of their own, copied into the slot: see _act)

@@ -232,13 +232,84 @@ class PoolSeats(SharedSeats):
             self.opponents.load_state_dict(state)
 
 
+class PopulationSeats(PolicyMapping):
+    """Seats of multi-agent games shared by a population (``--policies P``, ``--policy-mapping
+    random``): at each game's start a policy is drawn for every seat of it, uniformly among the
+    P (so a policy meets each other one and itself), from the mapping's own generator; they
+    hold until every seat of the game has ended (the env then starts it anew). Each policy acts
+    for its seats whose agent acts; its slot holds every seat, the steps it acted marked
+    ``own``, and the rewards and episode ends of its seats also at steps they waited (a loss
+    comes at the opponent's move). Its learner learns from its seats' moves only."""
+
+    marks_own = True
+
+    def __init__(
+        self, rows: int, agents: int, policies: int, active: Callable[[], np.ndarray], seed: int
+    ):
+        super().__init__(rows, policies, np.zeros(rows, np.int64), np.arange(rows))
+        self.agents, self.active = agents, active
+        self.rng = np.random.default_rng(seed)
+        self.finished = np.zeros(rows, bool)  # seats whose episode ended in the current game
+        self._draw(np.arange(rows // agents))
+
+    def _draw(self, games: np.ndarray) -> None:
+        for g in games:
+            seats = slice(int(g) * self.agents, (int(g) + 1) * self.agents)
+            self.policy[seats] = self.rng.integers(self.policies, size=self.agents)
+            self.finished[seats] = False
+
+    def _by_policy(self, rows: np.ndarray) -> list[Group]:
+        """``rows`` (a mask) by the policy that holds them, every policy in order."""
+        out = []
+        for p in range(self.policies):
+            ids = np.flatnonzero(rows & (self.policy == p))
+            out.append(Group(p, ids, ids, ids, False))
+        return out
+
+    def groups(self) -> list[Group]:
+        return self._by_policy(self.active())
+
+    def slot_rows(self, policy: int) -> slice:
+        return slice(None)
+
+    def outcomes(self, groups: list[Group]) -> list[Group]:
+        return self._by_policy(np.ones(self.rows, bool))
+
+    def episodes_ended(self, rows: np.ndarray) -> None:
+        self.finished[rows] = True
+        over = self.finished.reshape(-1, self.agents).all(axis=1)
+        if over.any():
+            self._draw(np.flatnonzero(over))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "seat_policy": self.policy.copy(),
+            "seat_finished": self.finished.copy(),
+            "mapping_rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "seat_policy" in state:
+            self.policy = torch.as_tensor(state["seat_policy"]).numpy().astype(np.int64)
+            self.finished = torch.as_tensor(state["seat_finished"]).numpy().astype(bool)
+            self.rng.bit_generator.state = state["mapping_rng"]
+
+
 def policy_mapping(
-    kind: str, rows: int, policies: int, seed: int, seats: Callable[[], np.ndarray] | None = None
+    kind: str,
+    rows: int,
+    policies: int,
+    seed: int,
+    seats: Callable[[], np.ndarray] | None = None,
+    agents: int = 1,
 ) -> PolicyMapping:
     """The mapping ``kind`` names (fixed or random: ``settings.acting_mapping``) of an actor's
     ``rows`` to ``policies``; ``seed``: the actor's first env seed. Rows that are a multi-agent
-    env's seats (``seats()``: those whose agent acts next): :class:`SharedSeats`."""
+    env's seats (``seats()``: those whose agent acts next; ``agents`` a game):
+    :class:`SharedSeats`, or a population's :class:`PopulationSeats`."""
     if seats is not None:
+        if policies > 1:
+            return PopulationSeats(rows, agents, policies, seats, seed + MAPPING_SEED)
         return SharedSeats(rows, seats)
     if kind == "random":
         return RandomMapping(rows, policies, seed + MAPPING_SEED)

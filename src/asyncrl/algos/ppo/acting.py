@@ -101,9 +101,11 @@ class JointPPOActing:
 
     @classmethod
     def of(cls, actings: list[PPOActing]) -> JointPPOActing | None:
-        # one policy has nothing to join (its own forward is the exact one)
+        # one policy has nothing to join (its own forward is the exact one); policies with an
+        # action mask act in turn (the mask's entries are no input of the layers stacked here)
         recurrent = any(a.recurrence for a in actings)
-        if len(actings) < 2 or recurrent or actings[0].module.encoder is not None:
+        first = actings[0].module
+        if len(actings) < 2 or recurrent or first.encoder is not None or first.n_mask:
             return None
         return cls(actings)
 
