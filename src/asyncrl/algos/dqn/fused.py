@@ -87,7 +87,7 @@ class QStep(PackedAdam):
         h = [x]
         for i in range(self.layers):
             a = torch.addmm(w[self.index[i, 1]], h[-1], w[self.index[i, 0]].T)
-            h.append(a.relu() if i < self.layers - 1 else a)
+            h.append(a.relu_() if i < self.layers - 1 else a)
         return h
 
     def _body(self, flat_p, flat_m, flat_v, steps, flat_t, lr, obs, action, reward, next_obs, disc):
@@ -126,12 +126,17 @@ class QStep(PackedAdam):
             d = diff * (2.0 / B)
         # backward: the loss reads one action value per sample, of the obs rows only
         d = torch.zeros_like(h[-1][:B]).scatter_(1, a, d.unsqueeze(1))
-        grads: list[torch.Tensor | None] = [None] * len(self.params)
+        # eager, the gradients go straight into one flat vector (out=); a graph allocates
+        grad, grads = (None, [None] * len(self.params)) if self.compiled else self.grad_buffer()
         for i in range(self.layers - 1, -1, -1):
-            inp = h[i][:B]
-            grads[self.index[i, 0]], grads[self.index[i, 1]] = torch.mm(d.T, inp), d.sum(0)
+            inp, wi, bi = h[i][:B], self.index[i, 0], self.index[i, 1]
+            if grad is None:
+                grads[wi], grads[bi] = torch.mm(d.T, inp), d.sum(0)
+            else:
+                torch.mm(d.T, inp, out=grads[wi])
+                torch.sum(d, 0, out=grads[bi])
             if i:
-                d = torch.ops.aten.threshold_backward(torch.mm(d, w[self.index[i, 0]]), inp, 0)
-        grad_norm, ok, norm = self.descend(flat_p, flat_m, flat_v, steps, grads, lr)
+                d = torch.ops.aten.threshold_backward(torch.mm(d, w[wi]), inp, 0)
+        grad_norm, ok, norm = self.descend(flat_p, flat_m, flat_v, steps, grads, lr, grad)
         bad = (~ok).to(grad_norm.dtype)
         return torch.stack([loss, q.mean(), grad_norm, bad, torch.where(ok, 0.0, norm)])
