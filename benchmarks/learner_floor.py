@@ -13,13 +13,16 @@ Cases, each at its preset's sizes (issue 35):
   sac      SAC, HalfCheetah-v5: 256x256 actor and twin critics, batch 256 (one gradient step of
            critics, actor and temperature)
   sac-small  SAC, Pendulum-v1 at the learning tests' 64x64, batch 256 (issue 57)
-  dqn      DQN, CartPole-v1: 120x84 ReLU MLP, batch 128, double DQN, the preset's loss and clip
-           (one gradient step; issue 57)
+  dqn      DQN, CartPole-v1, what `asyncrl train --algo dqn --env CartPole-v1` runs: the values
+           tuned there (256x256 ReLU MLP, batch 64), double DQN, MSE, clip 10 (issue 57)
+  dqn-acrobot  DQN, Acrobot-v1, the classic family's preset for its other envs (CleanRL's: 120x84,
+           batch 128), the sizes the dqn case had before CartPole-v1 had tuned values
 
 Each variant of a case trains its own copy of one initial network on one fixed batch; variants
 alternate round by round, so a change in the machine's load falls on all of them. For each: the
 median wall time per minibatch step (the whole PPO update -- shuffles, steps, the statistics'
-one host sync -- divided by its steps; one SAC update) and the process's CPU time for it (less
+one host sync -- divided by its steps; one SAC update; DQN's gradient steps, timed 50 at a time
+as a learner takes them, one after another) and the process's CPU time for it (less
 sensitive to others' load on a shared machine), its FLOPs (matmuls and convolutions,
 forward and backward, as torch's FlopCounterMode counts them in the reference step), the
 machine's matmul rate measured in this run (a 1024^3 float32 matmul on the same threads) and
@@ -37,7 +40,8 @@ torch.compile'd. A compiled variant's first call, compilation included, is repor
 
 ``--precision fp32,bf16``: every variant also under ``--precision bf16`` (rows ``<variant>+bf16``:
 PPO(precision="bf16"), SAC(precision="bf16")), and every row's ratio to a second floor, the
-step's FLOPs at the rate of a 1024^3 bfloat16 matmul measured in this run ("x bf16").
+step's FLOPs at the rate of a 1024^3 bfloat16 matmul measured in this run ("x bf16"). DQN
+trains in fp32 only (its --precision refuses bf16): its cases have fp32 rows alone.
 """
 
 from __future__ import annotations
@@ -81,7 +85,9 @@ ENVS = {
     "sac": ("sac", "HalfCheetah-v5"),
     "sac-small": ("sac", "Pendulum-v1"),
     "dqn": ("dqn", "CartPole-v1"),
+    "dqn-acrobot": ("dqn", "Acrobot-v1"),
 }
+DQN_STEPS = 50  # DQN's gradient steps per timing: one takes ~1 ms, near the timers' noise
 
 
 def matmul_rate(
@@ -255,8 +261,8 @@ def bf16_columns(bf16: tuple | None, ms: float, cpu: float) -> str:
     return f" {ms / bf16[0]:6.1f} {cpu / bf16[1]:5.1f}"
 
 
-def dqn_case(variants: list[str]) -> tuple[list[Variant], int, int]:
-    env = ENVS["dqn"][1]
+def dqn_case(case: str, variants: list[str]) -> tuple[list[Variant], int, int]:
+    env = ENVS[case][1]
     cfg = resolve(TrainConfig(env=env, algo="dqn"), env_family(env))
     spec = check_env(env)
     hp = DQNConfig.of(cfg)
@@ -280,14 +286,20 @@ def dqn_case(variants: list[str]) -> tuple[list[Variant], int, int]:
         if v == "old-compiled":
             continue  # the MLP takes the fused step
         dqn = make(fused=v != "old", compile=v == "compiled")
-        made.append(Variant(v, lambda dqn=dqn: (dqn.update(b), 1)[1]))
+
+        def run(dqn=dqn) -> int:
+            for _ in range(DQN_STEPS):
+                dqn.update(b)
+            return DQN_STEPS
+
+        made.append(Variant(v, run))
     ref = make(fused=False)
     return made, flops_of(lambda: ref.update(b)), learner_threads(cfg, 1)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--cases", default="classic,mujoco,atari,sac,sac-small,dqn")
+    p.add_argument("--cases", default="classic,mujoco,atari,sac,sac-small,dqn,dqn-acrobot")
     p.add_argument(
         "--variants",
         default="old,old-compiled,fused,compiled",
@@ -311,7 +323,7 @@ def main() -> None:
     }
     print(f"torch {torch.__version__}; load average at start {os.getloadavg()[0]:.2f}")
     header = (
-        f"{'case':8s} {'variant':12s} {'first call':>10s} {'ms/step':>8s} {'CPU ms':>7s} "
+        f"{'case':11s} {'variant':12s} {'first call':>10s} {'ms/step':>8s} {'CPU ms':>7s} "
         f"{'MFLOP':>7s} {'GFLOP/s':>7s} {'CPU':>5s} {'floor ms':>8s} {'x floor':>7s} {'CPU':>5s} "
         f"{'vs old':>6s} {'CPU':>5s}" + BF16_HEADER
     )
@@ -324,8 +336,9 @@ def main() -> None:
                 mine, flops, threads = ppo_case(case, env, variants, precision)
             elif algo == "dqn":
                 if precision != "fp32":
-                    continue  # DQN trains in fp32 only (--precision)
-                mine, flops, threads = dqn_case(variants)
+                    print(f"  ({case}: no {precision} rows: DQN trains in fp32 only)")
+                    continue
+                mine, flops, threads = dqn_case(case, variants)
             else:
                 mine, flops, threads = sac_case(case, variants, precision)
             made += mine
@@ -369,7 +382,7 @@ def main() -> None:
                 out["variants"][v.name]["x_bf16_floor"] = ms / bf16[0]
                 out["variants"][v.name]["x_bf16_floor_cpu"] = cpu / bf16[1]
             rows.append(
-                f"{case:8s} {v.name:12s} {v.first_seconds:9.1f}s {ms * 1e3:8.3f} "
+                f"{case:11s} {v.name:12s} {v.first_seconds:9.1f}s {ms * 1e3:8.3f} "
                 f"{cpu * 1e3:7.3f} {flops / 1e6:7.1f} {rate / 1e9:7.0f} {cpu_rate / 1e9:5.0f} "
                 f"{floor * 1e3:8.3f} {ms / floor:7.1f} {cpu / cpu_floor:5.1f} "
                 f"{old_ms / ms:5.2f}x {old_cpu / cpu:4.2f}x" + bf16_columns(bf16, ms, cpu)

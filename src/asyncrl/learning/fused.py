@@ -97,6 +97,8 @@ class PackedAdam:
         self.adam_per_tensor = False  # eager fused Adam: one call on the packed vectors
         self.compiled = compile
         self._flat: tuple[torch.Tensor, ...] | None = None
+        self._grad: tuple[torch.Tensor, list[torch.Tensor]] | None = None  # grad_buffer
+        self._per_tensor_views: tuple | None = None  # _per_tensor's, and the vectors they view
 
     def _norm(self, grads: list[torch.Tensor], grad: torch.Tensor) -> torch.Tensor:
         """The global norm of the gradients ``grads``, ``grad`` their concatenation."""
@@ -164,6 +166,26 @@ class PackedAdam:
                 "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
             }
 
+    def grad_buffer(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """A flat vector for the gradients, laid out as the parameters, and its per-tensor
+        views: an eager step writes its gradients there (``out=``), sparing a ``cat`` and an
+        allocation per tensor each step. Made once, apart from the parameters' storage."""
+        flat_p = self._flat[0]
+        if self._grad is None or self._grad[0].shape != flat_p.shape:
+            grad = torch.empty_like(flat_p)
+            self._grad = (grad, self._views(grad))
+        return self._grad
+
+    def _per_tensor(self, *flats: torch.Tensor) -> tuple[list[torch.Tensor], ...]:
+        """Per-tensor views of ``flats`` (parameters, moments; the step counts last), kept
+        while the same vectors come back (the packed ones, from step to step): slicing them
+        anew cost ~25 small ops a step."""
+        kept = self._per_tensor_views
+        if kept is None or any(a is not b for a, b in zip(kept[0], flats, strict=True)):
+            views = tuple(self._views(x) for x in flats[:-1]) + (list(flats[-1]),)
+            self._per_tensor_views = kept = (flats, views)
+        return kept[1]
+
     def _views(self, flat_p: torch.Tensor) -> list[torch.Tensor]:
         """The parameters as views of the packed vector, in the optimizer's order."""
         views, at = [], 0
@@ -172,14 +194,19 @@ class PackedAdam:
             at += n
         return views
 
-    def descend(self, flat_p, flat_m, flat_v, steps, grads, lr) -> tuple[torch.Tensor, ...]:
+    def descend(
+        self, flat_p, flat_m, flat_v, steps, grads, lr, grad=None
+    ) -> tuple[torch.Tensor, ...]:
         """The clip and Adam on the packed vectors with ``grads`` (the optimizer's order) and
         ``lr`` (a tensor). A NaN or inf gradient is not applied (parameters, moments and step
         counts stay as they were): no host sync here. Returns the clipped norm (0 without a
-        clip, as before), whether the step was applied, and the gradient's norm."""
-        grad = torch.cat([g.reshape(-1) for g in grads])
+        clip, as before), whether the step was applied, and the gradient's norm. ``grad``: the
+        gradients' flat vector if ``grads`` are its views already (:meth:`grad_buffer`, eager
+        steps); the clip scales it in place."""
+        if grad is None:
+            grad = torch.cat([g.reshape(-1) for g in grads])
         norm = self._norm(grads, grad)
-        ok = torch.isfinite(norm)
+        ok = norm < float("inf")  # finite: a norm is >= 0 or NaN (one op; isfinite takes four)
         grad_norm = torch.zeros((), device=lr.device)  # no clip: no norm, as before
         clip = None
         if self.cfg.max_grad_norm > 0:
@@ -193,11 +220,12 @@ class PackedAdam:
             # step, which must not recompile when it moves); found_inf makes the kernel skip
             # the step, as for AMP's GradScaler
             if clip is not None:
-                grad = grad * clip
+                grad.mul_(clip)  # the cat's output or the step's buffer: ours to scale
             ps, gs, ms, vs, ss = [flat_p], [grad], [flat_m], [flat_v], [steps[0]]
             if self.adam_per_tensor:  # as torch.optim.Adam calls it, to the last bit
-                ps, gs, ms, vs = (self._views(x) for x in (flat_p, grad, flat_m, flat_v))
-                ss = list(steps)
+                ps, ms, vs, ss = self._per_tensor(flat_p, flat_m, flat_v, steps)
+                mine = self._grad
+                gs = mine[1] if mine is not None and grad is mine[0] else self._views(grad)
             torch._fused_adam_(
                 ps, gs, ms, vs, [], ss,
                 lr=self.optimizer.param_groups[0]["lr"], beta1=beta1, beta2=beta2,

@@ -60,6 +60,7 @@ class QStep(PackedAdam):
         # the target network's tensors in the optimizer's order (a deep copy: the same order)
         self.target = [p for p in q_target.parameters()]
         self._target_flat: torch.Tensor | None = None
+        self._kept: dict[str, tuple] = {}  # _layers', per network, with the vector they view
         self._fn = compile_step(self, type(self)._body) if compile else self._body
 
     # ------------------------------------------------------------------ entry points
@@ -82,19 +83,33 @@ class QStep(PackedAdam):
         """As clip_grad_norm_(foreach=True) computes it (each tensor's norm, then theirs)."""
         return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
-    def _forward(self, w, x: torch.Tensor) -> list[torch.Tensor]:
+    def _layers(self, net: str, flat: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+        """Each linear layer's (bias, weight, weight transposed) as views of the packed vector
+        ``flat`` of the network ``net``; eager, kept from step to step while the vector is the
+        same one (a view and a transpose per layer and network, each step, otherwise)."""
+        kept = self._kept.get(net)
+        if kept is not None and kept[0] is flat:
+            return kept[1]
+        v = self._views(flat)
+        layers = [
+            (v[self.index[i, 1]], v[self.index[i, 0]], v[self.index[i, 0]].T)
+            for i in range(self.layers)
+        ]
+        if not self.compiled:  # a graph makes them from its inputs at each call
+            self._kept[net] = (flat, layers)
+        return layers
+
+    def _forward(self, layers, x: torch.Tensor) -> list[torch.Tensor]:
         """The MLP over x [N, F]: each linear layer's input, then the action values [N, A]."""
         h = [x]
-        for i in range(self.layers):
-            a = torch.addmm(w[self.index[i, 1]], h[-1], w[self.index[i, 0]].T)
-            h.append(a.relu() if i < self.layers - 1 else a)
+        for i, (bias, _, weight_t) in enumerate(layers):
+            a = torch.addmm(bias, h[-1], weight_t)
+            h.append(a.relu_() if i < self.layers - 1 else a)
         return h
 
     def _body(self, flat_p, flat_m, flat_v, steps, flat_t, lr, obs, action, reward, next_obs, disc):
-        # compiled, the graph reads the networks as views of its inputs; else they are such
-        # views already (pack)
-        w = self._views(flat_p) if self.compiled else self.params
-        tw = self._views(flat_t) if self.compiled else self.target
+        # the networks as views of the packed vectors (compiled, of the graph's inputs)
+        w, tw = self._layers("online", flat_p), self._layers("target", flat_t)
         cfg, B = self.cfg, obs.shape[0]
         x, nx = self.encoder(obs), self.encoder(next_obs)
         illegal = None
@@ -126,12 +141,17 @@ class QStep(PackedAdam):
             d = diff * (2.0 / B)
         # backward: the loss reads one action value per sample, of the obs rows only
         d = torch.zeros_like(h[-1][:B]).scatter_(1, a, d.unsqueeze(1))
-        grads: list[torch.Tensor | None] = [None] * len(self.params)
+        # eager, the gradients go straight into one flat vector (out=); a graph allocates
+        grad, grads = (None, [None] * len(self.params)) if self.compiled else self.grad_buffer()
         for i in range(self.layers - 1, -1, -1):
-            inp = h[i][:B]
-            grads[self.index[i, 0]], grads[self.index[i, 1]] = torch.mm(d.T, inp), d.sum(0)
+            inp, wi, bi = h[i][:B], self.index[i, 0], self.index[i, 1]
+            if grad is None:
+                grads[wi], grads[bi] = torch.mm(d.T, inp), d.sum(0)
+            else:
+                torch.mm(d.T, inp, out=grads[wi])
+                torch.sum(d, 0, out=grads[bi])
             if i:
-                d = torch.ops.aten.threshold_backward(torch.mm(d, w[self.index[i, 0]]), inp, 0)
-        grad_norm, ok, norm = self.descend(flat_p, flat_m, flat_v, steps, grads, lr)
+                d = torch.ops.aten.threshold_backward(torch.mm(d, w[i][1]), inp, 0)
+        grad_norm, ok, norm = self.descend(flat_p, flat_m, flat_v, steps, grads, lr, grad)
         bad = (~ok).to(grad_norm.dtype)
         return torch.stack([loss, q.mean(), grad_norm, bad, torch.where(ok, 0.0, norm)])
