@@ -113,17 +113,17 @@ def check_seats(cfg: Settings, spec: Any) -> None:
     (before anything starts)."""
     population = cfg.policies > 1
     refusals = (
+        (
+            not population or cfg.opponents == "self",
+            "policies",
+            "1 with --opponents pool (one learning policy against its snapshots)",
+        ),
         # a population draws each game's seats' policies: the fixed mapping would seat each
         # policy at the same seat of every game
         (
             not population or cfg.policy_mapping == "random",
             "policy_mapping",
             "random with --policies > 1 (each game's seats drawn among the policies)",
-        ),
-        (
-            not population or cfg.opponents == "self",
-            "opponents",
-            "self with --policies > 1 (the population plays itself)",
         ),
         (cfg.envs_per_actor % spec.agents == 0, "envs_per_actor", f"multiples of {spec.agents}"),
         (cfg.recurrent == "none", "recurrent", "none"),
