@@ -305,10 +305,10 @@ def policy_mapping(
 ) -> PolicyMapping:
     """The mapping ``kind`` names (fixed or random: ``settings.acting_mapping``) of an actor's
     ``rows`` to ``policies``; ``seed``: the actor's first env seed. Rows that are a multi-agent
-    env's seats (``seats()``: those whose agent acts next; ``agents`` a game):
-    :class:`SharedSeats`, or a population's :class:`PopulationSeats`."""
+    env's seats (``seats()``: those whose agent acts next; ``agents`` a game): a population's
+    :class:`PopulationSeats` under the random mapping, else :class:`SharedSeats`."""
     if seats is not None:
-        if policies > 1:
+        if kind == "random":
             return PopulationSeats(rows, agents, policies, seats, seed + MAPPING_SEED)
         return SharedSeats(rows, seats)
     if kind == "random":
