@@ -172,7 +172,7 @@ def _warmup(name: str, value: Any, algo: str, budget: int) -> Any:
 
 def plugin(cfg: TrainConfig) -> Algorithm:
     """The algorithm ``cfg.algo`` names: the one place a name is looked up in the registry. A
-    run looks it up once (:func:`prepare`) and hands the object on."""
+    run looks it up once (:func:`prepare_settings`) and hands the object on."""
     return algorithm(cfg.algo)
 
 
