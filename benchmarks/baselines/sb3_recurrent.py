@@ -42,9 +42,10 @@ p = argparse.ArgumentParser()
 p.add_argument("--env", choices=sorted(TASKS), default="position_only:PositionCartPole-v0")
 p.add_argument("--steps", type=int, default=300_000)
 p.add_argument("--seed", type=int, default=1)
+p.add_argument("--monitor", default=None, help="also write each episode to this CSV as it ends")
 args = p.parse_args()
 torch.set_num_threads(1)
-monitor = Monitor(make(args.env))
+monitor = Monitor(make(args.env), filename=args.monitor)  # a run's curve, read while it runs
 model = RecurrentPPO("MlpLstmPolicy", monitor, device="cpu", seed=args.seed, verbose=0)
 model.set_logger(Logger(None, []))  # SB3 would leave an empty /tmp/SB3-<time> folder
 t0 = time.perf_counter()
