@@ -203,6 +203,30 @@ def table(out: Path, rows: list[tuple], budget: int | None) -> str:
     return "\n".join(lines)
 
 
+def curves(out: Path, marks: tuple[float, ...] = (400.0, 500.0)) -> str:
+    """Where each RecurrentPPO run is (its episodes CSV, finished or not): env steps so far, the
+    final (last 20) and last-100 returns there, and the first env step at which the final return
+    reached each of ``marks`` (the figures the page gives for asyncrl's CartPole runs)."""
+    lines = []
+    for csv in sorted((out / "runs").glob("*.monitor.csv")):
+        rows = np.atleast_2d(np.loadtxt(csv, delimiter=",", skiprows=2, usecols=(0, 1)))
+        if rows.size == 0:
+            continue
+        returns, steps = rows[:, 0], np.cumsum(rows[:, 1])
+        final = [returns[max(0, i - 19) : i + 1].mean() for i in range(len(returns))]
+        reached = [
+            f"{m:g} at {steps[np.argmax(np.asarray(final) >= m)]:,.0f}"
+            if max(final) >= m
+            else f"{m:g} not yet"
+            for m in marks
+        ]
+        lines.append(
+            f"{csv.name}: {steps[-1]:,.0f} steps, {len(returns)} episodes, final "
+            f"{final[-1]:,.1f}, last 100 {returns[-100:].mean():,.1f}; " + ", ".join(reached)
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--impl", default="asyncrl", help="asyncrl, sb3, or asyncrl,sb3")
@@ -214,9 +238,13 @@ def main() -> None:
     p.add_argument("--table", action="store_true", help="only print the table of what is done")
     p.add_argument("--extra", action="store_true", help="also the rows outside the table (EXTRA)")
     p.add_argument("--recurrent", action="store_true", help="only the recurrent rows")
+    p.add_argument("--curves", action="store_true", help="only where RecurrentPPO's runs are")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.curves:
+        print(curves(out))
+        return
     algos = args.algos.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(seeds) == 1:
