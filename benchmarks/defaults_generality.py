@@ -205,8 +205,8 @@ def table(out: Path, rows: list[tuple], budget: int | None) -> str:
 
 def curves(out: Path, marks: tuple[float, ...] = (400.0, 500.0)) -> str:
     """Where each RecurrentPPO run is (its episodes CSV, finished or not): env steps so far, the
-    final (last 20) and last-100 returns there, and the first env step at which the final return
-    reached each of ``marks`` (the figures the page gives for asyncrl's CartPole runs)."""
+    final (last 20) and last-100 returns there, the final return every 50k steps, and the first
+    env step at which it reached each of ``marks`` (the page's figures for asyncrl's CartPole)."""
     lines = []
     for csv in sorted((out / "runs").glob("*.monitor.csv")):
         rows = np.atleast_2d(np.loadtxt(csv, delimiter=",", skiprows=2, usecols=(0, 1)))
@@ -220,9 +220,15 @@ def curves(out: Path, marks: tuple[float, ...] = (400.0, 500.0)) -> str:
             else f"{m:g} not yet"
             for m in marks
         ]
+        every = [
+            f"{k // 1000}k {final[np.searchsorted(steps, k)]:,.1f}"
+            for k in range(50_000, int(steps[-1]) + 1, 50_000)
+        ]
         lines.append(
             f"{csv.name}: {steps[-1]:,.0f} steps, {len(returns)} episodes, final "
-            f"{final[-1]:,.1f}, last 100 {returns[-100:].mean():,.1f}; " + ", ".join(reached)
+            f"{final[-1]:,.1f}, last 100 {returns[-100:].mean():,.1f}; reached "
+            + ", ".join(reached)
+            + (f"; final at {', '.join(every)}" if every else "")
         )
     return "\n".join(lines)
 
