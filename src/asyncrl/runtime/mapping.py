@@ -166,7 +166,25 @@ class SharedSeats(PolicyMapping):
         return self._every
 
 
-class PoolSeats(SharedSeats):
+class PerGame:
+    """Seats drawn per game and held until every seat of the game has ended (the env then
+    starts it anew): ``finished`` marks the seats whose episode ended in the current game;
+    ``_draw(games)`` draws the games given anew."""
+
+    agents: int
+    finished: np.ndarray
+
+    def _draw(self, games: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def episodes_ended(self, rows: np.ndarray) -> None:
+        self.finished[rows] = True
+        over = self.finished.reshape(-1, self.agents).all(axis=1)
+        if over.any():
+            self._draw(np.flatnonzero(over))
+
+
+class PoolSeats(PerGame, SharedSeats):
     """Seats of two-player (or N-player) games against frozen snapshots (``--opponents
     pool``): at each game's start, one seat drawn for the learner and one snapshot from the
     pool for the others, both from the mapping's own generator; they hold until every seat of
@@ -210,12 +228,6 @@ class PoolSeats(SharedSeats):
     def of(self, rows: np.ndarray) -> list[Group]:
         return super().of(rows[self.player[rows] < 0])
 
-    def episodes_ended(self, rows: np.ndarray) -> None:
-        self.finished[rows] = True
-        over = self.finished.reshape(-1, self.agents).all(axis=1)
-        if over.any():
-            self._draw(np.flatnonzero(over))
-
     def state_dict(self) -> dict[str, Any]:
         return {
             "pool_player": self.player.copy(),
@@ -232,7 +244,7 @@ class PoolSeats(SharedSeats):
             self.opponents.load_state_dict(state)
 
 
-class PopulationSeats(PolicyMapping):
+class PopulationSeats(PerGame, PolicyMapping):
     """Seats of multi-agent games shared by a population (``--policies P``, ``--policy-mapping
     random``): at each game's start a policy is drawn for every seat of it, uniformly among the
     P (so a policy meets each other one and itself), from the mapping's own generator; they
@@ -274,12 +286,6 @@ class PopulationSeats(PolicyMapping):
 
     def outcomes(self, groups: list[Group]) -> list[Group]:
         return self._by_policy(np.ones(self.rows, bool))
-
-    def episodes_ended(self, rows: np.ndarray) -> None:
-        self.finished[rows] = True
-        over = self.finished.reshape(-1, self.agents).all(axis=1)
-        if over.any():
-            self._draw(np.flatnonzero(over))
 
     def state_dict(self) -> dict[str, Any]:
         return {
