@@ -244,61 +244,47 @@ class PoolSeats(PerGame, SharedSeats):
             self.opponents.load_state_dict(state)
 
 
-class PopulationSeats(PerGame, PolicyMapping):
+class PopulationSeats(PerGame, RandomMapping):
     """Seats of multi-agent games shared by a population (``--policies P``, ``--policy-mapping
-    random``): at each game's start a policy is drawn for every seat of it, uniformly among the
-    P (so a policy meets each other one and itself), from the mapping's own generator; they
-    hold until every seat of the game has ended (the env then starts it anew). Each policy acts
-    for its seats whose agent acts; its slot holds every seat, the steps it acted marked
-    ``own``, and the rewards and episode ends of its seats also at steps they waited (a loss
-    comes at the opponent's move). Its learner learns from its seats' moves only."""
-
-    marks_own = True
+    random``): the random mapping, drawn per game -- at each game's start a policy for every
+    seat of it, uniformly among the P (so a policy meets each other one and itself), held until
+    every seat of the game has ended (the env then starts it anew). Each policy acts for its
+    seats whose agent acts; its slot holds every seat, the steps it acted marked ``own``, and
+    the rewards and episode ends of its seats also at steps they waited (a loss comes at the
+    opponent's move). Its learner learns from its seats' moves only."""
 
     def __init__(
         self, rows: int, agents: int, policies: int, active: Callable[[], np.ndarray], seed: int
     ):
-        super().__init__(rows, policies, np.zeros(rows, np.int64), np.arange(rows))
+        super().__init__(rows, policies, seed)  # every seat's first policy, drawn
         self.agents, self.active = agents, active
-        self.rng = np.random.default_rng(seed)
         self.finished = np.zeros(rows, bool)  # seats whose episode ended in the current game
-        self._draw(np.arange(rows // agents))
 
     def _draw(self, games: np.ndarray) -> None:
         for g in games:
             seats = slice(int(g) * self.agents, (int(g) + 1) * self.agents)
             self.policy[seats] = self.rng.integers(self.policies, size=self.agents)
             self.finished[seats] = False
-
-    def _by_policy(self, rows: np.ndarray) -> list[Group]:
-        """``rows`` (a mask) by the policy that holds them, every policy in order."""
-        out = []
-        for p in range(self.policies):
-            ids = np.flatnonzero(rows & (self.policy == p))
-            out.append(Group(p, ids, ids, ids, False))
-        return out
+        self._groups = None
 
     def groups(self) -> list[Group]:
-        return self._by_policy(self.active())
-
-    def slot_rows(self, policy: int) -> slice:
-        return slice(None)
+        active = self.active()
+        out = []
+        for g in super().groups():
+            ids = g.ids[active[g.ids]]
+            out.append(Group(g.policy, ids, ids, ids, False))
+        return out
 
     def outcomes(self, groups: list[Group]) -> list[Group]:
-        return self._by_policy(np.ones(self.rows, bool))
+        return super().groups()  # every seat a policy holds, waiting ones too
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "seat_policy": self.policy.copy(),
-            "seat_finished": self.finished.copy(),
-            "mapping_rng": self.rng.bit_generator.state,
-        }
+        return {**super().state_dict(), "seat_finished": self.finished.copy()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if "seat_policy" in state:
-            self.policy = torch.as_tensor(state["seat_policy"]).numpy().astype(np.int64)
+        super().load_state_dict(state)
+        if "seat_finished" in state:
             self.finished = torch.as_tensor(state["seat_finished"]).numpy().astype(bool)
-            self.rng.bit_generator.state = state["mapping_rng"]
 
 
 def policy_mapping(
