@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncrl.config import ConfigError, need_wandb
-from asyncrl.envs.pettingzoo import check_opponent, is_connect_four, is_pettingzoo
+from asyncrl.envs.pettingzoo import check_opponent, is_pettingzoo
 from asyncrl.policy import load, probe_rendering
 from asyncrl.settings import load_run_config
 
@@ -44,13 +44,7 @@ def evaluate(
         cfg = load_run_config(run_dir)
         if not is_pettingzoo(cfg.env):
             raise ConfigError(f"opponent: {cfg.env} is a single-agent env, played without one")
-        check_opponent(cfg.env, opponent)
-        if opponent == "pool" and cfg.opponents != "pool":
-            raise ConfigError(
-                f"opponent: pool plays a run's past snapshots; {run_dir} trained with "
-                f"--opponents {cfg.opponents} and has none (allowed: random"
-                + (", lookahead)" if is_connect_four(cfg.env) else ")")
-            )
+        check_opponent(cfg.env, opponent, pool=cfg.opponents == "pool")
     loaded = load(run_dir, checkpoint, policy=policy)
     if loaded.spec.agents > 1:  # a game: ``episodes`` games against an opponent
         if video is not None or wandb:

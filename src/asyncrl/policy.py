@@ -25,7 +25,6 @@ import torch
 from asyncrl.config import ConfigError
 from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec, check_env, make_env
-from asyncrl.envs.pettingzoo import is_connect_four
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import (
     load_best_checkpoint,
@@ -204,12 +203,9 @@ class Policy:
 
     def _snapshots(self, seed: int) -> list[Callable[[np.ndarray], int]]:
         """The pool's snapshots as players, each with a generator of its own."""
-        if not self.pool:
-            raise ConfigError(
-                f"opponent: pool plays a run's past snapshots, and this checkpoint holds none "
-                f"(the run trained with --opponents {self.config.opponents}); allowed: random"
-                + (", lookahead" if is_connect_four(self.config.env) else "")
-            )
+        from asyncrl.envs.pettingzoo import check_opponent
+
+        check_opponent(self.config.env, "pool", pool=bool(self.pool))
         players = []
         for k, (sid, params) in enumerate(zip(self.pool["ids"], self.pool["params"], strict=True)):
             if int(sid) < 0:  # an empty buffer of the pool

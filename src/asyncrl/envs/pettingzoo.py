@@ -326,14 +326,21 @@ def play_vs_random(
     return play_vs(env_id, choose, "random", games, seed)
 
 
-def check_opponent(env_id: str, opponent: str) -> None:
-    """A ConfigError naming ``opponent`` where ``env_id`` cannot be played against it."""
+def check_opponent(env_id: str, opponent: str, pool: bool = True) -> None:
+    """A ConfigError naming ``opponent`` where ``env_id`` cannot be played against it, or it is
+    ``pool`` and the run has none (``pool``: whether it trained with ``--opponents pool``)."""
     if opponent not in OPPONENTS:
         raise ConfigError(f"opponent: {opponent!r}; allowed: {', '.join(OPPONENTS)}")
+    here = "random, lookahead" if is_connect_four(env_id) else "random"
     if opponent == "lookahead" and not is_connect_four(env_id):
         raise ConfigError(
             f"opponent: lookahead plays connect four only ({PREFIX}{CONNECT_FOUR}3), not "
-            f"{env_id}; allowed here: random"
+            f"{env_id}; allowed here: {here}"
+        )
+    if opponent == "pool" and not pool:
+        raise ConfigError(
+            "opponent: pool plays a run's past snapshots; this run trained with --opponents "
+            f"self and has none; allowed here: {here}"
         )
 
 
