@@ -122,11 +122,12 @@ def test_the_target_takes_the_best_legal_next_action_as_a_reference_by_hand(doub
     assert target[shut].abs().max() < 50  # the illegal action's value entered no target
 
 
-def _slot(actor, obs, actions, own, rewards, terminated, final_obs=None):
+def _slot(actor, obs, actions, own, rewards, terminated, final_obs=None, generation=0):
     """A one-step slot of K seats (T = 1), as an actor writes it."""
     K = len(own)
     return SimpleNamespace(
         actor=np.array([actor]),
+        generation=np.array([generation]),
         obs=np.asarray(obs, np.float32).reshape(2, K, 1),  # rows t and t + 1
         actions=np.asarray(actions, np.int64).reshape(1, K),
         own=np.asarray(own, bool).reshape(1, K),
@@ -189,9 +190,7 @@ def test_a_replaced_actors_first_slot_drops_the_open_transitions_its_predecessor
     seats.add(_slot(1, [[20, 0], [22, 21]], [1, 0], [1, 0], [0, 0], [0, 0]))
 
     def replaced(*args):
-        slot = _slot(0, *args)
-        slot.generation = np.array([1])
-        return slot
+        return _slot(0, *args, generation=1)
 
     out = seats.add(replaced([[5, 0], [0, 6]], [3, 0], [1, 0], [0, 0], [0, 0]))
     assert len(out["reward"]) == 0 and seats.broken == 1
@@ -218,6 +217,7 @@ def test_the_learner_forgets_the_open_transitions_of_an_actor_whose_rollout_it_d
             own = np.arange(K) % 2 == 0  # the first seat of every game moves
             return SimpleNamespace(
                 actor=np.array([actor]),
+                generation=np.array([0]),
                 obs=np.zeros((2, K, dim), np.float32),
                 actions=np.zeros((1, K), np.int64),
                 own=own[None],

@@ -32,7 +32,7 @@ class SeatTransitions:
 
     def _seats(self, slot: Any) -> dict[str, Any]:
         actor, K = int(slot.actor[0]), slot.rewards.shape[1]
-        generation = int(slot.generation[0]) if hasattr(slot, "generation") else 0
+        generation = int(slot.generation[0])
         p = self.open.get(actor)
         if p is not None and p["generation"] != generation:  # a replacement's first slot
             self.broken += int(p["open"].sum())
