@@ -101,11 +101,11 @@ def runs_seen(monkeypatch) -> list:
     it -- by a recorder: each run appends ``(cfg, resume, files in its run directory)``."""
     seen: list = []
 
-    def record(cfg, spec, algo, run_dir, resume, on_start, callback, stop=None):
-        seen.append((cfg, resume, sorted(p.name for p in run_dir.iterdir())))
+    def record(learning, run, run_dir, resume, on_start, callback, stop):
+        seen.append((run.cfg, resume, sorted(p.name for p in run_dir.iterdir())))
         return {"run_dir": str(run_dir)}
 
-    monkeypatch.setattr("asyncrl.runtime.pipeline.train_pipeline", record)
+    monkeypatch.setattr("asyncrl.runtime.trainer.hosted", record)
     return seen
 
 

@@ -34,7 +34,6 @@ from asyncrl.config import (
     kind_of,
     learner_threads,
     load_yaml,
-    need,
     validate_run,
     worker_config,
 )
@@ -221,14 +220,14 @@ def resolve(
 @dataclass(frozen=True)
 class Prepared:
     """A run as :func:`prepare_settings` leaves it: the settings as given and resolved, the
-    env's spec, the algorithm (the runtime is handed this object, never its name) and
-    for_env's lines."""
+    env's spec, the algorithm (the runtime is handed this object, never its name) and the
+    lines the run prints at its start (the preset's, then for_env's)."""
 
     given: TrainConfig
     cfg: TrainConfig
     spec: EnvSpec
     algo: Algorithm
-    env_lines: list[str]
+    lines: list[str]
 
 
 def prepare_settings(given: TrainConfig) -> Prepared:
@@ -247,7 +246,8 @@ def prepare_settings(given: TrainConfig) -> Prepared:
         cfg = resolve(given, env_family(cfg.env, spec), algo=algo)
         _checked(cfg, algo)
     cfg, env_lines = for_env(cfg, spec, given, algo)  # what depends on the observations
-    return Prepared(given, cfg, spec, algo, env_lines)
+    line = preset_line(given, cfg, algo)
+    return Prepared(given, cfg, spec, algo, ([line] if line else []) + env_lines)
 
 
 def _tuned_names(preset: str, algo: str) -> frozenset[str]:
@@ -359,13 +359,14 @@ def validate(cfg: TrainConfig, family: str | None = None, algo: Algorithm | None
 
 
 def _checked(cfg: TrainConfig, algo: Algorithm) -> None:
-    """:func:`validate` of a resolved ``cfg``."""
+    """:func:`validate` of a resolved ``cfg``: the run's own settings (``config.validate_run``),
+    then what only the composed settings and the algorithm can say."""
     validate_run(cfg)
     precisions = getattr(algo, "precisions", ("fp32",))
-    need(
-        cfg.precision in precisions,
-        f"precision: {cfg.algo} trains in {' or '.join(precisions)} (got {cfg.precision})",
-    )
+    if cfg.precision not in precisions:
+        raise ConfigError(
+            f"precision: {cfg.algo} trains in {' or '.join(precisions)} (got {cfg.precision})"
+        )
     _refuse_others_settings(cfg)
     _validate_population(cfg, algo)
     if cfg.policies == 1:
@@ -376,42 +377,43 @@ def _checked(cfg: TrainConfig, algo: Algorithm) -> None:
         except ConfigError as e:  # the setting named first, as every refusal does
             name, _, why = str(e).partition(": ")
             raise ConfigError(f"{name}: policy {p}: {why}") from None
-    if cfg.hogwild:  # a worker runs the synchronous one-actor loop: check what it will run
-        validate(worker_config(cfg, 0), algo=algo)
+    if cfg.hogwild:  # a worker runs the synchronous one-actor loop: check the one it runs
+        _checked(worker_config(cfg, 0), algo)
 
 
 def _validate_population(cfg: TrainConfig, algo: Algorithm) -> None:
     """Per-policy values: of the algorithm's own settings, one per policy, and not of those
     the acting networks' shapes or the replay's layout depend on."""
     fixed = set(RUN_FIXED_ON_RESUME) | set(algo.fixed_on_resume)
-    need(
-        acting_mapping(cfg) == "fixed" or algo.masked_slots,
-        f"policy_mapping: random gives an env's episodes to different policies within one "
-        f"rollout, which {cfg.algo}'s replay cannot split; use the fixed mapping",
-    )
-    if cfg.population:
-        need(
-            cfg.policies > 1,
-            f"{next(iter(cfg.population))}: a list of per-policy values needs --policies > 1",
+    if acting_mapping(cfg) != "fixed" and not algo.masked_slots:
+        raise ConfigError(
+            f"policy_mapping: random gives an env's episodes to different policies within one "
+            f"rollout, which {cfg.algo}'s replay cannot split; use the fixed mapping"
+        )
+    if cfg.population and cfg.policies == 1:
+        raise ConfigError(
+            f"{next(iter(cfg.population))}: a list of per-policy values needs --policies > 1"
         )
     for name, values in cfg.population.items():
-        need(name in FIELDS, f"population: unknown setting {name!r}")
+        if name not in FIELDS:
+            raise ConfigError(f"population: unknown setting {name!r}")
         owners = FIELDS[name].metadata["owners"]
-        need(
-            cfg.algo in owners and RUN not in owners,
-            f"{name}: one value for the whole run, not per policy (only {cfg.algo}'s own "
-            "settings may differ between policies)",
-        )
-        need(
-            name not in fixed,
-            f"{name}: must be the same for every policy (the acting networks or the replay "
-            "are made with it)",
-        )
-        need(
-            isinstance(values, list) and len(values) == cfg.policies,
-            f"{name}: {len(values) if isinstance(values, list) else values!r} per-policy values "
-            f"for --policies {cfg.policies}; give one value, or a list of {cfg.policies}",
-        )
+        if cfg.algo not in owners or RUN in owners:
+            raise ConfigError(
+                f"{name}: one value for the whole run, not per policy (only {cfg.algo}'s own "
+                "settings may differ between policies)"
+            )
+        if name in fixed:
+            raise ConfigError(
+                f"{name}: must be the same for every policy (the acting networks or the replay "
+                "are made with it)"
+            )
+        if not (isinstance(values, list) and len(values) == cfg.policies):
+            raise ConfigError(
+                f"{name}: {len(values) if isinstance(values, list) else values!r} per-policy "
+                f"values for --policies {cfg.policies}; give one value, or a list of "
+                f"{cfg.policies}"
+            )
 
 
 def _refuse_others_settings(cfg: TrainConfig) -> None:
@@ -422,11 +424,11 @@ def _refuse_others_settings(cfg: TrainConfig) -> None:
         if not f.metadata.get("owners_only") or cfg.algo in owners:
             continue
         default = f.metadata["defaults"][owners[0]]
-        need(
-            getattr(cfg, name) == default,
-            f"{name}: {cfg.algo} has no such setting (only {', '.join(owners)}); leave it at "
-            f"{format_value(default)}",
-        )
+        if getattr(cfg, name) != default:
+            raise ConfigError(
+                f"{name}: {cfg.algo} has no such setting (only {', '.join(owners)}); leave it at "
+                f"{format_value(default)}"
+            )
 
 
 def env_spec(cfg: TrainConfig, algo: Algorithm | None = None) -> EnvSpec:
@@ -486,15 +488,15 @@ def for_env(
     if encoder == "auto":
         encoder = "cnn" if image else "mlp"
     if encoder == "cnn":
-        need(
-            len(shape) == 3,
-            f"encoder: cnn needs image observations of rank 3 (channels x height x width, or "
-            f"height x width x channels); {cfg.env} has observations of shape {shape}",
-        )
-        need(
-            sorted(shape)[1] >= 5,
-            f"encoder: cnn needs images of at least 5 x 5 pixels; {cfg.env} has {shape}",
-        )
+        if len(shape) != 3:
+            raise ConfigError(
+                f"encoder: cnn needs image observations of rank 3 (channels x height x width, or "
+                f"height x width x channels); {cfg.env} has observations of shape {shape}"
+            )
+        if sorted(shape)[1] < 5:
+            raise ConfigError(
+                f"encoder: cnn needs images of at least 5 x 5 pixels; {cfg.env} has {shape}"
+            )
     cfg = dataclasses.replace(cfg, encoder=encoder)
     changes, lines = (algo or plugin(cfg)).for_env(cfg, spec, given)
     return dataclasses.replace(cfg, **changes), lines

@@ -30,9 +30,8 @@ from asyncrl.metrics import EpisodeStats, Throughput
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import restore_learner, save_config
 from asyncrl.runtime.faults import ActorError, is_env_error
-from asyncrl.runtime.lifecycle import StopSignals
 from asyncrl.runtime.processes import POLL, ChildProcesses, die_with_parent, report_failure
-from asyncrl.runtime.shell import Callback, RunShell, run_figures
+from asyncrl.runtime.shell import RunShell, run_figures
 from asyncrl.runtime.supervisor import ActorStatus, Supervisor
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotStore, StopFlag, rollout_layout
 from asyncrl.settings import TrainConfig
@@ -279,55 +278,6 @@ def worker_main(
         status.close()
 
 
-def train_hogwild(
-    cfg: TrainConfig,
-    spec: EnvSpec,
-    algo: Algorithm,
-    run_dir: Path,
-    resume: bool,
-    callback: Callback | None = None,
-    signals: StopSignals | None = None,
-) -> dict[str, Any]:
-    """The parent's side of a Hogwild! run; ``trainer.train`` has validated ``cfg``, made the
-    run directory and installed the run's :class:`StopSignals` around it. ``callback(row)`` is
-    called with every worker iteration's row; ``False`` stops the workers and the run ends as a
-    finished one does. The run ends as every run does (:mod:`asyncrl.runtime.lifecycle`); the
-    global network is never half-updated from the parent's view, so every ending but an abort
-    keeps it. Returns the summary (also written to summary.json)."""
-    signals = signals if signals is not None else StopSignals()
-    # The global network starts as the first worker would have: seeded like a single learner.
-    holder = sharing(algo.learner(worker_config(cfg, 0), spec))
-    earlier_seconds, resumed_from, first_generation = 0.0, None, 0
-    if resume:
-        earlier_seconds, resumed_from, first_generation = _restore(cfg, run_dir, holder)
-    run = HogwildRun(cfg, spec, algo, holder, first_generation)
-    try:
-        run.shell = shell = RunShell(
-            cfg, spec, algo, run_dir, signals, resume, run.steps_before, resumed_from,
-            earlier_seconds, callback,
-        )  # fmt: skip
-        end = shell.end
-        try:
-            run.start()
-            run.receive()
-            shell.should_stop(run.total_steps())
-        except BaseException as e:
-            end.failed(e)
-            if end.consistent and not isinstance(e, ActorError):
-                # let the workers push what they learned and say goodbye
-                run.stop.set()
-                run.deadline = time.perf_counter() + 10
-                with contextlib.suppress(Exception):
-                    run.receive()
-        run.stop.set()
-        run.children.close()
-        shell.progress.close()  # before the line that says how the run ended
-        # the global network in shared memory is intact whatever ended the run
-        return end.conclude(run.total_steps, run.checkpoint, run.summary)
-    finally:
-        run.close()
-
-
 def _restore(cfg: TrainConfig, run_dir: Path, holder: Any) -> tuple[float, Any, int]:
     """A resumed run's global network, from its checkpoint: the wall seconds before, the
     checkpoint's path, and the first generation of workers' envs."""
@@ -345,17 +295,27 @@ def _restore(cfg: TrainConfig, run_dir: Path, holder: Any) -> tuple[float, Any, 
 
 
 class HogwildRun:
-    """The parent's side of a Hogwild! run: the global network in shared memory (``holder``
-    reads and checkpoints it), the workers' counters and statuses, the workers (spawned,
-    supervised, replaced) and their reports, each a row of the run's shell."""
+    """The parent's side of a Hogwild! run as the run's shell hosts it (``trainer.train`` has
+    checked the settings and claimed ``run_dir``): the global network in shared memory
+    (``holder`` reads and checkpoints it; a resumed run's loaded), the workers' counters and
+    statuses, the workers (spawned, supervised, replaced) and their reports, each a row of the
+    shell. The global network is never half-updated from the parent's view, so every ending
+    but an abort keeps it."""
 
     shell: RunShell
 
     def __init__(
-        self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, holder: Any, first_generation: int
-    ):
-        self.cfg, self.spec, self.algo, self.holder, self.M = cfg, spec, algo, holder, cfg.hogwild
-        self.first_generation = first_generation
+        self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, run_dir: Path, resume: bool,
+        cleanup: contextlib.ExitStack,
+    ):  # fmt: skip
+        # The global network starts as the first worker would have: seeded like a single learner.
+        self.holder = holder = sharing(algo.learner(worker_config(cfg, 0), spec))
+        self.earlier_seconds, self.resumed_from, self.first_generation = 0.0, None, 0
+        if resume:
+            self.earlier_seconds, self.resumed_from, self.first_generation = _restore(
+                cfg, run_dir, holder
+            )
+        self.cfg, self.spec, self.algo, self.M = cfg, spec, algo, cfg.hogwild
         self.steps_before = holder.env_steps
         self.schedule_from = holder.schedule_from
         self.episodes = holder.episode_stats
@@ -380,7 +340,33 @@ class HogwildRun:
         self.first: tuple[float, int] | None = None  # (time, gradient steps) learning began
         self.t_wait = time.perf_counter()
         self.deadline = math.inf  # once the run stops on a signal: when to stop waiting
+        cleanup.callback(self.close)
         self.flat.write_to(self.params.array)
+
+    def drive(self, shell: RunShell, on_start: Any = None) -> None:
+        """Spawn the workers and take their reports until the shell says stop and every
+        worker has said goodbye; ``on_start`` is the pipeline's (a Hogwild! run has no fleet)."""
+        self.shell, end = shell, shell.end
+        try:
+            self.start()
+            self.receive()
+            shell.should_stop(self.total_steps())
+        except BaseException as e:
+            end.failed(e)
+            if end.consistent and not isinstance(e, ActorError):
+                # let the workers push what they learned and say goodbye
+                self.stop.set()
+                self.deadline = time.perf_counter() + 10
+                with contextlib.suppress(Exception):
+                    self.receive()
+        self.stop.set()
+        self.children.close()
+
+    def env_steps(self) -> int:
+        return self.total_steps()
+
+    def stop_updates(self) -> None:
+        """Nothing changes the global network once the workers have said goodbye."""
 
     def start(self) -> None:
         self.t_wait = time.perf_counter()
@@ -491,8 +477,6 @@ class HogwildRun:
     def close(self) -> None:
         self.stop.set()
         self.children.close()
-        if getattr(self, "shell", None) is not None:
-            self.shell.close()
         self.params.close()
         self.counters.close()
         self.status.close()

@@ -36,12 +36,12 @@ from asyncrl.runtime.pbt import PBT
 from asyncrl.runtime.pool import OpponentPool
 from asyncrl.runtime.population import Population
 from asyncrl.runtime.processes import POLL
-from asyncrl.runtime.shell import Callback, RunShell
+from asyncrl.runtime.shell import RunShell
 
 if TYPE_CHECKING:
     from asyncrl.settings import TrainConfig
 
-__all__ = ["check_backend", "train_pipeline"]
+__all__ = ["Pipeline", "check_backend"]
 
 Row = tuple[int, dict[str, Any]]  # a policy and the figures of one of its iterations
 
@@ -217,45 +217,36 @@ class Driver:
         population.rank()
 
 
-def train_pipeline(
-    cfg: TrainConfig,
-    spec: Any,
-    algo: Algorithm,
-    run_dir: Path,
-    resume: bool,
-    on_start: Callable[[Backend], None] | None,
-    callback: Callback | None,
-    stop: StopSignals | None = None,
-) -> dict[str, Any]:
-    """The actor-learner run of ``trainer.train``, which has checked ``cfg`` and claimed
-    ``run_dir``; it ends as :mod:`asyncrl.runtime.lifecycle` says."""
-    stop = stop if stop is not None else StopSignals()
-    with contextlib.ExitStack() as cleanup:  # every close runs, even if one raises
-        population = Population(cfg, spec, algo, run_dir, resume)
-        backend = make_backend(cfg, spec, algo, population.numel())
-        cleanup.callback(backend.close)
-        population.start(backend, cleanup)
+class Pipeline:
+    """The actor-learner pipeline as the run's shell hosts it (``trainer.train`` has checked
+    the settings and claimed ``run_dir``): the population (a resumed run's checkpoints loaded)
+    and the backend with its actors, whose closing ``cleanup`` holds; :meth:`drive` trains
+    until the shell says stop."""
+
+    def __init__(
+        self, cfg: TrainConfig, spec: Any, algo: Algorithm, run_dir: Path, resume: bool,
+        cleanup: contextlib.ExitStack,
+    ):  # fmt: skip
+        self.population = population = Population(cfg, spec, algo, run_dir, resume)
+        self.backend = make_backend(cfg, spec, algo, population.numel())
+        cleanup.callback(self.backend.close)
+        population.start(self.backend, cleanup)
         if resume:
             save_config(run_dir, cfg)  # the checkpoints loaded: the run goes on with these
-        earlier_seconds = population.state.get("wall_seconds", 0.0)
-        shell = RunShell(
-            cfg, spec, algo, run_dir, stop, resume, population.env_steps(), population.resumed_from,
-            earlier_seconds, callback,
-        )  # fmt: skip
-        cleanup.callback(shell.close)
+        self.resumed_from = population.resumed_from
+        self.earlier_seconds = population.state.get("wall_seconds", 0.0)
+        self.env_steps, self.checkpoint = population.env_steps, population.checkpoint
+        self.summary, self.stop_updates = population.summary, population.stop_updates
+
+    def drive(self, shell: RunShell, on_start: Callable[[Backend], None] | None) -> None:
+        population = self.population
         population.attach(shell)
         loops = [
-            PolicyLoop(p, c, h, backend, shell.end, m, population.pbt, population.pool)
+            PolicyLoop(p, c, h, self.backend, shell.end, m, population.pbt, population.pool)
             for p, (c, h, m) in enumerate(
                 zip(population.configs, population.handles, population.meters, strict=True)
             )
         ]
         way = LoopsInThreads if population.in_processes else LoopsInTurn
-        Driver(population, way(loops, population, Halt(stop)), shell).run(backend, on_start)
-        shell.progress.close()  # before the line that says how the run ended
-        # async optimizers stop first, so the counters saved are final
-        return shell.end.conclude(
-            population.env_steps, population.checkpoint, population.summary,
-            population.stop_updates,
-        )  # fmt: skip
-    raise AssertionError("unreachable")
+        halt = Halt(shell.end.stop)
+        Driver(population, way(loops, population, halt), shell).run(self.backend, on_start)

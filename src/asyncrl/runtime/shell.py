@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -31,6 +31,27 @@ Callback = Callable[[dict[str, Any]], Any]
 CALM_ENDINGS = ("budget", "time_limit", "callback")
 # the exit status of `asyncrl train` after each ending (1 after any other), as W&B is told
 EXIT_CODES = {"budget": 0, "time_limit": 0, "callback": 0, "signal": 130, "aborted": 130}
+
+
+class Learning(Protocol):
+    """What a run's shell hosts (``trainer.hosted``): the actor-learner pipeline or Hogwild!
+    workers, made with the run's settings, spec, algorithm, directory, ``resume`` and the
+    cleanup that closes them, a resumed run's state loaded. :meth:`drive` trains until the
+    shell says stop; the shell then ends the run with the rest."""
+
+    resumed_from: Path | None  # the checkpoint a resumed run starts from
+    earlier_seconds: float  # the wall seconds of the legs before
+
+    def env_steps(self) -> int: ...
+
+    def drive(self, shell: RunShell, on_start: Callable[[Any], None] | None) -> None: ...
+
+    def checkpoint(self) -> Path: ...
+
+    def summary(self, fields: dict[str, Any]) -> dict[str, Any]: ...
+
+    def stop_updates(self) -> None:
+        """Stop what still changes the state, before the final checkpoint."""
 
 
 def open_tracker(cfg: TrainConfig, run_dir: Path, resume: bool) -> Tracker:

@@ -7,6 +7,7 @@ and ends is the same for both (:mod:`asyncrl.runtime.lifecycle`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from asyncrl.envs.pettingzoo import plays_games
 from asyncrl.rundir import default_run_dir, run_dir_held, save_config, save_summary
 from asyncrl.runtime import hogwild, pipeline
 from asyncrl.runtime.lifecycle import Interrupted, StopSignals
-from asyncrl.runtime.shell import Callback
+from asyncrl.runtime.shell import Callback, Learning, RunShell
 from asyncrl.runtime.transport import check_shared_memory, memory_line
 from asyncrl.settings import (
     Prepared,
@@ -26,7 +27,6 @@ from asyncrl.settings import (
     check_resume,
     load_run_config,
     prepare_settings,
-    preset_line,
 )
 
 __all__ = ["Callback", "Interrupted", "Prepared", "prepare", "process_state_kept", "train"]
@@ -65,6 +65,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     hold the run. A setting that cannot work raises ConfigError here."""
     run = prepare_settings(cfg)
     check_shared_memory(run.cfg, run.spec, run.algo)
+    run = dataclasses.replace(run, lines=[*run.lines, memory_line(run.cfg, run.spec, run.algo)])
     if not run.cfg.hogwild:  # e.g. a Ray cluster too small: before --overwrite deletes anything
         pipeline.check_backend(run.cfg)
     return run
@@ -87,7 +88,7 @@ def train(
     Settings left unset (None) are filled from ``cfg.preset`` (auto: the env's family), and
     one line says which and with what."""
     run = prepare(cfg)
-    given, cfg, spec, algo = run.given, run.cfg, run.spec, run.algo
+    cfg, spec = run.cfg, run.spec
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg, create=True)
     cfg.run_dir = str(run_dir)
     if resume:  # before anything is written: a refused resume leaves the run as it was
@@ -95,18 +96,37 @@ def train(
     with run_dir_held(run_dir, resume=resume, overwrite=overwrite):  # locked till the end
         if not resume:  # a resumed run's, once its checkpoint has loaded
             save_config(run_dir, cfg)
-        line = preset_line(given, cfg, algo)
-        for text in ([line] if line else []) + run.env_lines + [memory_line(cfg, spec, algo)]:
+        for text in run.lines:
             print(text, flush=True)
         with process_state_kept(cfg) as stop:
-            if cfg.hogwild:
-                return hogwild.train_hogwild(cfg, spec, algo, run_dir, resume, callback, stop)
-            result = pipeline.train_pipeline(
-                cfg, spec, algo, run_dir, resume, on_start, callback, stop
-            )
+            learning = hogwild.HogwildRun if cfg.hogwild else pipeline.Pipeline
+            result = hosted(learning, run, run_dir, resume, on_start, callback, stop)
         if spec.agents > 1 and result.get("checkpoint") and plays_games(cfg.env):
             result = _games(run_dir, result)  # a two-player game: its final policy's play
         return result
+
+
+def hosted(
+    learning: Callable[..., Learning], run: Prepared, run_dir: Path, resume: bool,
+    on_start: Callable[[Any], None] | None, callback: Callback | None, stop: StopSignals,
+) -> dict[str, Any]:  # fmt: skip
+    """A run's training (the pipeline, or Hogwild! workers) inside the run's shell, which ends
+    the run as :mod:`asyncrl.runtime.lifecycle` says and returns its summary."""
+    cfg, spec, algo = run.cfg, run.spec, run.algo
+    with contextlib.ExitStack() as cleanup:  # every close runs, even if one raises
+        inside = learning(cfg, spec, algo, run_dir, resume, cleanup)
+        shell = RunShell(
+            cfg, spec, algo, run_dir, stop, resume, inside.env_steps(), inside.resumed_from,
+            inside.earlier_seconds, callback,
+        )  # fmt: skip
+        cleanup.callback(shell.close)
+        inside.drive(shell, on_start)
+        shell.progress.close()  # before the line that says how the run ended
+        # async optimizers stop first, so the counters saved are final
+        return shell.end.conclude(
+            inside.env_steps, inside.checkpoint, inside.summary, inside.stop_updates
+        )
+    raise AssertionError("unreachable")
 
 
 GAMES_VS_RANDOM = 200  # games of a multi-agent run's final policy against each opponent
