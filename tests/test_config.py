@@ -32,7 +32,7 @@ BAD = [
     (["--env", "fake_envs:NotThere-v0"], "env: 'NotThere-v0' is not a registered"),
     (["--env", "no_such_module:X-v0"], "cannot import module 'no_such_module'"),
     (["--max-batches-waiting", "-1"], "max_batches_waiting: must be >= 0"),
-    (["--mode", "async", "--rollouts-per-batch", "0"], "rollouts_per_batch: must be >= 1"),
+    (["--mode", "async", "--rollouts-per-batch", "-1"], "rollouts_per_batch: must be >= 1"),
     (
         ["--mode", "sync", "--rollouts-per-batch", "2"],
         "rollouts_per_batch: sync mode's batch is one rollout of every actor, so it takes only 1",

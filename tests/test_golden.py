@@ -136,6 +136,7 @@ RUNS: dict[str, dict[str, Any]] = {
         policies=2,
         policy_mapping="random",
         norm_reward=False,
+        rollouts_per_batch=1,  # the default when it was recorded (now P in async: 2)
         total_steps=2_048,
     ),
     # one worker: a Hogwild! run that does not depend on how its workers interleave

@@ -158,11 +158,12 @@ class RunConfig(ConfigMethods):
         "learner has taken its last one, the least lag async allows)",
     )
     rollouts_per_batch: int = setting(
-        1,
+        0,
         "async: filled rollouts one learner batch takes, oldest first (each one actor's K envs "
-        "x T steps, a population's policy its envs of them); a population's learners then "
-        "train on batches as large as one policy's, at fewer iterations. Sync: 1 (its batch "
-        "is one rollout of every actor)",
+        "x T steps, a population's policy its envs of them). 0: auto, P for a population of P "
+        "policies in async mode (each learner's batch then as large as a one-policy run's, at "
+        "its number of iterations), else 1 (Hogwild! too). Sync: 1 (its batch is one rollout "
+        "of every actor)",
     )
     # --- populations and Population-Based Training (docs: Guides, populations)
     policies: int = setting(
@@ -347,7 +348,7 @@ class Settings(RunConfig):
 
 
 # run-level settings derived from others when left at these values (see settings.resolve)
-RUN_DERIVED = {"actor_restarts": -1, "log_every": 0}
+RUN_DERIVED = {"actor_restarts": -1, "log_every": 0, "rollouts_per_batch": 0}
 # what a checkpoint's networks and data are made of, whatever the algorithm
 RUN_FIXED_ON_RESUME = (
     "algo", "env", "hidden", "encoder", "atari_preprocessing", "vectorizer", "policies",
@@ -462,7 +463,7 @@ def validate_run(cfg: Settings) -> None:
     )
     need(
         cfg.rollouts_per_batch >= 1,
-        f"rollouts_per_batch: must be >= 1, got {cfg.rollouts_per_batch}",
+        f"rollouts_per_batch: must be >= 1 (or 0: auto), got {cfg.rollouts_per_batch}",
     )
     need(
         cfg.rollouts_per_batch == 1 or cfg.mode == "async",

@@ -203,6 +203,9 @@ def resolve(
     for name in FIELDS:
         if getattr(cfg, name) is None:
             changes[name] = unset_value(name, preset, cfg.algo, tuned)
+    if cfg.rollouts_per_batch == 0:  # a population's batches: each as large as one policy's
+        batches = changes.get("mode", cfg.mode) == "async" and not cfg.hogwild
+        changes["rollouts_per_batch"] = cfg.policies if batches else 1
     budget = changes.get("total_steps", cfg.total_steps)
     changes.update((n, _warmup(n, v, cfg.algo, budget)) for n, v in changes.items())
     cfg = dataclasses.replace(cfg, **changes)
