@@ -248,3 +248,24 @@ def test_a_run_resumed_with_fewer_policies_to_train_keeps_the_others_as_trained(
 def test_reward_normalisation_is_refused_for_a_population_on_a_game(tmp_path):
     msg = _refused(tmp_path, env=GAME, norm_reward=True, backend="inline", mode="sync")
     assert msg.startswith("norm_reward: policy 0: a population's policies on a multi-agent env")
+
+
+def test_a_dqn_policy_not_trained_takes_no_gradient_step(tmp_path):
+    """policies_to_train on a single-agent DQN population (sync, whose learner also updates
+    ahead of its batch): policy 0 fills no replay and takes no gradient step, its parameters
+    are its initial ones; policy 1 trains."""
+    settings = dict(
+        algo="dqn", policies=2, policies_to_train=[1], mode="sync", backend="inline",
+        total_steps=3000, learning_starts=256, buffer_size=4096, batch_size=32, actors=2,
+        envs_per_actor=4, rollout=1, progress=False, tensorboard=False, checkpoint_every=0,
+        seed=3,
+    )  # fmt: skip
+    result = asyncrl.train("CartPole-v1", run_dir=str(tmp_path / "run"), **settings)
+    steps = [row["gradient_steps"] for row in result.summary["population"]]
+    assert steps[0] == 0 and steps[1] > 100
+    prepared = prepare(TrainConfig(env="CartPole-v1", **settings))
+    for p in range(2):
+        start = policy_learner(prepared.algo, policy_config(prepared.cfg, p), prepared.spec, p)
+        end = load_checkpoint(policy_dir(result.run_dir, p))["learner"]
+        same = _differences(start.state_dict()["dqn"], end["dqn"]) == []  # nets, optimizer
+        assert same == (p == 0), p
