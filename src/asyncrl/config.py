@@ -31,6 +31,7 @@ PRECISIONS = ("fp32", "bf16")
 ENCODERS = ("auto", "mlp", "cnn")
 VECTORIZERS = ("gymnasium", "envpool")
 POLICY_MAPPINGS = ("fixed", "random")
+SAVED_FUNCTION = "function"  # a saved config's mark of a Python function given to a setting
 POPULATION_INITS = ("given", "perturb")
 OPPONENTS = ("self", "pool")
 # the presets: one per env family (envs.env_family); generic for an env no family claims
@@ -85,7 +86,10 @@ class ConfigMethods:
     """What every settings dataclass offers: its values as plain data, and saving them."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        """Plain data: a Python function given to a setting (``policy_mapping``) is saved as
+        ``function``, which a resumed run is given again."""
+        values = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return {k: SAVED_FUNCTION if callable(v) else v for k, v in values.items()}
 
     def save(self, path: Path) -> None:
         path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
@@ -173,9 +177,18 @@ class RunConfig(ConfigMethods):
     )
     policy_mapping: str = setting(
         "fixed",
-        "which policy acts on each env: fixed (env k of every actor: policy k mod P) or random "
-        "(a policy drawn at every episode start; async mode)",
+        "which policy acts on each env: fixed (env k of every actor: policy k mod P; a "
+        "multi-agent env's agent in seat i: policy i mod P) or random (a policy drawn at every "
+        "episode start; async mode). From Python also a function of (agent id, episode) to a "
+        "policy index, for a multi-agent env (async mode)",
         choices=POLICY_MAPPINGS,
+        callable=True,
+    )
+    policies_to_train: list | None = setting(
+        None,
+        "the policies whose learners update, as indices, comma-separated (in YAML: a list); "
+        "the others act but never change",
+        shown="every policy",
     )
     population: dict = setting(
         {},
@@ -427,6 +440,8 @@ def check_kinds(cfg: Settings, fields: dict[str, Any], kinds: dict[str, type]) -
 def _check_kind(name: str, f: Any, kind: type, value: Any, policy: str = "") -> None:
     """``value`` of setting ``name`` (of type ``kind``) refused unless it is one; ``policy``
     names the policy whose value it is ("policy 1: "), as refusals of per-policy values do."""
+    if f.metadata.get("callable") and (callable(value) or value == SAVED_FUNCTION):
+        return  # a Python function (from the API), or a saved run's mark of one: see validate
     choices = f.metadata.get("choices")
     if choices and value not in choices:
         raise ConfigError(f"{name}: {policy}{value!r} is not one of {', '.join(choices)}")
@@ -562,6 +577,22 @@ def _validate_population(cfg: Settings) -> None:
         "policy_mapping: sync mode takes only the fixed mapping (every learner trains on its "
         "own envs' samples of the same iteration); use --mode async for random",
     )
+    need(
+        cfg.policy_mapping != SAVED_FUNCTION,
+        "policy_mapping: this run's agents were mapped by a Python function, which its "
+        "config.yaml cannot hold; give it again: asyncrl.train(resume=..., policy_mapping=fn) "
+        "(else fixed or random)",
+    )
+    if cfg.policies_to_train is not None:
+        chosen = cfg.policies_to_train
+        need(
+            bool(chosen)
+            and all(isinstance(p, int) and not isinstance(p, bool) for p in chosen)
+            and all(0 <= p < cfg.policies for p in chosen)
+            and len(set(chosen)) == len(chosen),
+            f"policies_to_train: {chosen!r}; allowed: distinct policy indices "
+            f"0..{cfg.policies - 1} (--policies P), at least one",
+        )
     if cfg.policy_mapping == "fixed":
         need(
             cfg.envs_per_actor >= cfg.policies,

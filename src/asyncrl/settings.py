@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -306,11 +306,15 @@ def policy_config(cfg: TrainConfig, policy: int) -> TrainConfig:
     settings, its own seed (seed + policy) and its share of the envs and of the step budget --
     ``envs_per_actor`` is the envs of each actor it acts on (all K under the random mapping,
     whose slots mark its steps), ``total_steps`` its share, over which its schedules run. One
-    policy's is the run's config itself."""
+    policy's is the run's config itself. A multi-agent env's seats: every policy's slots hold
+    every seat (its own steps marked), and its share is 1/P, whatever the mapping (how many
+    moves a seat makes is the game's)."""
     if cfg.policies == 1:
         return cfg
+    from asyncrl.envs.pettingzoo import is_pettingzoo
+
     K, P = cfg.envs_per_actor, cfg.policies
-    if cfg.policy_mapping == "fixed":
+    if cfg.policy_mapping == "fixed" and not is_pettingzoo(cfg.env):
         envs = envs_of_policy(K, P, policy)
         share = cfg.total_steps * envs / (K * 1.0)
     else:
@@ -325,10 +329,17 @@ def policy_config(cfg: TrainConfig, policy: int) -> TrainConfig:
     )
 
 
-def acting_mapping(cfg: TrainConfig) -> str:
-    """The policy mapping a run's actors follow: ``policy_mapping``, but fixed for one policy
-    (a random draw among one policy is that policy, and its slots mark no steps)."""
+def acting_mapping(cfg: TrainConfig) -> str | Callable[[str, int], int]:
+    """The policy mapping a run's actors follow: ``policy_mapping`` (fixed, random, or a user's
+    function of (agent id, episode)), but fixed for one policy (a random draw among one policy
+    is that policy, and its slots mark no steps)."""
     return cfg.policy_mapping if cfg.policies > 1 else "fixed"
+
+
+def trained_policies(cfg: TrainConfig) -> list[int]:
+    """The policies whose learners update (``policies_to_train``; unset: every policy)."""
+    chosen = cfg.policies_to_train
+    return list(range(cfg.policies)) if chosen is None else sorted(chosen)
 
 
 def marks_own(cfg: TrainConfig, spec: EnvSpec) -> bool:
@@ -445,6 +456,11 @@ def env_spec(cfg: TrainConfig, algo: Algorithm | None = None) -> EnvSpec:
         others = [a.name for a in algorithms() if a.accepts(spec) is None]
         use = f" (use --algo {' or '.join(others)})" if others else ""
         raise ConfigError(f"algo: {why}{use}")
+    if callable(cfg.policy_mapping) and spec.agents == 1:
+        raise ConfigError(
+            f"policy_mapping: a function maps the agents of a multi-agent env "
+            f"(pettingzoo:<module>) to policies; {cfg.env} has one agent (allowed: fixed or random)"
+        )
     if spec.agents > 1:  # what a multi-agent env cannot use yet
         from asyncrl.envs.pettingzoo import check_seats
 

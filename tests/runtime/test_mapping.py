@@ -4,13 +4,16 @@ acts for, where they lie in its slot, and when it draws again."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from asyncrl.runtime.mapping import (
     MAPPING_SEED,
+    AgentSeats,
     FixedMapping,
     PopulationSeats,
     RandomMapping,
+    SharedSeats,
     policy_mapping,
 )
 from asyncrl.settings import TrainConfig, acting_mapping
@@ -140,3 +143,54 @@ def test_a_populations_seats_are_drawn_per_game_and_held_until_every_seat_of_it_
         for x in (m, again):
             x.episodes_ended(np.arange(8))
         np.testing.assert_array_equal(m.policy, again.policy)
+
+
+def test_per_agent_seat_i_of_every_game_acts_for_policy_i_mod_p_and_holds_its_waiting_seats():
+    """Three two-seat games, --policies 2 with the fixed mapping: seat 0 of every game is policy
+    0's, seat 1 policy 1's; a policy acts for its seats whose agent acts, and its slot receives
+    every seat it holds; the games' ends draw the same again. One policy: shared seats."""
+    active = np.array([1, 0, 0, 1, 1, 1], bool)
+    m = policy_mapping("fixed", 6, 2, seed=0, seats=lambda: active, names=["a", "b"])
+    assert isinstance(m, AgentSeats) and m.marks_own and m.slot_rows(1) == slice(None)
+    assert m.policy.tolist() == [0, 1, 0, 1, 0, 1]
+    assert [(g.policy, g.ids.tolist()) for g in m.groups()] == [(0, [0, 4]), (1, [3, 5])]
+    held = [(g.policy, g.ids.tolist()) for g in m.outcomes(m.groups())]
+    assert held == [(0, [0, 2, 4]), (1, [1, 3, 5])]
+    m.episodes_ended(np.arange(6))
+    assert m.policy.tolist() == [0, 1, 0, 1, 0, 1] and m.episode == 6
+    shared = policy_mapping("fixed", 6, 1, seed=0, seats=lambda: active, agents=2)
+    assert isinstance(shared, SharedSeats)
+
+
+def test_a_users_function_chooses_per_game_from_agent_id_and_episode_and_resumes():
+    """The function is asked at each game's start for each agent, with the count of games the
+    actor has started; a game's choice holds until both its seats ended; the state resumes."""
+    calls = []
+
+    def swap(agent: str, episode: int) -> int:
+        calls.append((agent, episode))
+        return (episode + (agent == "b")) % 2
+
+    active = np.ones(4, bool)
+    m = policy_mapping(swap, 4, 2, seed=0, seats=lambda: active, names=["a", "b"])
+    assert calls == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    assert m.policy.tolist() == [0, 1, 1, 0]
+    m.episodes_ended(np.array([0, 2, 3]))  # game 1 over, game 0 half
+    assert m.policy.tolist() == [0, 1, 0, 1] and calls[-1] == ("b", 2)
+    saved = {k: torch.as_tensor(v) if isinstance(v, np.ndarray) else v
+             for k, v in m.state_dict().items()}  # fmt: skip
+    again = AgentSeats(4, ["a", "b"], 2, lambda: active, swap)
+    again.load_state_dict(saved)
+    for x in (m, again):
+        x.episodes_ended(np.arange(4))
+    np.testing.assert_array_equal(m.policy, again.policy)
+    assert m.episode == again.episode == 5
+
+
+def test_a_function_that_answers_no_policy_index_mid_run_raises_naming_the_setting():
+    active = np.ones(2, bool)
+    m = policy_mapping(lambda agent, episode: episode, 2, 2, seed=0, seats=lambda: active,
+                       names=["a", "b"])  # fmt: skip
+    m.episodes_ended(np.arange(2))  # episode 1: fine
+    with pytest.raises(ValueError, match=r"policy_mapping: the function returned 2 for agent 'a'"):
+        m.episodes_ended(np.arange(2))

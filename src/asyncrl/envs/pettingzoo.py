@@ -12,6 +12,8 @@ agents. Turn-based (AEC) games run through PettingZoo's own ``turn_based_aec_to_
 from __future__ import annotations
 
 import importlib
+import pickle
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -118,12 +120,12 @@ def check_seats(cfg: Settings, spec: Any) -> None:
             "policies",
             "1 with --opponents pool (one learning policy against its snapshots)",
         ),
-        # a population draws each game's seats' policies: the fixed mapping would seat each
-        # policy at the same seat of every game
+        # per agent: seat i of every game plays policy i mod P, so each policy needs a seat
         (
-            not population or cfg.policy_mapping == "random",
-            "policy_mapping",
-            "random with --policies > 1 (each game's seats drawn among the policies)",
+            cfg.policy_mapping != "fixed" or cfg.policies <= spec.agents,
+            "policies",
+            f"at most {spec.agents} under the fixed mapping (the agent in seat i plays policy "
+            "i mod P; --policy-mapping random draws each game's seats among more)",
         ),
         (cfg.envs_per_actor % spec.agents == 0, "envs_per_actor", f"multiples of {spec.agents}"),
         (cfg.recurrent == "none", "recurrent", "none"),
@@ -143,6 +145,53 @@ def check_seats(cfg: Settings, spec: Any) -> None:
                 f"{name}: {spec.env_id} is a multi-agent env, which trains with {name} "
                 f"{allowed} today (got {getattr(cfg, name)})"
             )
+    if callable(cfg.policy_mapping):
+        check_mapping_function(cfg.policy_mapping, spec.env_id, cfg.policies, cfg.backend)
+
+
+def agent_ids(env_id: str) -> list[str]:
+    """The agents of a game of ``env_id``, in seat order (its ``possible_agents``)."""
+    par = make_parallel(env_id)
+    try:
+        return list(par.possible_agents)
+    finally:
+        par.close()
+
+
+def check_mapping_function(
+    fn: Callable[[str, int], int], env_id: str, policies: int, backend: str
+) -> None:
+    """A user's mapping of agents to policies, tried before anything starts: on every agent of
+    ``env_id`` for episode 0, each answer a policy index below ``policies``; and, for a backend
+    whose actors are other processes, picklable and importable there (spawn)."""
+    for agent in agent_ids(env_id):
+        try:
+            p = fn(agent, 0)
+        except Exception as e:
+            raise ConfigError(
+                f"policy_mapping: the function raised {e!r} for agent {agent!r} at episode 0; "
+                "allowed: a function of (agent id, episode) to a policy index"
+            ) from None
+        if not (isinstance(p, int | np.integer) and not isinstance(p, bool) and 0 <= p < policies):
+            raise ConfigError(
+                f"policy_mapping: the function returned {p!r} for agent {agent!r} at episode 0; "
+                f"allowed: a policy index 0..{policies - 1} (--policies {policies})"
+            )
+    if backend not in ("process", "ray"):
+        return
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    try:
+        pickle.dumps(fn)
+        # a function of an interactive session pickles by name, but a spawned actor cannot
+        # import the session to find it
+        if module is None or (module.__name__ == "__main__" and not hasattr(module, "__file__")):
+            raise pickle.PicklingError("its module cannot be imported by another process")
+    except Exception as e:
+        raise ConfigError(
+            f"policy_mapping: the {backend} backend sends the function to its actors' processes, "
+            f"and it cannot be sent ({e}); allowed: a function defined at the top level of a "
+            "module or script (not a lambda or a nested function), or --backend inline or thread"
+        ) from None
 
 
 def flat_obs(obs: Any, masked: bool) -> np.ndarray:

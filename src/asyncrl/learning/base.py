@@ -56,6 +56,9 @@ class LearnerBase:
     # whether its slots hold other policies' steps too, its own marked ``own``: the population
     # tells it (--policy-mapping random)
     marks_own = False
+    # a policy not in --policies-to-train: it receives its batches (steps, episodes) but never
+    # updates, so its parameters stay as they were loaded; the population tells it
+    frozen = False
 
     def __init__(self) -> None:
         self.version = 0
@@ -84,7 +87,7 @@ class LearnerBase:
         lag = self.policy_lag(slots)
         steps = int(sum(s.env_steps[0] for s in slots))
         good = self.finite_rollouts(slots, self.CHECKED, self.CHECKED_AT_ENDS)
-        stats = self.update(good, steps)
+        stats = self.update(good, steps) if not self.frozen else {}
         self.env_steps += steps
         self.iterations += 1
         self.episode_stats.record(good)

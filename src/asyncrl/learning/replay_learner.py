@@ -147,6 +147,8 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         the batch; ``train`` does the rest."""
         if self.cfg.mode != "sync" or self._drawn is not None or not self.replay.looks_ahead:
             return
+        if self.frozen:  # it never updates
+            return
         if self.seats is not None:  # how many transitions the batch completes is not known
             return
         n = self._step_inserts
@@ -163,7 +165,7 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
     def publish(self, store: Any) -> None:
         """Sync: publish now. Async: the optimizer thread publishes after every update; the
         first call hands it the store and starts it."""
-        if not self.async_:
+        if not self.async_ or self.frozen:  # a frozen policy has no optimizer thread
             if store.version != self.version:  # no update since (warm-up, ratio < 1): no copy
                 store.publish(self.version, self.flat.write_to)
             return

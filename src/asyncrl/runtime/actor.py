@@ -99,8 +99,9 @@ class Actor:
                 self.K, spec.agents, seats, self.opponents, first_seed + MAPPING_SEED
             )
         else:
+            names = list(self.envs.names) if spec.agents > 1 else None  # a game's agent ids
             self.mapping = policy_mapping(
-                acting_mapping(cfg), self.K, len(self.stores), first_seed, seats, spec.agents
+                acting_mapping(cfg), self.K, len(self.stores), first_seed, seats, spec.agents, names
             )
         # what the algorithm records of one step of one env (under a mapping that marks own
         # steps it writes them into a row of their own, copied into the slot: see _act)

@@ -52,11 +52,14 @@ def unpack(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
-def policy_learner(algo: Algorithm, cfg: TrainConfig, spec: Any) -> Any:
-    """A population's policy's learner (``cfg``: that policy's settings), told what its slots
-    hold: under the random mapping every env's steps, its own marked ``own``."""
+def policy_learner(algo: Algorithm, cfg: TrainConfig, spec: Any, policy: int = 0) -> Any:
+    """A population's policy ``policy``'s learner (``cfg``: that policy's settings), told what
+    its slots hold (under the random mapping every env's steps, its own marked ``own``) and
+    whether it is frozen (not in ``policies_to_train``)."""
     learner = algo.learner(cfg, spec)
     learner.marks_own = marks_own(cfg, spec)
+    chosen = cfg.policies_to_train  # unset: every policy trains
+    learner.frozen = chosen is not None and policy not in chosen
     return learner
 
 
@@ -164,7 +167,7 @@ def learner_main(
     torch.set_num_threads(learner_threads(cfg))
     learner = None
     try:
-        learner = policy_learner(algo, cfg, spec)
+        learner = policy_learner(algo, cfg, spec, policy)
         resumed_from = None
         if restore is not None:
             from asyncrl.rundir import restore_learner

@@ -287,22 +287,113 @@ class PopulationSeats(PerGame, RandomMapping):
             self.finished = torch.as_tensor(state["seat_finished"]).numpy().astype(bool)
 
 
+class AgentSeats(PerGame, PolicyMapping):
+    """Seats of multi-agent games whose policy ``choose(agent id, episode)`` gives at each
+    game's start, for every agent of it: per agent (``--policies P`` with the fixed mapping:
+    seat i of every game to policy i mod P) or a user's function (``asyncrl.train(...,
+    policy_mapping=fn)``). ``episode`` counts the games this actor has started, from 0 (its
+    first K / N in seat order). The choice holds until every seat of the game has ended. Each
+    policy acts for its seats whose agent acts; its slot holds every seat, the steps it acted
+    marked ``own``, and its seats' rewards and episode ends also at steps they waited, as
+    :class:`PopulationSeats` does."""
+
+    marks_own = True
+
+    def __init__(
+        self,
+        rows: int,
+        names: list[str],
+        policies: int,
+        active: Callable[[], np.ndarray],
+        choose: Callable[[str, int], int],
+    ):
+        super().__init__(rows, policies, np.zeros(rows, np.int64), np.arange(rows))
+        self.names, self.agents, self.active, self.choose = list(names), len(names), active, choose
+        self.episode = 0  # games this actor has started
+        self.finished = np.zeros(rows, bool)  # seats whose episode ended in the current game
+        self._held: list[Group] | None = None
+        self._draw(np.arange(rows // self.agents))
+
+    def _draw(self, games: np.ndarray) -> None:
+        for g in games:
+            first = int(g) * self.agents
+            for i, name in enumerate(self.names):
+                p = self.choose(name, self.episode)
+                if not (isinstance(p, int | np.integer) and 0 <= p < self.policies):
+                    raise ValueError(
+                        f"policy_mapping: the function returned {p!r} for agent {name!r} at "
+                        f"episode {self.episode}; allowed: a policy index 0..{self.policies - 1}"
+                    )
+                self.policy[first + i] = p
+            self.finished[first : first + self.agents] = False
+            self.episode += 1
+        self._held = None
+
+    def _every(self) -> list[Group]:
+        """Each policy's seats (acting or waiting), every policy in order."""
+        if self._held is None:
+            every = [np.flatnonzero(self.policy == p) for p in range(self.policies)]
+            self._held = [Group(p, r, r, r, False) for p, r in enumerate(every)]
+        return self._held
+
+    def groups(self) -> list[Group]:
+        active = self.active()
+        out = []
+        for g in self._every():
+            ids = g.ids[active[g.ids]]
+            out.append(Group(g.policy, ids, ids, ids, False))
+        return out
+
+    def slot_rows(self, policy: int) -> slice:
+        return slice(None)
+
+    def outcomes(self, groups: list[Group]) -> list[Group]:
+        return self._every()  # every seat a policy holds, waiting ones too
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "agent_policy": self.policy.copy(),
+            "agent_finished": self.finished.copy(),
+            "agent_episode": self.episode,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "agent_policy" in state:  # a checkpoint of a run with this mapping
+            self.policy = torch.as_tensor(state["agent_policy"]).numpy().astype(np.int64)
+            self.finished = torch.as_tensor(state["agent_finished"]).numpy().astype(bool)
+            self.episode = int(state["agent_episode"])
+            self._held = None
+
+
+def per_agent(names: list[str], policies: int) -> Callable[[str, int], int]:
+    """The fixed mapping of a game's agents: the agent in seat i to policy i mod P."""
+    seat = {name: i for i, name in enumerate(names)}
+    return lambda name, episode: seat[name] % policies
+
+
 def policy_mapping(
-    kind: str,
+    kind: str | Callable[[str, int], int],
     rows: int,
     policies: int,
     seed: int,
     seats: Callable[[], np.ndarray] | None = None,
     agents: int = 1,
+    names: list[str] | None = None,
 ) -> PolicyMapping:
-    """The mapping ``kind`` names (fixed or random: ``settings.acting_mapping``) of an actor's
-    ``rows`` to ``policies``; ``seed``: the actor's first env seed. Rows that are a multi-agent
-    env's seats (``seats()``: those whose agent acts next; ``agents`` a game): a population's
-    :class:`PopulationSeats` under the random mapping, else :class:`SharedSeats`."""
+    """The mapping ``kind`` names (fixed, random or a user's function of (agent id, episode):
+    ``settings.acting_mapping``) of an actor's ``rows`` to ``policies``; ``seed``: the actor's
+    first env seed. Rows that are a multi-agent env's seats (``seats()``: those whose agent
+    acts next; ``agents`` a game, named ``names``): one policy's :class:`SharedSeats`, a
+    population's :class:`PopulationSeats` under the random mapping, else :class:`AgentSeats`
+    (per agent under the fixed mapping, or the function's choice)."""
     if seats is not None:
         if kind == "random":
             return PopulationSeats(rows, agents, policies, seats, seed + MAPPING_SEED)
-        return SharedSeats(rows, seats)
+        if policies == 1:
+            return SharedSeats(rows, seats)
+        names = names if names is not None else [str(i) for i in range(agents)]
+        choose = per_agent(names, policies) if kind == "fixed" else kind
+        return AgentSeats(rows, names, policies, seats, choose)  # type: ignore[arg-type]
     if kind == "random":
         return RandomMapping(rows, policies, seed + MAPPING_SEED)
     return FixedMapping(rows, policies)

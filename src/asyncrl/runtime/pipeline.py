@@ -56,6 +56,8 @@ class PolicyLoop:
     ):  # fmt: skip
         self.index, self.cfg, self.learner, self.backend = index, cfg, learner, backend
         self.end, self.meter, self.pbt, self.pool = end, meter, pbt, pool
+        self.rounds = 0  # iterations done in this run (a resumed learner counts on from more)
+        self.steps_after = [learner.env_steps]  # its env steps after each of those rounds
 
     def updating(self) -> contextlib.AbstractContextManager:
         """Where the learner's state changes: in this process, a signal's abort waits for it."""
@@ -78,6 +80,8 @@ class PolicyLoop:
             self.pool.record(batch)
             self.pool.updated(learner.policy_vector)
         backend.release(batch, p)
+        self.steps_after.append(learner.env_steps)
+        self.rounds += 1
         return {**stats, **self.meter.iteration(waited, stats)}
 
 
@@ -133,6 +137,7 @@ class LoopsInThreads(Loops):
         self.threads: list[threading.Thread] = []
         self.rows: queue.Queue[Row] = queue.Queue()
         self.failures: queue.Queue[BaseException] = queue.Queue()
+        self.round_done = threading.Condition()  # a loop ended an iteration
 
     def start(self) -> None:
         for loop in self.loops:
@@ -142,12 +147,25 @@ class LoopsInThreads(Loops):
             self.threads.append(thread)
 
     def share_left(self, loop: PolicyLoop) -> bool:
-        """Whether a policy's loop starts another iteration: in sync mode while its policy is
-        short of its share, in async mode while the run is short of its budget (the driver,
-        behind on the rows, would otherwise stop the loops late)."""
+        """Whether a policy's loop starts another iteration: while the run is short of its
+        budget (the driver, behind on the rows, would otherwise stop the loops late). Sync
+        mode's rounds are in lock-step (a rollout fills every policy's slot): it is judged
+        once every policy has trained as many rounds, so that all stop after the same one --
+        a policy's own share would not do where its samples per round vary (a game's seats)."""
+        budget = self.population.cfg.total_steps
         if loop.cfg.mode == "sync":
-            return loop.learner.env_steps < loop.cfg.total_steps
-        return self.population.env_steps() < self.population.cfg.total_steps
+            loops, r = self.loops, loop.rounds
+
+            def judged() -> bool:
+                return bool(self.halt) or all(other.rounds >= r for other in loops)
+
+            with self.round_done:
+                while not self.round_done.wait_for(judged, timeout=POLL):
+                    pass
+            if self.halt:
+                return False
+            return sum(other.steps_after[r] for other in loops) < budget
+        return self.population.env_steps() < budget
 
     def run(self, loop: PolicyLoop) -> None:
         """A learner process's loop, in a thread of the driver."""
@@ -155,10 +173,15 @@ class LoopsInThreads(Loops):
             while not self.halt and self.share_left(loop):
                 self.rows.put((loop.index, loop.step(self.halt)))
                 self.population.exploit(loop.index)
+                with self.round_done:
+                    self.round_done.notify_all()
         except StopRequested:
             pass
         except BaseException as e:  # the main thread ends the run with it
             self.failures.put(e)
+        finally:
+            with self.round_done:
+                self.round_done.notify_all()
 
     def next_rows(self) -> list[Row] | None:
         """The next row that came; none yet: []; every loop done: None."""

@@ -41,7 +41,7 @@ from asyncrl.runtime.memory import MB, MemoryWatch, Process
 from asyncrl.runtime.pbt import PBT
 from asyncrl.runtime.pool import OpponentPool
 from asyncrl.runtime.shell import RunShell, run_figures
-from asyncrl.settings import TrainConfig, policy_configs
+from asyncrl.settings import TrainConfig, policy_configs, trained_policies
 
 NONFINITE_COUNTS = ("nonfinite_skipped_rollouts", "nonfinite_skipped_steps")
 
@@ -54,6 +54,7 @@ class Population:
     def __init__(self, cfg: TrainConfig, spec: Any, algo: Algorithm, run_dir: Path, resume: bool):
         self.cfg, self.spec, self.algo, self.run_dir = cfg, spec, algo, run_dir
         self.configs = policy_configs(cfg)
+        self.trained = trained_policies(cfg)
         self.in_processes = learners_in_processes(cfg)
         self.files = policy_files(cfg, run_dir, resume)
         # a resume: the run's own checkpoint (actors, PBT, clock; a population's policies each
@@ -108,7 +109,7 @@ class Population:
                 )  # fmt: skip
                 cleanup.callback(handle.close)
             else:
-                learner = policy_learner(self.algo, pcfg, self.spec)
+                learner = policy_learner(self.algo, pcfg, self.spec, p)
                 cleanup.callback(learner.close)
                 self.files.restore(p, learner, self.state)
                 if given:
@@ -154,8 +155,8 @@ class Population:
         """PBT at policy ``p``'s period: copy a better policy and perturb its values, if ``p``
         ranks in the bottom fraction."""
         h = self.handles[p]
-        if not self.pbt.due(p, h.env_steps):
-            return
+        if p not in self.trained or not self.pbt.due(p, h.env_steps):
+            return  # a frozen policy's parameters never change, by PBT neither
         decision = self.pbt.decide(p, h.env_steps)
         if decision is None:
             return
@@ -457,7 +458,7 @@ def population_summary(pop: Population, new_steps: int) -> dict[str, Any]:
         "learn_seconds": sum(h.learn_seconds for h in handles),
         **pop.backend.health(),
         "policies": cfg.policies,
-        "policy_mapping": cfg.policy_mapping,
+        "policy_mapping": cfg.to_dict()["policy_mapping"],  # a function's: "function"
         "pbt": cfg.pbt,
         "best_policy": pop.best,
         "pbt_exploits": sum(pbt.exploits),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from asyncrl.config import Hyperparameters, need, preset_setting, setting
+from asyncrl.envs.pettingzoo import is_pettingzoo
 from asyncrl.envs.spec import is_image
 from asyncrl.learning.population import envs_of_policy
 
@@ -337,9 +338,16 @@ def validate(cfg: Settings) -> None:
     need(cfg.vtrace_rho_bar > 0, f"vtrace_rho_bar: must be > 0, got {cfg.vtrace_rho_bar}")
     need(cfg.vtrace_c_bar > 0, f"vtrace_c_bar: must be > 0, got {cfg.vtrace_c_bar}")
     need(
-        not (cfg.norm_reward and cfg.policy_mapping == "random"),
+        not (cfg.norm_reward and cfg.policy_mapping != "fixed"),
         "norm_reward: its running return follows each env, whose episodes change policy under "
-        "--policy-mapping random; leave --norm-reward off or use the fixed mapping",
+        "--policy-mapping random (or a function); leave --norm-reward off or use the fixed "
+        "mapping",
+    )
+    # a population's slots on a game hold every seat, the others' never written
+    need(
+        not (cfg.norm_reward and cfg.policies > 1 and is_pettingzoo(cfg.env)),
+        "norm_reward: a population's policies on a multi-agent env hold only some of each "
+        "slot's seats, which its running return cannot tell apart; leave --norm-reward off",
     )
     if cfg.recurrent != "none":
         _validate_recurrent(cfg)
