@@ -107,6 +107,11 @@ def ours(cfg: TrainConfig) -> dict:
         "policy_lag_mean",
         "env_steps",
         "cpu_us_per_step",
+        "rollout_seconds",
+        "learn_seconds",
+        "actor_wait_seconds",
+        "learner_wait_seconds",
+        "wall_seconds",
     )
     return {k: s[k] for k in keys}
 
