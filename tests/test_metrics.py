@@ -147,3 +147,9 @@ def test_episode_stats_report_the_last_20_and_the_last_100_returns():
     again = EpisodeStats()
     again.load_state_dict(stats.state_dict())
     assert (again.final_return, again.last100_return) == (stats.final_return, stats.last100_return)
+    # the means are kept between reads: a loaded state replaces them too
+    earlier = EpisodeStats()
+    earlier.add(returns[:3], [2] * 3)
+    stats.load_state_dict(earlier.state_dict())
+    assert stats.final_return == np.mean(returns[:3]) == stats.last100_return
+    assert stats.final_length == 2

@@ -227,6 +227,9 @@ class EpisodeStats:
         self.returns: deque[float] = deque(maxlen=window)
         self.lengths: deque[int] = deque(maxlen=window)
         self.episodes = 0
+        # the means, kept until episodes change: the driver reads them after every iteration,
+        # which with one-step rollouts is every env step
+        self._means: dict[str, float] = {}
 
     def record(self, slots) -> None:
         for s in slots:
@@ -235,26 +238,30 @@ class EpisodeStats:
 
     def add(self, returns: list[float], lengths: list[int]) -> None:
         """Episodes that finished elsewhere (a Hogwild! worker reports them)."""
+        if returns:
+            self._means.clear()
         self.returns.extend(returns)
         self.lengths.extend(lengths)
         self.episodes += len(returns)
 
+    def _mean(self, name: str, values: deque, last: int | None) -> float:
+        if name not in self._means:
+            kept = list(values)[-last:] if last else values
+            self._means[name] = float(np.mean(kept)) if values else math.nan
+        return self._means[name]
+
     @property
     def final_return(self) -> float:
-        if not self.returns:
-            return math.nan
-        return float(np.mean(list(self.returns)[-self.FINAL :]))
+        return self._mean("final_return", self.returns, self.FINAL)
 
     @property
     def last100_return(self) -> float:
-        return float(np.mean(self.returns)) if self.returns else math.nan
+        return self._mean("last100_return", self.returns, None)
 
     @property
     def final_length(self) -> float:
         """Mean length of the same episodes as ``final_return``."""
-        if not self.lengths:
-            return math.nan
-        return float(np.mean(list(self.lengths)[-self.FINAL :]))
+        return self._mean("final_length", self.lengths, self.FINAL)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -265,6 +272,7 @@ class EpisodeStats:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.episodes = state["episodes"]
+        self._means.clear()
         self.returns.clear()  # what it held before is replaced, not added to
         self.lengths.clear()
         self.returns.extend(state["recent_returns"])

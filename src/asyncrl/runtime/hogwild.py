@@ -443,7 +443,7 @@ class HogwildRun:
         row["wall_seconds"] = shell.wall_seconds
         row.update(self.health())
         shell.log.write(steps, row)
-        if not shell.after_iteration(steps, row, episodes, self.global_policy, {}):
+        if not shell.after_iteration(steps, row, episodes, self.global_policy, dict):
             self.stop.set()  # the workers push their work and say goodbye
         shell.end.periodic(self.checkpoint, steps)
         self.t_wait = time.perf_counter()

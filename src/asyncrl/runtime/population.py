@@ -184,7 +184,7 @@ class Population:
             self.write_row(p)
         h = self.handles[self.leader()]
         return self.shell.after_iteration(
-            self.env_steps(), row, h.episode_stats, h.policy_vector, self.counters(p)
+            self.env_steps(), row, h.episode_stats, h.policy_vector, lambda: self.counters(p)
         )
 
     def write_row(self, p: int) -> None:

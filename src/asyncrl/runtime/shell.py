@@ -124,11 +124,11 @@ class RunShell:
         row: dict[str, Any],
         episodes: EpisodeStats,
         policy_vector: Callable[[], np.ndarray],
-        info: dict[str, Any],
+        info: Callable[[], dict[str, Any]],
     ) -> bool:
         """The live line, evaluations and the caller's callback after an iteration of
-        ``row``'s figures (``info``: more for the callback); False if the callback ends the
-        run."""
+        ``row``'s figures (``info()``: more for the callback, asked only when there is one);
+        False if the callback ends the run."""
         self.progress.update(
             env_steps,
             episodes.final_return,
@@ -138,7 +138,7 @@ class RunShell:
         )
         evaluated = self.evals.step(env_steps, policy_vector)
         if self.callback is not None and not self.end.kind:
-            if self.callback({"env_steps": env_steps, **row, **info, **evaluated}) is False:
+            if self.callback({"env_steps": env_steps, **row, **info(), **evaluated}) is False:
                 self.end.stopped_by_callback()
                 return False
         return True
