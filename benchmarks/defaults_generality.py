@@ -70,11 +70,14 @@ EXTRA = [("sac", "LunarLanderContinuous-v3", "box2d", "continuous", 500_000, 260
 # Recurrent rows (--recurrent): `asyncrl train --env ENV --recurrent lstm --total-steps BUDGET
 # --seed S` on position-only tasks (position_only.py); "ppo+lstm" is PPO with --recurrent lstm.
 # Budgets: the issue's 300k for CartPole, the one measured for Pendulum. Beside them (--impl sb3)
-# SB3-contrib's RecurrentPPO at its defaults (baselines/sb3_recurrent.py).
+# SB3-contrib's RecurrentPPO at its defaults (baselines/sb3_recurrent.py), and (--impl sb3-zoo)
+# at RL Zoo's ppo_lstm.yml settings for CartPoleNoVel-v1 and PendulumNoVel-v1, for RL Zoo's
+# n_timesteps (ZOO_BUDGET) unless --budget says otherwise.
 RECURRENT = [
     ("ppo+lstm", "position_only:PositionCartPole-v0", "generic", "discrete", 300_000, None),
     ("ppo+lstm", "position_only:PositionPendulum-v0", "generic", "continuous", 300_000, None),
 ]
+ZOO_BUDGET = {env: 100_000 for _, env, *_ in RECURRENT}
 OUT = RESULTS / "defaults_generality"
 
 
@@ -83,8 +86,10 @@ def _cost(row: tuple) -> int:
     return row[4] * (10 if row[0] == "sac" else 1)
 
 
-def run_file(out: Path, impl: str, algo: str, env: str, seed: int) -> Path:
-    return out / f"{impl}-{algo}-{env.replace('/', '_')}-seed{seed}.json"
+def run_file(out: Path, impl: str, algo: str, env: str, seed: int, steps: int = 0) -> Path:
+    """The run's JSON; RL Zoo's settings are run at more than one budget, so theirs names it."""
+    budget = f"-{steps // 1000}k" if impl == "sb3-zoo" else ""
+    return out / f"{impl}{budget}-{algo}-{env.replace('/', '_')}-seed{seed}.json"
 
 
 def run_asyncrl(algo: str, env: str, seed: int, budget: int, out: Path) -> dict:
@@ -206,13 +211,19 @@ def table(out: Path, rows: list[tuple], budget: int | None) -> str:
 def curves(out: Path, marks: tuple[float, ...] = (400.0, 500.0)) -> str:
     """Where each RecurrentPPO run is (its episodes CSV, finished or not): env steps so far, the
     final (last 20) and last-100 returns there, the final return every 50k steps, and the first
-    env step at which it reached each of ``marks`` (the page's figures for asyncrl's CartPole)."""
+    env step at which it reached each of ``marks`` (the page's figures for asyncrl's CartPole).
+    The env steps are the run's count when each episode ended (the CSV's ``steps``), or with
+    one env (a Monitor CSV) the sum of the episodes' lengths."""
     lines = []
     for csv in sorted((out / "runs").glob("*.monitor.csv")):
-        rows = np.atleast_2d(np.loadtxt(csv, delimiter=",", skiprows=2, usecols=(0, 1)))
+        with csv.open() as f:
+            f.readline()
+            counted = "steps" in f.readline().strip().split(",")
+        rows = np.atleast_2d(np.loadtxt(csv, delimiter=",", skiprows=2, usecols=(0, 1, -1)))
         if rows.size == 0:
             continue
-        returns, steps = rows[:, 0], np.cumsum(rows[:, 1])
+        returns = rows[:, 0]
+        steps = rows[:, 2] if counted else np.cumsum(rows[:, 1])
         final = [returns[max(0, i - 19) : i + 1].mean() for i in range(len(returns))]
         reached = [
             f"{m:g} at {steps[np.argmax(np.asarray(final) >= m)]:,.0f}"
@@ -235,7 +246,12 @@ def curves(out: Path, marks: tuple[float, ...] = (400.0, 500.0)) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--impl", default="asyncrl", help="asyncrl, sb3, or asyncrl,sb3")
+    p.add_argument(
+        "--impl",
+        default="asyncrl",
+        help="asyncrl, sb3, or asyncrl,sb3; sb3-zoo: RecurrentPPO at RL Zoo's settings "
+        "(with --recurrent)",
+    )
     p.add_argument("--algos", default="ppo,sac,dqn")
     p.add_argument("--envs", default="", help="only these envs (comma-separated)")
     p.add_argument("--seeds", default="3", help="N: seeds 1..N per env; or a list: 2,3")
@@ -246,6 +262,9 @@ def main() -> None:
     p.add_argument("--recurrent", action="store_true", help="only the recurrent rows")
     p.add_argument("--curves", action="store_true", help="only where RecurrentPPO's runs are")
     args = p.parse_args()
+    impls = args.impl.split(",")
+    if not set(impls) <= {"asyncrl", "sb3", "sb3-zoo"} or ("sb3-zoo" in impls) > args.recurrent:
+        p.error(f"--impl {args.impl}: asyncrl, sb3 (or both: asyncrl,sb3), sb3-zoo (--recurrent)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.curves:
@@ -269,13 +288,13 @@ def main() -> None:
                 path.write_text(json.dumps({"impl": "random", "env": env,
                                             "random_return": random_return(env)}))  # fmt: skip
         plan = [
-            (impl, algo, env, seed, args.budget or steps)
-            for algo, env, _, _, steps, _ in sorted(rows, key=_cost)
+            (impl, algo, env, seed, args.budget or (ZOO_BUDGET[env] if impl == "sb3-zoo" else n))
+            for algo, env, _, _, n, _ in sorted(rows, key=_cost)
             for seed in seeds
-            for impl in args.impl.split(",")
+            for impl in impls
         ]
         for impl, algo, env, seed, steps in plan:
-            path = run_file(out, impl, algo, env, seed)
+            path = run_file(out, impl, algo, env, seed, steps)
             if path.exists():
                 continue
             stamp = time.strftime("%Y-%m-%d %H:%M")
@@ -287,7 +306,7 @@ def main() -> None:
                 if algo == "ppo+lstm":  # SB3-contrib's RecurrentPPO, ~9 ms of CPU a step here
                     script, curve = "sb3_recurrent.py", out / "runs" / f"{path.stem}.monitor.csv"
                     curve.parent.mkdir(parents=True, exist_ok=True)
-                    argv += ["--monitor", str(curve)]
+                    argv += ["--monitor", str(curve)] + (["--zoo"] if impl == "sb3-zoo" else [])
                 else:
                     script, argv = "sb3_defaults.py", ["--algo", algo, *argv]
                 r = run_baseline("sb3", script, argv, timeout=None)
