@@ -381,13 +381,16 @@ def test_a_replaced_actors_seats_start_their_transitions_anew(tmp_path):
     slots. Actor 0 is killed mid-rollout and replaced; its replacement's new games must not
     join the killed actor's open transitions: the learner drops them (some, since seats that
     moved in an unfinished game are open) and no more than the killed actor's seats (a slot
-    that went on from its actor's last, as every other does, breaks nothing)."""
+    that went on from its actor's last, as every other does, breaks nothing). One actor: the
+    run reaches its budget only through the replacement's slots (with two, a loaded machine let
+    the other actor finish the budget before the replacement delivered one)."""
     pytest.importorskip("pettingzoo")
     K = 4
     cfg = dataclasses.replace(
         _run_cfg(tmp_path, "ppo", "async"),
         algo="dqn",
         env="pettingzoo:pettingzoo.classic.connect_four_v3",
+        actors=1,
         envs_per_actor=K,
         rollout=4,
         learning_starts=500,
