@@ -13,7 +13,6 @@ from asyncrl.runtime.mapping import (
     FixedMapping,
     PopulationSeats,
     RandomMapping,
-    SharedSeats,
     policy_mapping,
 )
 from asyncrl.settings import TrainConfig, acting_mapping
@@ -148,7 +147,8 @@ def test_a_populations_seats_are_drawn_per_game_and_held_until_every_seat_of_it_
 def test_per_agent_seat_i_of_every_game_acts_for_policy_i_mod_p_and_holds_its_waiting_seats():
     """Three two-seat games, --policies 2 with the fixed mapping: seat 0 of every game is policy
     0's, seat 1 policy 1's; a policy acts for its seats whose agent acts, and its slot receives
-    every seat it holds; the games' ends draw the same again. One policy: shared seats."""
+    every seat it holds; the games' ends draw the same again. One policy: the same mapping,
+    every seat its own (parameter sharing), acting for the seats whose agent acts."""
     active = np.array([1, 0, 0, 1, 1, 1], bool)
     m = policy_mapping("fixed", 6, 2, seed=0, seats=lambda: active, names=["a", "b"])
     assert isinstance(m, AgentSeats) and m.marks_own and m.slot_rows(1) == slice(None)
@@ -159,7 +159,9 @@ def test_per_agent_seat_i_of_every_game_acts_for_policy_i_mod_p_and_holds_its_wa
     m.episodes_ended(np.arange(6))
     assert m.policy.tolist() == [0, 1, 0, 1, 0, 1] and m.episode == 6
     shared = policy_mapping("fixed", 6, 1, seed=0, seats=lambda: active, agents=2)
-    assert isinstance(shared, SharedSeats)
+    assert isinstance(shared, AgentSeats) and shared.policy.tolist() == [0] * 6
+    assert [(g.policy, g.ids.tolist()) for g in shared.groups()] == [(0, [0, 3, 4, 5])]
+    assert [g.ids.tolist() for g in shared.outcomes(shared.groups())] == [list(range(6))]
 
 
 def test_a_users_function_chooses_per_game_from_agent_id_and_episode_and_resumes():

@@ -383,14 +383,12 @@ def policy_mapping(
     """The mapping ``kind`` names (fixed, random or a user's function of (agent id, episode):
     ``settings.acting_mapping``) of an actor's ``rows`` to ``policies``; ``seed``: the actor's
     first env seed. Rows that are a multi-agent env's seats (``seats()``: those whose agent
-    acts next; ``agents`` a game, named ``names``): one policy's :class:`SharedSeats`, a
-    population's :class:`PopulationSeats` under the random mapping, else :class:`AgentSeats`
-    (per agent under the fixed mapping, or the function's choice)."""
+    acts next; ``agents`` a game, named ``names``): a population's :class:`PopulationSeats`
+    under the random mapping, else :class:`AgentSeats` (per agent under the fixed mapping --
+    one policy: every seat, parameter sharing -- or the function's choice)."""
     if seats is not None:
         if kind == "random":
             return PopulationSeats(rows, agents, policies, seats, seed + MAPPING_SEED)
-        if policies == 1:
-            return SharedSeats(rows, seats)
         names = names if names is not None else [str(i) for i in range(agents)]
         choose = per_agent(names, policies) if kind == "fixed" else kind
         return AgentSeats(rows, names, policies, seats, choose)  # type: ignore[arg-type]
