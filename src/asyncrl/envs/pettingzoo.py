@@ -158,6 +158,17 @@ def agent_ids(env_id: str) -> list[str]:
         par.close()
 
 
+def policy_index(p: Any, agent: str, episode: int, policies: int) -> int:
+    """``p``, a mapping function's answer for ``agent`` at ``episode``, as a policy index below
+    ``policies``; anything else a ConfigError naming ``policy_mapping``."""
+    if not (isinstance(p, int | np.integer) and not isinstance(p, bool) and 0 <= p < policies):
+        raise ConfigError(
+            f"policy_mapping: the function returned {p!r} for agent {agent!r} at episode "
+            f"{episode}; allowed: a policy index 0..{policies - 1} (--policies {policies})"
+        )
+    return int(p)
+
+
 def check_mapping_function(
     fn: Callable[[str, int], int], env_id: str, policies: int, backend: str
 ) -> None:
@@ -172,11 +183,7 @@ def check_mapping_function(
                 f"policy_mapping: the function raised {e!r} for agent {agent!r} at episode 0; "
                 "allowed: a function of (agent id, episode) to a policy index"
             ) from None
-        if not (isinstance(p, int | np.integer) and not isinstance(p, bool) and 0 <= p < policies):
-            raise ConfigError(
-                f"policy_mapping: the function returned {p!r} for agent {agent!r} at episode 0; "
-                f"allowed: a policy index 0..{policies - 1} (--policies {policies})"
-            )
+        policy_index(p, agent, 0, policies)
     if backend not in ("process", "ray"):
         return
     module = sys.modules.get(getattr(fn, "__module__", "") or "")

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from asyncrl.envs.pettingzoo import policy_index
 from asyncrl.learning.population import policy_envs
 
 MAPPING_SEED = 31337  # the random mapping's draws: an actor's first env seed + this
@@ -104,17 +105,13 @@ class FixedMapping(PolicyMapping):
         return self._groups[policy].rows  # type: ignore[return-value]
 
 
-class RandomMapping(PolicyMapping):
-    """A policy drawn for each row at the start of each of its episodes (``--policy-mapping
-    random``), uniformly, from the mapping's own generator (seeded with ``seed``): every
-    policy's slot holds every row, the steps it acted marked ``own``."""
+class HeldRows(PolicyMapping):
+    """Rows each held by the policy ``policy[r]`` names until it is drawn again: every
+    policy's slot holds every row, the steps it acted marked ``own``. The policies' groups are
+    kept until the next draw (which sets ``_groups`` to None)."""
 
     marks_own = True
-
-    def __init__(self, rows: int, policies: int, seed: int):
-        self.rng = np.random.default_rng(seed)
-        super().__init__(rows, policies, self.rng.integers(policies, size=rows), np.arange(rows))
-        self._groups: list[Group] | None = None  # until the next draw
+    _groups: list[Group] | None = None
 
     def groups(self) -> list[Group]:
         if self._groups is None:
@@ -125,6 +122,15 @@ class RandomMapping(PolicyMapping):
 
     def slot_rows(self, policy: int) -> slice:
         return slice(None)
+
+
+class RandomMapping(HeldRows):
+    """A policy drawn for each row at the start of each of its episodes (``--policy-mapping
+    random``), uniformly, from the mapping's own generator (seeded with ``seed``)."""
+
+    def __init__(self, rows: int, policies: int, seed: int):
+        self.rng = np.random.default_rng(seed)
+        super().__init__(rows, policies, self.rng.integers(policies, size=rows), np.arange(rows))
 
     def episodes_ended(self, rows: np.ndarray) -> None:
         self.policy[rows] = self.rng.integers(self.policies, size=rows.size)
@@ -182,6 +188,26 @@ class PerGame:
         over = self.finished.reshape(-1, self.agents).all(axis=1)
         if over.any():
             self._draw(np.flatnonzero(over))
+
+
+class HeldSeats(PerGame):
+    """Seats of multi-agent games held per game by the policies of a :class:`HeldRows`
+    mapping: each policy acts for its seats whose agent acts (``active()``); its slot holds
+    every seat, and its seats' rewards and episode ends also at steps they waited (a loss
+    comes at the opponent's move)."""
+
+    active: Callable[[], np.ndarray]
+
+    def groups(self) -> list[Group]:
+        active = self.active()
+        out = []
+        for g in super().groups():  # type: ignore[misc]
+            ids = g.ids[active[g.ids]]
+            out.append(Group(g.policy, ids, ids, ids, False))
+        return out
+
+    def outcomes(self, groups: list[Group]) -> list[Group]:
+        return super().groups()  # type: ignore[misc]  # every seat a policy holds
 
 
 class PoolSeats(PerGame, SharedSeats):
@@ -244,14 +270,12 @@ class PoolSeats(PerGame, SharedSeats):
             self.opponents.load_state_dict(state)
 
 
-class PopulationSeats(PerGame, RandomMapping):
+class PopulationSeats(HeldSeats, RandomMapping):
     """Seats of multi-agent games shared by a population (``--policies P``, ``--policy-mapping
     random``): the random mapping, drawn per game -- at each game's start a policy for every
     seat of it, uniformly among the P (so a policy meets each other one and itself), held until
-    every seat of the game has ended (the env then starts it anew). Each policy acts for its
-    seats whose agent acts; its slot holds every seat, the steps it acted marked ``own``, and
-    the rewards and episode ends of its seats also at steps they waited (a loss comes at the
-    opponent's move). Its learner learns from its seats' moves only."""
+    every seat of the game has ended (the env then starts it anew). Its learner learns from
+    its seats' moves only."""
 
     def __init__(
         self, rows: int, agents: int, policies: int, active: Callable[[], np.ndarray], seed: int
@@ -267,17 +291,6 @@ class PopulationSeats(PerGame, RandomMapping):
             self.finished[seats] = False
         self._groups = None
 
-    def groups(self) -> list[Group]:
-        active = self.active()
-        out = []
-        for g in super().groups():
-            ids = g.ids[active[g.ids]]
-            out.append(Group(g.policy, ids, ids, ids, False))
-        return out
-
-    def outcomes(self, groups: list[Group]) -> list[Group]:
-        return super().groups()  # every seat a policy holds, waiting ones too
-
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "seat_finished": self.finished.copy()}
 
@@ -287,17 +300,12 @@ class PopulationSeats(PerGame, RandomMapping):
             self.finished = torch.as_tensor(state["seat_finished"]).numpy().astype(bool)
 
 
-class AgentSeats(PerGame, PolicyMapping):
+class AgentSeats(HeldSeats, HeldRows):
     """Seats of multi-agent games whose policy ``choose(agent id, episode)`` gives at each
     game's start, for every agent of it: per agent (``--policies P`` with the fixed mapping:
     seat i of every game to policy i mod P) or a user's function (``asyncrl.train(...,
     policy_mapping=fn)``). ``episode`` counts the games this actor has started, from 0 (its
-    first K / N in seat order). The choice holds until every seat of the game has ended. Each
-    policy acts for its seats whose agent acts; its slot holds every seat, the steps it acted
-    marked ``own``, and its seats' rewards and episode ends also at steps they waited, as
-    :class:`PopulationSeats` does."""
-
-    marks_own = True
+    first K / N in seat order). The choice holds until every seat of the game has ended."""
 
     def __init__(
         self,
@@ -311,7 +319,6 @@ class AgentSeats(PerGame, PolicyMapping):
         self.names, self.agents, self.active, self.choose = list(names), len(names), active, choose
         self.episode = 0  # games this actor has started
         self.finished = np.zeros(rows, bool)  # seats whose episode ended in the current game
-        self._held: list[Group] | None = None
         self._draw(np.arange(rows // self.agents))
 
     def _draw(self, games: np.ndarray) -> None:
@@ -319,36 +326,10 @@ class AgentSeats(PerGame, PolicyMapping):
             first = int(g) * self.agents
             for i, name in enumerate(self.names):
                 p = self.choose(name, self.episode)
-                if not (isinstance(p, int | np.integer) and 0 <= p < self.policies):
-                    raise ValueError(
-                        f"policy_mapping: the function returned {p!r} for agent {name!r} at "
-                        f"episode {self.episode}; allowed: a policy index 0..{self.policies - 1}"
-                    )
-                self.policy[first + i] = p
+                self.policy[first + i] = policy_index(p, name, self.episode, self.policies)
             self.finished[first : first + self.agents] = False
             self.episode += 1
-        self._held = None
-
-    def _every(self) -> list[Group]:
-        """Each policy's seats (acting or waiting), every policy in order."""
-        if self._held is None:
-            every = [np.flatnonzero(self.policy == p) for p in range(self.policies)]
-            self._held = [Group(p, r, r, r, False) for p, r in enumerate(every)]
-        return self._held
-
-    def groups(self) -> list[Group]:
-        active = self.active()
-        out = []
-        for g in self._every():
-            ids = g.ids[active[g.ids]]
-            out.append(Group(g.policy, ids, ids, ids, False))
-        return out
-
-    def slot_rows(self, policy: int) -> slice:
-        return slice(None)
-
-    def outcomes(self, groups: list[Group]) -> list[Group]:
-        return self._every()  # every seat a policy holds, waiting ones too
+        self._groups = None
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -362,7 +343,7 @@ class AgentSeats(PerGame, PolicyMapping):
             self.policy = torch.as_tensor(state["agent_policy"]).numpy().astype(np.int64)
             self.finished = torch.as_tensor(state["agent_finished"]).numpy().astype(bool)
             self.episode = int(state["agent_episode"])
-            self._held = None
+            self._groups = None
 
 
 def per_agent(names: list[str], policies: int) -> Callable[[str, int], int]:
