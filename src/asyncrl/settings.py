@@ -336,10 +336,10 @@ def acting_mapping(cfg: TrainConfig) -> str | Callable[[str, int], int]:
     return cfg.policy_mapping if cfg.policies > 1 else "fixed"
 
 
-def trained_policies(cfg: TrainConfig) -> list[int]:
-    """The policies whose learners update (``policies_to_train``; unset: every policy)."""
-    chosen = cfg.policies_to_train
-    return list(range(cfg.policies)) if chosen is None else sorted(chosen)
+def trains(cfg: TrainConfig, policy: int) -> bool:
+    """Whether policy ``policy``'s learner updates: it is in ``policies_to_train``, or that is
+    unset (every policy trains)."""
+    return cfg.policies_to_train is None or policy in cfg.policies_to_train
 
 
 def marks_own(cfg: TrainConfig, spec: EnvSpec) -> bool:

@@ -37,7 +37,7 @@ from asyncrl.runtime.processes import (
 )
 from asyncrl.runtime.supervisor import Supervisor
 from asyncrl.runtime.transport import PolicyStore, SlotStore
-from asyncrl.settings import TrainConfig, marks_own
+from asyncrl.settings import TrainConfig, marks_own, trains
 
 
 def pack(value: Any) -> bytes:
@@ -58,8 +58,7 @@ def policy_learner(algo: Algorithm, cfg: TrainConfig, spec: Any, policy: int = 0
     whether it is frozen (not in ``policies_to_train``)."""
     learner = algo.learner(cfg, spec)
     learner.marks_own = marks_own(cfg, spec)
-    chosen = cfg.policies_to_train  # unset: every policy trains
-    learner.frozen = chosen is not None and policy not in chosen
+    learner.frozen = not trains(cfg, policy)
     return learner
 
 

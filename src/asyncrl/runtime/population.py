@@ -41,7 +41,7 @@ from asyncrl.runtime.memory import MB, MemoryWatch, Process
 from asyncrl.runtime.pbt import PBT
 from asyncrl.runtime.pool import OpponentPool
 from asyncrl.runtime.shell import RunShell, run_figures
-from asyncrl.settings import TrainConfig, policy_configs, trained_policies
+from asyncrl.settings import TrainConfig, policy_configs, trains
 
 NONFINITE_COUNTS = ("nonfinite_skipped_rollouts", "nonfinite_skipped_steps")
 
@@ -54,7 +54,6 @@ class Population:
     def __init__(self, cfg: TrainConfig, spec: Any, algo: Algorithm, run_dir: Path, resume: bool):
         self.cfg, self.spec, self.algo, self.run_dir = cfg, spec, algo, run_dir
         self.configs = policy_configs(cfg)
-        self.trained = trained_policies(cfg)
         self.in_processes = learners_in_processes(cfg)
         self.files = policy_files(cfg, run_dir, resume)
         # a resume: the run's own checkpoint (actors, PBT, clock; a population's policies each
@@ -155,7 +154,7 @@ class Population:
         """PBT at policy ``p``'s period: copy a better policy and perturb its values, if ``p``
         ranks in the bottom fraction."""
         h = self.handles[p]
-        if p not in self.trained or not self.pbt.due(p, h.env_steps):
+        if not trains(self.cfg, p) or not self.pbt.due(p, h.env_steps):
             return  # a frozen policy's parameters never change, by PBT neither
         decision = self.pbt.decide(p, h.env_steps)
         if decision is None:
