@@ -350,7 +350,7 @@ class HogwildRun:
         try:
             self.start()
             self.receive()
-            shell.should_stop(self.total_steps())
+            shell.should_stop(self.env_steps())
         except BaseException as e:
             end.failed(e)
             if end.consistent and not isinstance(e, ActorError):
@@ -361,9 +361,6 @@ class HogwildRun:
                     self.receive()
         self.stop.set()
         self.children.close()
-
-    def env_steps(self) -> int:
-        return self.total_steps()
 
     def stop_updates(self) -> None:
         """Nothing changes the global network once the workers have said goodbye."""
@@ -379,7 +376,8 @@ class HogwildRun:
         args += (self.steps_before, self.stop, os.getpid(), generation, self.schedule_from)
         self.children.start(worker_main, args, w, generation)
 
-    def total_steps(self) -> int:
+    def env_steps(self) -> int:
+        """The global network's env steps: before this run, and the workers' since."""
         return self.steps_before + int(self.counters.array[:, STEPS].sum())
 
     def global_policy(self) -> np.ndarray:
@@ -390,7 +388,7 @@ class HogwildRun:
     def checkpoint(self) -> Path:
         holder, counters = self.holder, self.counters.array
         self.flat.read_from(self.params.array.copy())
-        holder.env_steps = self.total_steps()
+        holder.env_steps = self.env_steps()
         holder.iterations = int(counters[:, ITERATIONS].sum())
         generations = [self.children.generation.get(w, 0) for w in range(self.M)]
         return self.shell.checkpoint(
@@ -407,7 +405,7 @@ class HogwildRun:
         on a signal, until a deadline: a worker ends the iteration it is in first)."""
         shell, stop = self.shell, self.stop
         while self.finished < self.M and time.perf_counter() < self.deadline:
-            if not stop.is_set() and shell.should_stop(self.total_steps()):
+            if not stop.is_set() and shell.should_stop(self.env_steps()):
                 stop.set()  # the workers push their work and say goodbye
                 if shell.end.kind == "signal":
                     self.deadline = time.perf_counter() + 10
@@ -431,7 +429,7 @@ class HogwildRun:
         waited = time.perf_counter() - self.t_wait
         episodes.add(*ended)
         self.learn_seconds += stats["learn_seconds"]
-        steps = self.total_steps()
+        steps = self.env_steps()
         updates = int(counters[:, UPDATES].sum())
         row = {**stats, **shell.meter.iteration(waited, stats)}
         if self.first is None and updates > 0:  # rates from the first gradient step on
@@ -464,13 +462,13 @@ class HogwildRun:
         if self.first is not None and meter.last > self.first[0]:
             steps = int(counters[:, UPDATES].sum()) - self.first[1]
             steady = steps / (meter.last - self.first[0])
-        new_steps = self.total_steps() - self.steps_before
+        new_steps = self.env_steps() - self.steps_before
         own = _summary(self.cfg, meter, counters, new_steps, self.episodes)
         own.update(self.health())
         own.update(
             learn_seconds=self.learn_seconds / self.M,
             gradient_steps_per_second_steady=steady,
-            env_steps=self.total_steps(),
+            env_steps=self.env_steps(),
         )
         return self.shell.summary(fields, own)
 

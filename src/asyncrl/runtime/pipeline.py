@@ -57,7 +57,8 @@ class PolicyLoop:
         self.index, self.cfg, self.learner, self.backend = index, cfg, learner, backend
         self.end, self.meter, self.pbt, self.pool = end, meter, pbt, pool
         self.rounds = 0  # iterations done in this run (a resumed learner counts on from more)
-        self.steps_after = [learner.env_steps]  # its env steps after each of those rounds
+        # its env steps after its latest rounds (those another loop may still ask about)
+        self.steps_after = {0: learner.env_steps}
 
     def updating(self) -> contextlib.AbstractContextManager:
         """Where the learner's state changes: in this process, a signal's abort waits for it."""
@@ -80,8 +81,8 @@ class PolicyLoop:
             self.pool.record(batch)
             self.pool.updated(learner.policy_vector)
         backend.release(batch, p)
-        self.steps_after.append(learner.env_steps)
         self.rounds += 1
+        self.steps_after[self.rounds] = learner.env_steps
         return {**stats, **self.meter.iteration(waited, stats)}
 
 
@@ -164,6 +165,7 @@ class LoopsInThreads(Loops):
                     pass
             if self.halt:
                 return False
+            loop.steps_after.pop(r - 1, None)  # every loop is past round r - 1
             return sum(other.steps_after[r] for other in loops) < budget
         return self.population.env_steps() < budget
 
