@@ -15,7 +15,7 @@ from asyncrl.rundir import load_checkpoint, policy_dir
 from asyncrl.runtime import learners
 from asyncrl.runtime.learners import policy_learner
 from asyncrl.runtime.trainer import prepare
-from asyncrl.settings import TrainConfig, policy_config
+from asyncrl.settings import TrainConfig
 from test_resume import _differences
 
 pytest.importorskip("pettingzoo")
@@ -207,7 +207,7 @@ def test_a_policy_not_trained_acts_but_ends_bit_identical(tmp_path, backend, mod
     prepared = prepare(TrainConfig(env=C4, **settings))
     for p in range(2):
         start = policy_learner(
-            prepared.algo, policy_config(prepared.cfg, p), prepared.spec, p
+            prepared.algo, prepared.policies[p], prepared.spec, p, prepared.marks_own
         ).state_dict()
         end = load_checkpoint(policy_dir(result.run_dir, p))["learner"]
         assert end["counters"]["version"] == (0 if p else end["counters"]["iterations"])
@@ -265,7 +265,9 @@ def test_a_dqn_policy_not_trained_takes_no_gradient_step(tmp_path):
     assert steps[0] == 0 and steps[1] > 100
     prepared = prepare(TrainConfig(env="CartPole-v1", **settings))
     for p in range(2):
-        start = policy_learner(prepared.algo, policy_config(prepared.cfg, p), prepared.spec, p)
+        start = policy_learner(
+            prepared.algo, prepared.policies[p], prepared.spec, p, prepared.marks_own
+        )
         end = load_checkpoint(policy_dir(result.run_dir, p))["learner"]
         same = _differences(start.state_dict()["dqn"], end["dqn"]) == []  # nets, optimizer
         assert same == (p == 0), p

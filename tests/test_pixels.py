@@ -254,7 +254,7 @@ def test_car_racing_sac_stores_each_observation_once_with_no_flag(monkeypatch):
     preset's buffer reduced to fit takes half of the memory available."""
     import asyncrl.system as system
     from asyncrl.replay import make_replay
-    from asyncrl.runtime.transport import memory_line
+    from asyncrl.runtime.transport import memory_line, rollout_layout
 
     avail = 10**9
     monkeypatch.setattr(system, "available_memory", lambda: (avail, "MemAvailable"))
@@ -266,7 +266,8 @@ def test_car_racing_sac_stores_each_observation_once_with_no_flag(monkeypatch):
     assert CAR_BYTES <= 27_700
     assert cfg.buffer_size == int(MEMORY_SHARE * avail) // CAR_BYTES
     assert f"of {CAR_BYTES:,} B need" in lines[0] and "buffer takes 50% of it" in lines[0]
-    line = memory_line(cfg, spec, algorithm(cfg.algo))
+    algo = algorithm(cfg.algo)
+    line = memory_line(cfg, spec, algo, rollout_layout(cfg, spec, algo))
     assert f"replay {CAR_BYTES:,} B per transition" in line
     assert "(each frame stored once; 55,314 B with whole observations)" in line
     replay = make_replay(cfg, spec)

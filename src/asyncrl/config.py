@@ -421,41 +421,6 @@ def need(ok: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
-def check_kinds(cfg: Settings, fields: dict[str, Any], kinds: dict[str, type]) -> None:
-    """Every setting given is of its kind (unset ones are the presets' to fill), and so is each
-    of a population's per-policy values, named with its policy."""
-    # the per-policy values first: policy 0's also stands as the setting's own value
-    for name, values in (getattr(cfg, "population", None) or {}).items():
-        if name not in fields or not isinstance(values, list):
-            continue  # refused by name where the population is checked
-        for p, value in enumerate(values):
-            _check_kind(name, fields[name], kinds[name], value, f"policy {p}: ")
-    for name, f in fields.items():
-        value = getattr(cfg, name)
-        if value is None and (f.metadata.get("preset") or f.default is None):
-            continue
-        _check_kind(name, f, kinds[name], value)
-
-
-def _check_kind(name: str, f: Any, kind: type, value: Any, policy: str = "") -> None:
-    """``value`` of setting ``name`` (of type ``kind``) refused unless it is one; ``policy``
-    names the policy whose value it is ("policy 1: "), as refusals of per-policy values do."""
-    if f.metadata.get("callable") and (callable(value) or value == SAVED_FUNCTION):
-        return  # a Python function (from the API), or a saved run's mark of one: see validate
-    choices = f.metadata.get("choices")
-    if choices and value not in choices:
-        raise ConfigError(f"{name}: {policy}{value!r} is not one of {', '.join(choices)}")
-    # a bool is an int to Python, never a number to a user (see as_field_type)
-    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise ConfigError(f"{name}: {policy}expected a number, got {value!r}")
-    if kind is bool and not isinstance(value, bool):
-        raise ConfigError(f"{name}: {policy}expected true or false, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{name}: {policy}must be a finite number, got {value!r}")
-    if value is None:  # a per-policy list holds no unset value (str and list settings)
-        raise ConfigError(f"{name}: {policy}expected a {kind.__name__}, got None")
-
-
 def format_value(value: Any) -> str:
     """A setting as one writes it on the command line: 3e-4 as 0.0003, [64, 64] as 64,64."""
     if isinstance(value, bool):
@@ -704,12 +669,6 @@ def worker_config(cfg: Settings, worker: int) -> Settings:
             learner_threads(cfg, cfg.hogwild) if cfg.threads_learner == 0 else cfg.threads_learner
         ),
     )
-
-
-def learners_in_processes(cfg: Settings) -> bool:
-    """Whether a run's learners each get a process: a population on a backend whose slots and
-    policy stores are shared memory (process; ray, whose driver-side slots then are)."""
-    return cfg.policies > 1 and cfg.backend in ("process", "ray")
 
 
 def learner_process_config(cfg: Settings) -> Settings:

@@ -13,6 +13,7 @@ config resolved: resuming it never changes its meaning.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,12 +25,12 @@ from asyncrl.config import (
     FAMILIES,
     RUN_DERIVED,
     RUN_FIXED_ON_RESUME,
+    SAVED_FUNCTION,
     ConfigError,
     RunConfig,
     Settings,
     Warmup,
     as_field_type,
-    check_kinds,
     format_value,
     kind_of,
     learner_threads,
@@ -231,6 +232,12 @@ class Prepared:
     spec: EnvSpec
     algo: Algorithm
     lines: list[str]
+    # what the runtime is told once rather than asking the settings again: each policy's
+    # settings (one policy: the run's), whether its learners get a process each, and whether a
+    # policy's slots hold every row with its own steps marked
+    policies: tuple[TrainConfig, ...] = ()
+    in_processes: bool = False
+    marks_own: bool = False
 
 
 def prepare_settings(given: TrainConfig) -> Prepared:
@@ -250,7 +257,11 @@ def prepare_settings(given: TrainConfig) -> Prepared:
         _checked(cfg, algo)
     cfg, env_lines = for_env(cfg, spec, given, algo)  # what depends on the observations
     line = preset_line(given, cfg, algo)
-    return Prepared(given, cfg, spec, algo, ([line] if line else []) + env_lines)
+    lines = ([line] if line else []) + env_lines
+    policies = tuple(policy_configs(cfg))
+    return Prepared(
+        given, cfg, spec, algo, lines, policies, learners_in_processes(cfg), marks_own(cfg, spec)
+    )
 
 
 def _tuned_names(preset: str, algo: str) -> frozenset[str]:
@@ -346,6 +357,12 @@ def marks_own(cfg: TrainConfig, spec: EnvSpec) -> bool:
     """Whether a policy's slot holds every row of its actors, the steps it acted marked ``own``:
     under the random mapping, and for a multi-agent env's seats, which wait their turn."""
     return acting_mapping(cfg) == "random" or spec.agents > 1
+
+
+def learners_in_processes(cfg: TrainConfig) -> bool:
+    """Whether a run's learners each get a process: a population on a backend whose slots and
+    policy stores are shared memory (process; ray, whose driver-side slots then are)."""
+    return cfg.policies > 1 and cfg.backend in ("process", "ray")
 
 
 def policy_configs(cfg: TrainConfig) -> list[TrainConfig]:
@@ -608,6 +625,41 @@ def preset_help(name: str) -> str:
 
 def _help_value(value: Any) -> str:
     return str(value) if isinstance(value, Warmup) else format_value(value)
+
+
+def check_kinds(cfg: TrainConfig, fields: dict[str, Any], kinds: dict[str, type]) -> None:
+    """Every setting given is of its kind (unset ones are the presets' to fill), and so is each
+    of a population's per-policy values, named with its policy."""
+    # the per-policy values first: policy 0's also stands as the setting's own value
+    for name, values in (getattr(cfg, "population", None) or {}).items():
+        if name not in fields or not isinstance(values, list):
+            continue  # refused by name where the population is checked
+        for p, value in enumerate(values):
+            _check_kind(name, fields[name], kinds[name], value, f"policy {p}: ")
+    for name, f in fields.items():
+        value = getattr(cfg, name)
+        if value is None and (f.metadata.get("preset") or f.default is None):
+            continue
+        _check_kind(name, f, kinds[name], value)
+
+
+def _check_kind(name: str, f: Any, kind: type, value: Any, policy: str = "") -> None:
+    """``value`` of setting ``name`` (of type ``kind``) refused unless it is one; ``policy``
+    names the policy whose value it is ("policy 1: "), as refusals of per-policy values do."""
+    if f.metadata.get("callable") and (callable(value) or value == SAVED_FUNCTION):
+        return  # a Python function (from the API), or a saved run's mark of one: see validate
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(f"{name}: {policy}{value!r} is not one of {', '.join(choices)}")
+    # a bool is an int to Python, never a number to a user (see as_field_type)
+    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ConfigError(f"{name}: {policy}expected a number, got {value!r}")
+    if kind is bool and not isinstance(value, bool):
+        raise ConfigError(f"{name}: {policy}expected true or false, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name}: {policy}must be a finite number, got {value!r}")
+    if value is None:  # a per-policy list holds no unset value (str and list settings)
+        raise ConfigError(f"{name}: {policy}expected a {kind.__name__}, got None")
 
 
 def from_dict(values: dict[str, Any], base: TrainConfig | None = None) -> TrainConfig:

@@ -136,7 +136,7 @@ class _Population:
             if shared:
                 h = RemoteLearner(
                     mp.get_context("spawn"), p, cfg, self.spec, algorithm(algo), self.slots[p],
-                    self.stores[p], None, None,
+                    self.stores[p], None, None, False,
                 )  # fmt: skip
                 self.handles.append(h)
                 h.ready()

@@ -18,7 +18,14 @@ from torch import nn
 from asyncrl.algos import algorithm
 from asyncrl.envs import EnvSpec
 from asyncrl.nets import FlatParams
-from asyncrl.runtime.transport import IdChannel, PolicyStore, SlotLayout, SlotStore, StopFlag
+from asyncrl.runtime.transport import (
+    IdChannel,
+    PolicyStore,
+    SlotLayout,
+    SlotStore,
+    StopFlag,
+    population_layouts,
+)
 from conftest import shm_segments
 
 SPEC = EnvSpec("x", (3,), True, (), 2)
@@ -234,16 +241,19 @@ def test_slots_larger_than_the_free_shared_memory_stop_the_run_before_it_starts(
     assert mp.active_children() == []
     # what fits, and the backends whose slots are not shared memory, are not refused
     monkeypatch.setattr(transport, "shm_free", lambda path=transport.SHM_DIR: 22 * 2**20)
-    transport.check_shared_memory(_big_slots(tmp_path), _cartpole_spec(), algorithm("ppo"))
+    transport.check_shared_memory(*_layouts(_big_slots(tmp_path)))
     # async batches of 2 rollouts: each actor owns twice the slots, and the hint says so
     with pytest.raises(ConfigError) as e:
         big = _big_slots(tmp_path, mode="async", rollouts_per_batch=2)
-        transport.check_shared_memory(big, _cartpole_spec(), algorithm("ppo"))
+        transport.check_shared_memory(*_layouts(big))
     assert "need 40.5 MB" in str(e.value) and "--rollouts-per-batch" in str(e.value)
     monkeypatch.setattr(transport, "shm_free", lambda path=transport.SHM_DIR: 0)
-    transport.check_shared_memory(
-        _big_slots(tmp_path, backend="thread"), _cartpole_spec(), algorithm("ppo")
-    )
+    transport.check_shared_memory(*_layouts(_big_slots(tmp_path, backend="thread")))
+
+
+def _layouts(cfg):
+    """``cfg`` and its policies' slot layouts, as check_shared_memory takes them."""
+    return cfg, population_layouts(cfg, _cartpole_spec(), algorithm("ppo"))
 
 
 def _cartpole_spec():

@@ -34,7 +34,7 @@ from asyncrl.runtime.processes import POLL, ChildProcesses, die_with_parent, rep
 from asyncrl.runtime.shell import RunShell, run_figures
 from asyncrl.runtime.supervisor import ActorStatus, Supervisor
 from asyncrl.runtime.transport import PolicyStore, SharedArray, SlotStore, StopFlag, rollout_layout
-from asyncrl.settings import TrainConfig
+from asyncrl.settings import Prepared, TrainConfig
 
 # columns of the shared counters, one row per worker (each worker writes only its own row)
 STEPS, UPDATES, ITERATIONS, READY, ENV_RESTARTS, SKIPPED_ROLLOUTS, SKIPPED_STEPS = range(7)
@@ -305,9 +305,9 @@ class HogwildRun:
     shell: RunShell
 
     def __init__(
-        self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, run_dir: Path, resume: bool,
-        cleanup: contextlib.ExitStack,
+        self, run: Prepared, run_dir: Path, resume: bool, cleanup: contextlib.ExitStack
     ):  # fmt: skip
+        cfg, spec, algo = run.cfg, run.spec, run.algo
         # The global network starts as the first worker would have: seeded like a single learner.
         self.holder = holder = sharing(algo.learner(worker_config(cfg, 0), spec))
         self.earlier_seconds, self.resumed_from, self.first_generation = 0.0, None, 0

@@ -37,7 +37,7 @@ from asyncrl.runtime.processes import (
 )
 from asyncrl.runtime.supervisor import Supervisor
 from asyncrl.runtime.transport import PolicyStore, SlotStore
-from asyncrl.settings import TrainConfig, marks_own, trains
+from asyncrl.settings import TrainConfig, trains
 
 
 def pack(value: Any) -> bytes:
@@ -52,12 +52,14 @@ def unpack(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
-def policy_learner(algo: Algorithm, cfg: TrainConfig, spec: Any, policy: int = 0) -> Any:
+def policy_learner(
+    algo: Algorithm, cfg: TrainConfig, spec: Any, policy: int, marks_own: bool
+) -> Any:
     """A population's policy ``policy``'s learner (``cfg``: that policy's settings), told what
-    its slots hold (under the random mapping every env's steps, its own marked ``own``) and
-    whether it is frozen (not in ``policies_to_train``)."""
+    its slots hold (``marks_own``: every row of its actors, its own steps marked ``own``, as
+    the run's preparation said) and whether it is frozen (not in ``policies_to_train``)."""
     learner = algo.learner(cfg, spec)
-    learner.marks_own = marks_own(cfg, spec)
+    learner.marks_own = marks_own
     learner.frozen = not trains(cfg, policy)
     return learner
 
@@ -157,6 +159,7 @@ def learner_main(
     replies: Connection,
     restore: str | None,
     hyperparameters: dict[str, float] | None,
+    marks_own: bool,
     parent: int,
 ) -> None:
     """Entry point of a learner process (see the module doc)."""
@@ -166,7 +169,7 @@ def learner_main(
     torch.set_num_threads(learner_threads(cfg))
     learner = None
     try:
-        learner = policy_learner(algo, cfg, spec, policy)
+        learner = policy_learner(algo, cfg, spec, policy, marks_own)
         resumed_from = None
         if restore is not None:
             from asyncrl.rundir import restore_learner
@@ -240,6 +243,7 @@ class RemoteLearner:
         store: PolicyStore,
         restore: Path | None,
         hyperparameters: dict[str, float] | None,
+        marks_own: bool,
     ):
         self.policy, self.cfg, self.store = policy, cfg, store
         self.children = ChildProcesses(ctx, "learner", cfg)
@@ -257,7 +261,7 @@ class RemoteLearner:
             args = (policy, cfg, spec, algo, slots, store, cmd_r, rep_w)
             restore_dir = str(restore) if restore is not None else None
             self.children.start(
-                learner_main, (*args, restore_dir, hyperparameters, os.getpid()), policy
+                learner_main, (*args, restore_dir, hyperparameters, marks_own, os.getpid()), policy
             )
         finally:
             cmd_r.close()

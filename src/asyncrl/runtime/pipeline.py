@@ -26,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from asyncrl.core import Algorithm
 from asyncrl.metrics import Throughput
 from asyncrl.rundir import save_config
 from asyncrl.runtime.backends import check_backend, make_backend
@@ -39,7 +38,7 @@ from asyncrl.runtime.processes import POLL
 from asyncrl.runtime.shell import RunShell
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.settings import Prepared, TrainConfig
 
 __all__ = ["Pipeline", "check_backend"]
 
@@ -249,11 +248,11 @@ class Pipeline:
     until the shell says stop."""
 
     def __init__(
-        self, cfg: TrainConfig, spec: Any, algo: Algorithm, run_dir: Path, resume: bool,
-        cleanup: contextlib.ExitStack,
+        self, run: Prepared, run_dir: Path, resume: bool, cleanup: contextlib.ExitStack
     ):  # fmt: skip
-        self.population = population = Population(cfg, spec, algo, run_dir, resume)
-        self.backend = make_backend(cfg, spec, algo, population.numel())
+        cfg = run.cfg
+        self.population = population = Population(run, run_dir, resume)
+        self.backend = make_backend(cfg, run.spec, run.algo, population.numel())
         cleanup.callback(self.backend.close)
         population.start(self.backend, cleanup)
         if resume:

@@ -1,7 +1,7 @@
 """The policies a run trains; one policy is a population of one.
 
 :class:`Population` holds each policy's learner handle -- in the driver's process, or in a
-process of its own (:func:`asyncrl.config.learners_in_processes`, decided there once) -- PBT
+process of its own (``Prepared.in_processes``, decided once with the settings) -- PBT
 (exploit and explore, pbt.jsonl), the leader, the checkpoints and the summary. The driver
 (:mod:`asyncrl.runtime.pipeline`) steps the learners and hands the population their rows.
 
@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from asyncrl.config import learners_in_processes
-from asyncrl.core import Algorithm, NonFiniteError
+from asyncrl.core import NonFiniteError
 from asyncrl.metrics import RowWindow, Throughput
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import (
@@ -41,7 +40,7 @@ from asyncrl.runtime.memory import MB, MemoryWatch, Process
 from asyncrl.runtime.pbt import PBT
 from asyncrl.runtime.pool import OpponentPool
 from asyncrl.runtime.shell import RunShell, run_figures
-from asyncrl.settings import TrainConfig, policy_configs, trains
+from asyncrl.settings import Prepared, TrainConfig, trains
 
 NONFINITE_COUNTS = ("nonfinite_skipped_rollouts", "nonfinite_skipped_steps")
 
@@ -51,10 +50,14 @@ class Population:
     learners started on it (:meth:`start`), then wrapped in the run's shell (:meth:`attach`).
     ``best`` is the leader, ranked by the driver after each round of rows (:meth:`rank`)."""
 
-    def __init__(self, cfg: TrainConfig, spec: Any, algo: Algorithm, run_dir: Path, resume: bool):
-        self.cfg, self.spec, self.algo, self.run_dir = cfg, spec, algo, run_dir
-        self.configs = policy_configs(cfg)
-        self.in_processes = learners_in_processes(cfg)
+    def __init__(self, run: Prepared, run_dir: Path, resume: bool):
+        cfg = run.cfg
+        self.cfg, self.spec, self.algo, self.run_dir = cfg, run.spec, run.algo, run_dir
+        self.configs, self.in_processes, self.marks_own = (
+            run.policies,
+            run.in_processes,
+            run.marks_own,
+        )
         self.files = policy_files(cfg, run_dir, resume)
         # a resume: the run's own checkpoint (actors, PBT, clock; a population's policies each
         # have their own)
@@ -105,10 +108,11 @@ class Population:
                 handle: Any = RemoteLearner(
                     mp.get_context("spawn"), p, pcfg, self.spec, self.algo,
                     backend.slot_stores[p], backend.stores[p], self.files.restore_dir(p), given,
+                    self.marks_own,
                 )  # fmt: skip
                 cleanup.callback(handle.close)
             else:
-                learner = policy_learner(self.algo, pcfg, self.spec, p)
+                learner = policy_learner(self.algo, pcfg, self.spec, p, self.marks_own)
                 cleanup.callback(learner.close)
                 self.files.restore(p, learner, self.state)
                 if given:

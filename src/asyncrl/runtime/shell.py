@@ -35,8 +35,8 @@ EXIT_CODES = {"budget": 0, "time_limit": 0, "callback": 0, "signal": 130, "abort
 
 class Learning(Protocol):
     """What a run's shell hosts (``trainer.hosted``): the actor-learner pipeline or Hogwild!
-    workers, made with the run's settings, spec, algorithm, directory, ``resume`` and the
-    cleanup that closes them, a resumed run's state loaded. :meth:`drive` trains until the
+    workers, made with the prepared run (``settings.Prepared``), its directory, ``resume``
+    and the cleanup that closes them, a resumed run's state loaded. :meth:`drive` trains until the
     shell says stop; the shell then ends the run with the rest."""
 
     resumed_from: Path | None  # the checkpoint a resumed run starts from

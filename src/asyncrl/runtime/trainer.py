@@ -20,7 +20,7 @@ from asyncrl.rundir import default_run_dir, run_dir_held, save_config, save_summ
 from asyncrl.runtime import hogwild, pipeline
 from asyncrl.runtime.lifecycle import Interrupted, StopSignals
 from asyncrl.runtime.shell import Callback, Learning, RunShell
-from asyncrl.runtime.transport import check_shared_memory, memory_line
+from asyncrl.runtime.transport import check_shared_memory, memory_line, run_layouts
 from asyncrl.settings import (
     Prepared,
     TrainConfig,
@@ -64,8 +64,10 @@ def prepare(cfg: TrainConfig) -> Prepared:
     before any process, segment or file exists: that the shared memory and the backend can
     hold the run. A setting that cannot work raises ConfigError here."""
     run = prepare_settings(cfg)
-    check_shared_memory(run.cfg, run.spec, run.algo)
-    run = dataclasses.replace(run, lines=[*run.lines, memory_line(run.cfg, run.spec, run.algo)])
+    layout, *policies = run_layouts(run)
+    check_shared_memory(run.cfg, policies)
+    line = memory_line(run.cfg, run.spec, run.algo, layout)
+    run = dataclasses.replace(run, lines=[*run.lines, line])
     if not run.cfg.hogwild:  # e.g. a Ray cluster too small: before --overwrite deletes anything
         pipeline.check_backend(run.cfg)
     return run
@@ -114,7 +116,7 @@ def hosted(
     the run as :mod:`asyncrl.runtime.lifecycle` says and returns its summary."""
     cfg, spec, algo = run.cfg, run.spec, run.algo
     with contextlib.ExitStack() as cleanup:  # every close runs, even if one raises
-        inside = learning(cfg, spec, algo, run_dir, resume, cleanup)
+        inside = learning(run, run_dir, resume, cleanup)
         shell = RunShell(
             cfg, spec, algo, run_dir, stop, resume, inside.env_steps(), inside.resumed_from,
             inside.earlier_seconds, callback,

@@ -29,7 +29,7 @@ import numpy as np
 if TYPE_CHECKING:  # the transport needs no env package at run time (light child imports)
     from asyncrl.core import Algorithm, SlotField
     from asyncrl.envs import EnvSpec
-    from asyncrl.settings import TrainConfig
+    from asyncrl.settings import Prepared, TrainConfig
 
 SHM_PREFIX = "asyncrl_"
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared-memory segments (a tmpfs)
@@ -99,9 +99,21 @@ def rollout_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> SlotLayo
     envs it acts on, and under the random mapping every env with its own steps marked."""
     from asyncrl.settings import marks_own
 
+    return slot_layout(cfg, spec, algo, marks_own(cfg, spec))
+
+
+def run_layouts(run: Prepared) -> list[SlotLayout]:
+    """The slot layouts of a prepared run: the run's own (what the start-up line reports),
+    then each policy's (one policy: the run's again)."""
+    return [slot_layout(c, run.spec, run.algo, run.marks_own) for c in (run.cfg, *run.policies)]
+
+
+def slot_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, own: bool) -> SlotLayout:
+    """:func:`rollout_layout` with ``own`` (``settings.marks_own``) given: every row of the
+    actor in the slot, the steps this policy acted marked."""
     T, K = cfg.rollout, cfg.envs_per_actor
     extra = algo.slot_fields(spec, T, K, cfg)
-    if marks_own(cfg, spec):
+    if own:
         extra = (*extra, ("own", (T, K), "bool"))  # the steps this policy acted
     if spec.agents > 1:  # the actor's restarts: a seat's transition spans slots of one actor
         extra = (*extra, ("generation", (1,), "int64"))
@@ -117,14 +129,15 @@ def population_layouts(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> list
     return [rollout_layout(c, spec, algo) for c in policy_configs(cfg)]
 
 
-def memory_line(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> str:
+def memory_line(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, layout: SlotLayout) -> str:
     """The start-up line on what observations cost: their dtype and bytes, the rollout slots'
-    bytes per sample, and the algorithm's own (a replay buffer's size)."""
+    bytes per sample (``layout``: the run's), and the algorithm's own (a replay buffer's
+    size)."""
     dtype = np.dtype(spec.obs_dtype)
     obs = int(np.prod(spec.obs_shape)) * dtype.itemsize
     line = (
         f"asyncrl: observations {dtype.name} {tuple(spec.obs_shape)}, {obs:,} B each; rollout "
-        f"slots {rollout_layout(cfg, spec, algo).bytes_per_sample():,.0f} B per sample"
+        f"slots {layout.bytes_per_sample():,.0f} B per sample"
     )
     note = algo.memory_note(cfg, spec)
     return line + (f"; {note}" if note else "")
@@ -139,11 +152,12 @@ def shm_free(path: str = SHM_DIR) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def check_shared_memory(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> None:
+def check_shared_memory(cfg: TrainConfig, layouts: list[SlotLayout]) -> None:
     """Refuse, before any process starts, a process-backend run whose rollout slots do not fit
     in the free space of /dev/shm (Docker gives a container 64 MB): its segments are sparse, so
     they are made without complaint and an actor writing one dies of SIGBUS, again and again
-    until the restarts run out. Removes the segments killed runs left there first."""
+    until the restarts run out. Removes the segments killed runs left there first.
+    ``layouts``: each policy's slot layout."""
     if cfg.backend != "process" and not cfg.hogwild:
         return  # no shared memory
     remove_stale_segments()  # they hold space, and no one else removes them
@@ -151,7 +165,7 @@ def check_shared_memory(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> Non
         return  # its slots are plain memory; its shared segments are small
     free = shm_free()
     page = os.sysconf("SC_PAGE_SIZE")
-    pages = sum(-(-layout.offsets()[1] // page) for layout in population_layouts(cfg, spec, algo))
+    pages = sum(-(-layout.offsets()[1] // page) for layout in layouts)
     need = cfg.actors * cfg.slots_per_actor * pages * page  # a tmpfs counts pages
     if free is not None and need > free:
         from asyncrl.config import ConfigError

@@ -1,38 +1,38 @@
-"""Where actors run. ``make_backend`` is the one place a backend is chosen by name."""
+"""Where actors run. :data:`BACKENDS` is the one place a backend is chosen by name: each entry
+is a module of its own whose class takes the run's settings, env spec, algorithm and policy
+size; a backend's module is imported only when a run chooses it (Ray's is large)."""
 
 from __future__ import annotations
+
+import importlib
 
 from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import Backend
 from asyncrl.settings import TrainConfig
 
+BACKENDS = {
+    "inline": "asyncrl.runtime.backends.inline:InlineBackend",
+    "thread": "asyncrl.runtime.backends.thread:ThreadBackend",
+    "process": "asyncrl.runtime.backends.process:ProcessBackend",
+    "ray": "asyncrl.runtime.backends.ray:RayBackend",
+}
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The backend registered as ``name`` (settings have checked that it is one)."""
+    module, _, cls = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
 
 def make_backend(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int) -> Backend:
     """The backend ``cfg.backend`` names, owning its slots and policy store for a policy of
     ``numel`` float32 parameters."""
-    if cfg.backend == "inline":
-        from asyncrl.runtime.backends.inline import InlineBackend
-
-        return InlineBackend(cfg, spec, algo, numel)
-    if cfg.backend == "thread":
-        from asyncrl.runtime.backends.thread import ThreadBackend
-
-        return ThreadBackend(cfg, spec, algo, numel)
-    if cfg.backend == "ray":
-        from asyncrl.runtime.backends.ray import RayBackend
-
-        return RayBackend(cfg, spec, algo, numel)
-    from asyncrl.runtime.backends.process import ProcessBackend
-
-    return ProcessBackend(cfg, spec, algo, numel)
+    return backend_class(cfg.backend)(cfg, spec, algo, numel)
 
 
 def check_backend(cfg: TrainConfig) -> None:
     """What only the backend can check (a Ray cluster's size), as a ConfigError: called before
     the run directory is claimed, so a setting that cannot work never costs the run that
     ``--overwrite`` would delete."""
-    if cfg.backend == "ray" and not cfg.hogwild:
-        from asyncrl.runtime.backends.ray import check_cluster
-
-        check_cluster(cfg)
+    backend_class(cfg.backend).check_settings(cfg)

@@ -63,6 +63,10 @@ class Backend(Protocol):
     def close(self) -> None:
         """Stop the actors and free every resource; safe to call twice and on error paths."""
 
+    @classmethod
+    def check_settings(cls, cfg: TrainConfig) -> None:
+        """What only the backend can check (a Ray cluster's size), before anything starts."""
+
     def actor_state(self) -> dict:
         """What a checkpoint keeps of the actors, taken between iterations: their generations
         (so a resumed run's envs take seeds no earlier actor had), and where the actors are
@@ -82,6 +86,10 @@ class OwnedTransport:
     ``restarts`` (a :class:`Restarts`)."""
 
     restarts: Restarts
+
+    @classmethod
+    def check_settings(cls, cfg: TrainConfig) -> None:
+        """What only this backend can check before the run starts (ConfigError): nothing here."""
 
     def _own_transport(
         self,

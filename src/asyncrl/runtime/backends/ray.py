@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from asyncrl.config import ConfigError, learners_in_processes
+from asyncrl.config import ConfigError
 from asyncrl.core import Algorithm
 from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBooks
 from asyncrl.runtime.faults import ActorError, actor_label, is_env_error
 from asyncrl.runtime.supervisor import Pauses, Supervisor
 from asyncrl.runtime.transport import Slot, population_layouts
-from asyncrl.settings import TrainConfig
+from asyncrl.settings import TrainConfig, learners_in_processes
 
 POLL = 0.2  # seconds between looks at the calls in flight when none completes
 # an actor Ray has not started this long after it was asked to (no node with the CPUs it needs:
@@ -190,6 +190,10 @@ def check_cluster(cfg: TrainConfig) -> None:
 
 
 class RayBackend(OwnedTransport):
+    @classmethod
+    def check_settings(cls, cfg: TrainConfig) -> None:
+        check_cluster(cfg)
+
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int):
         import ray
 
