@@ -224,3 +224,13 @@ def test_python_dash_m_asyncrl_is_the_command_line(tmp_path):
     assert out.returncode == 2 and len(err.splitlines()) == 1, (out.returncode, err[-2000:])
     assert err.startswith("asyncrl: error: envs_per_actor"), err
     assert not (tmp_path / "r").exists()
+
+
+def test_every_backend_the_settings_allow_is_registered_and_no_other():
+    """--backend's choices and the backends' registry name the same backends, each a class."""
+    from asyncrl.config import BACKENDS as CHOICES
+    from asyncrl.runtime.backends import BACKENDS, backend_class
+
+    assert sorted(BACKENDS) == sorted(CHOICES)
+    for name in CHOICES:
+        assert callable(backend_class(name).check_settings), name
