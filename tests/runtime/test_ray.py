@@ -158,6 +158,26 @@ def test_a_population_trains_its_learner_processes_on_ray_actors(cluster, tmp_pa
     assert len(seen["backend"].learner_pids()) == 2
 
 
+@pytest.mark.parametrize("mapping", ["fixed", "function"])
+def test_a_games_agents_map_to_their_policies_on_ray_actors(
+    cluster, tmp_path, monkeypatch, mapping
+):
+    """A two-agent game on the cluster's actors, two policies: the per-agent mapping (seat i
+    plays policy i) and a user's function (the reverse, pickled to the nodes) give each
+    learner its own agent's samples only, as on the other backends (tests/test_agent_mapping)."""
+    import asyncrl
+    from test_agent_mapping import GAME, RUN, _record_tags, right_first
+
+    seen = _record_tags(monkeypatch)
+    given = {"policy_mapping": right_first} if mapping == "function" else {}
+    result = asyncrl.train(
+        GAME, backend="ray", mode="async", run_dir=str(tmp_path / "run"), **RUN, **given
+    )
+    assert seen == ({0: {2.0}, 1: {1.0}} if given else {0: {1.0}, 1: {2.0}})
+    assert result.summary["env_steps"] >= RUN["total_steps"]
+    assert result.summary["policy_mapping"] == mapping and result.summary["actor_restarts"] == 0
+
+
 @pytest.mark.slow
 def test_async_ppo_solves_cartpole_with_actors_on_two_nodes(cluster, tmp_path):
     """Async only: sync on Ray is the inline computation bit for bit (the test below), so its
