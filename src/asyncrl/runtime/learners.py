@@ -55,7 +55,9 @@ def unpack(data: bytes) -> Any:
 def policy_learner(algo: Algorithm, cfg: TrainConfig, spec: Any, policy: int = 0) -> Any:
     """A population's policy ``policy``'s learner (``cfg``: that policy's settings), told what
     its slots hold (under the random mapping every env's steps, its own marked ``own``) and
-    whether it is frozen (not in ``policies_to_train``)."""
+    whether it is frozen (not in ``policies_to_train``). ``spec``: the run's, whose
+    ``for_policy`` gives the policy's own spaces."""
+    spec = spec.for_policy(policy)
     learner = algo.learner(cfg, spec)
     learner.marks_own = marks_own(cfg, spec)
     learner.frozen = not trains(cfg, policy)

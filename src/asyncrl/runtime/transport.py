@@ -111,10 +111,10 @@ def rollout_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> SlotLayo
 
 
 def population_layouts(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> list[SlotLayout]:
-    """The slot layout of each policy of the run (one: the run's)."""
+    """The slot layout of each policy of the run (one: the run's), for its own spaces."""
     from asyncrl.settings import policy_configs
 
-    return [rollout_layout(c, spec, algo) for c in policy_configs(cfg)]
+    return [rollout_layout(c, spec.for_policy(p), algo) for p, c in enumerate(policy_configs(cfg))]
 
 
 def memory_line(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> str:

@@ -8,9 +8,9 @@ from asyncrl.runtime.backends.base import Backend
 from asyncrl.settings import TrainConfig
 
 
-def make_backend(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int) -> Backend:
-    """The backend ``cfg.backend`` names, owning its slots and policy store for a policy of
-    ``numel`` float32 parameters."""
+def make_backend(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: list[int]) -> Backend:
+    """The backend ``cfg.backend`` names, owning its slots and policy stores for policies of
+    ``numel`` float32 parameters (one count per policy)."""
     if cfg.backend == "inline":
         from asyncrl.runtime.backends.inline import InlineBackend
 
