@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import asyncrl
+from asyncrl.config import ConfigError
 from asyncrl.envs import check_env, make_vector_env
 from asyncrl.runtime.faults import ActorError
 from test_agent_mapping import RUN, _record_tags, _refused, _resumed_as_unbroken
@@ -74,10 +75,13 @@ def test_two_policies_of_different_spaces_train_each_on_its_own_agents_samples(
     steps = [p["env_steps"] for p in result.summary["population"]]
     assert steps[0] == steps[1] and sum(steps) == result.summary["env_steps"] >= 1536
     assert result.summary["actor_restarts"] == 0
-    if mapping == "fixed":  # a function's answers are not saved: see the refusals
-        small, big = asyncrl.load(run_dir, policy=0), asyncrl.load(run_dir, policy=1)
-        assert small.act(np.array([1.0, 0.0])) in (0, 1)
-        assert big.act(np.array([2.0, 1.0, 0.5, 1, 1, 0])) in (0, 1)  # action 2 masked
+    if mapping != "fixed":  # a function's answers are not saved: its policies' spaces neither
+        with pytest.raises(ConfigError, match="^policy_mapping: the agents of .* by a function"):
+            asyncrl.load(run_dir, policy=0)
+        return
+    small, big = asyncrl.load(run_dir, policy=0), asyncrl.load(run_dir, policy=1)
+    assert small.act(np.array([1.0, 0.0])) in (0, 1)
+    assert big.act(np.array([2.0, 1.0, 0.5, 1, 1, 0])) in (0, 1)  # action 2 masked
 
 
 def test_a_mapping_that_gives_one_policy_agents_of_different_spaces_is_refused(tmp_path):
@@ -95,6 +99,8 @@ def test_a_mapping_that_gives_one_policy_agents_of_different_spaces_is_refused(t
     msg = _refused(tmp_path, env=GAME, backend="inline", policies=1, opponents="pool")
     assert msg.startswith("opponents: the agents of pettingzoo:spaces_game have different")
     assert _refused(tmp_path, env=GAME, backend="inline", pbt=True).startswith("pbt: the agents")
+    msg = _refused(tmp_path, env=GAME, backend="inline", algo="dqn", policies=1)
+    assert msg.startswith("algo: dqn trains one policy") and msg.endswith("(use --algo ppo)")
 
 
 def test_a_function_that_later_gives_a_policy_an_agent_of_other_spaces_ends_the_run(tmp_path):
