@@ -46,3 +46,12 @@ class Game(tagged_game.Game):
 
 def parallel_env():
     return Game()
+
+
+def env():
+    """The game as an AEC env too (PettingZoo's conversion), as a turn-based game offers one:
+    asyncrl trains ``parallel_env()``, and would play a policy against an opponent in this one
+    if its players shared their spaces."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    return parallel_to_aec(Game())

@@ -12,6 +12,7 @@ import pytest
 import asyncrl
 from asyncrl.config import ConfigError
 from asyncrl.envs import check_env, make_vector_env
+from asyncrl.envs.pettingzoo import play_vs, plays_games
 from asyncrl.runtime.faults import ActorError
 from test_agent_mapping import RUN, _record_tags, _refused, _resumed_as_unbroken
 
@@ -101,6 +102,14 @@ def test_a_mapping_that_gives_one_policy_agents_of_different_spaces_is_refused(t
     assert _refused(tmp_path, env=GAME, backend="inline", pbt=True).startswith("pbt: the agents")
     msg = _refused(tmp_path, env=GAME, backend="inline", algo="dqn", policies=1)
     assert msg.startswith("algo: dqn trains one policy") and msg.endswith("(use --algo ppo)")
+
+
+def test_a_game_whose_players_differ_in_spaces_is_not_played_against_an_opponent():
+    """A policy plays either seat of a game against an opponent: not where their spaces
+    differ (the run's summary plays no games; play_vs refuses in one line)."""
+    assert not plays_games(GAME)
+    with pytest.raises(ConfigError, match="^env: the players of pettingzoo:spaces_game have"):
+        play_vs(GAME, lambda row: 0, "random", games=2)
 
 
 def test_a_function_that_later_gives_a_policy_an_agent_of_other_spaces_ends_the_run(tmp_path):

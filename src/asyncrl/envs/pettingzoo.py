@@ -543,9 +543,13 @@ def check_opponent(env_id: str, opponent: str, pool: bool = True) -> None:
 
 def plays_games(env_id: str) -> bool:
     """Whether a run's policy can be played against an opponent (:func:`play_vs`): a
-    two-player turn-based game with action masks; a parallel env has no such games."""
+    two-player turn-based game with action masks, whose players share their spaces (the policy
+    plays either seat); a parallel env has no such games."""
     module = _module(env_id)
-    if not hasattr(module, "env") or not seat_spaces(env_id)[3]:
+    if not hasattr(module, "env"):
+        return False
+    _, _, _, masked, seats = seat_spaces(env_id)
+    if not masked or seats:
         return False
     return len(module.env().possible_agents) == 2
 
@@ -571,7 +575,12 @@ def play_vs(
     module = _module(env_id)
     if not hasattr(module, "env"):
         raise ConfigError(f"env: {env_id} has no turn-based env(); allowed: a two-player AEC game")
-    _, _, act, masked, _ = seat_spaces(env_id)
+    _, _, act, masked, seats = seat_spaces(env_id)
+    if seats:
+        raise ConfigError(
+            f"env: the players of {env_id} have different spaces, and a policy plays either "
+            "seat against an opponent; allowed: a game whose players share their spaces"
+        )
     n = int(act.n)
     if not masked:
         raise ConfigError(f"env: {env_id} has no action mask; playing it against random needs one")
