@@ -14,7 +14,7 @@ from asyncrl.config import ConfigError
 from asyncrl.envs.atari import ATARI_STACK
 from asyncrl.envs.envpool import envpool_task
 from asyncrl.envs.make import make_env
-from asyncrl.envs.pettingzoo import is_pettingzoo, seat_spaces
+from asyncrl.envs.pettingzoo import SeatSpace, is_pettingzoo, seat_spaces
 from asyncrl.envs.registry import PIXELS, is_atari, registered_family, resolve_id
 
 
@@ -42,7 +42,7 @@ class EnvSpec:
     action_mask: bool = False
     # a multi-agent env whose agents' spaces differ: each seat's own (envs.pettingzoo.SeatSpace),
     # every row as wide as the widest, the spec's actions the most; () where every seat has these
-    seats: tuple = ()
+    seats: tuple[SeatSpace, ...] = ()
     # each policy's spec where they differ (the mapping gives each its agents' spaces:
     # envs.pettingzoo.with_policy_specs); () where every policy has this one
     policies: tuple[EnvSpec, ...] = ()
