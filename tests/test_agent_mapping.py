@@ -39,18 +39,23 @@ def swap_every_game(agent: str, episode: int) -> int:
     return (episode + (agent == "right")) % 2
 
 
-def _record_tags(monkeypatch) -> dict[int, set[float]]:
-    """Per policy, the tags of the samples its learner trains on: the observations of the
-    steps its slots mark as its own (taken where the training loop hands a batch over, in this
-    process or to a learner process)."""
-    seen: dict[int, set[float]] = {0: set(), 1: set()}
+def _tags(slot) -> set:
+    """The tags of a slot's samples: the observations of the steps it marks as its own."""
+    return {float(t) for t in np.unique(slot.obs[:-1][slot.own][:, 0])}
+
+
+def _record_tags(monkeypatch, what=_tags) -> dict[int, set]:
+    """Per policy, ``what`` (a slot to a set) of each slot its learner trains on, by default
+    the tags of its samples (taken where the training loop hands a batch over, in this process
+    or to a learner process)."""
+    seen: dict[int, set] = {0: set(), 1: set()}
     for cls in (learners.LocalLearner, learners.RemoteLearner):
         original = cls.train
 
         def train_(self, batch, original=original):
             policy = self.policy if self.remote else self.learner.cfg.seed - RUN["seed"]
             for s in batch:
-                seen[policy] |= {float(t) for t in np.unique(s.obs[:-1][s.own][:, 0])}
+                seen[policy] |= what(s)
             return original(self, batch)
 
         monkeypatch.setattr(cls, "train", train_)
@@ -100,13 +105,19 @@ def test_a_per_agent_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(tm
     """Inline, sync, connect four with --policies 2: S steps, then --resume to 2S, against 2S at
     once; the run's checkpoint (actors: games in progress, the mapping) and every policy's
     (learner) are identical."""
-    S = 768
-    run = dict(RUN, backend="inline", mode="sync", lr_schedule="constant")
-    asyncrl.train(C4, **dict(run, total_steps=2 * S), run_dir=str(tmp_path / "whole"))
-    asyncrl.train(C4, **dict(run, total_steps=S), run_dir=str(tmp_path / "halves"))
+    a = _resumed_as_unbroken(tmp_path, C4, lr_schedule="constant")
+    assert "agent_policy" in a["actors"]["actors"][0]  # the mapping's state
+
+
+def _resumed_as_unbroken(tmp_path, env: str, S: int = 768, **settings) -> dict:
+    """``env`` with --policies 2, inline, sync: S steps, then --resume to 2S, against 2S at
+    once; asserts the run's checkpoints (actors) and every policy's (learner) identical, and
+    returns the unbroken run's."""
+    run = dict(RUN, backend="inline", mode="sync", **settings)
+    asyncrl.train(env, **dict(run, total_steps=2 * S), run_dir=str(tmp_path / "whole"))
+    asyncrl.train(env, **dict(run, total_steps=S), run_dir=str(tmp_path / "halves"))
     asyncrl.train(resume=tmp_path / "halves", total_steps=2 * S)
     a, b = load_checkpoint(tmp_path / "whole"), load_checkpoint(tmp_path / "halves")
-    assert "agent_policy" in a["actors"]["actors"][0]  # the mapping's state
     assert _differences(a["actors"], b["actors"]) == []
     for p in range(2):
         x = load_checkpoint(policy_dir(tmp_path / "whole", p))["learner"]
@@ -114,6 +125,7 @@ def test_a_per_agent_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(tm
         x.pop("schedule", None), y.pop("schedule", None)
         assert x["counters"]["env_steps"] > S // 2
         assert _differences(x, y) == [], p
+    return a
 
 
 @pytest.mark.parametrize(

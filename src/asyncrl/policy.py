@@ -449,6 +449,10 @@ def load(
         state = load_checkpoint(policy_dir(run_dir, policy))
     else:
         state = load_checkpoint(run_dir)
+    if spec.seats:  # agents of different spaces: the policy's own
+        from asyncrl.envs.pettingzoo import saved_policy_spec
+
+        spec = saved_policy_spec(cfg, spec, index or 0)
     if index is not None:
         cfg = policy_config(cfg, index)
     algo = plugin(cfg)  # the saved run's

@@ -487,7 +487,7 @@ def env_spec(cfg: TrainConfig, algo: Algorithm | None = None) -> EnvSpec:
                 f"which {cfg.algo}'s replay cannot split; it trains one policy on {cfg.env} "
                 "(allowed: 1)"
             )
-        check_seats(cfg, spec)
+        spec = check_seats(cfg, spec)  # each policy's spaces too, where the agents' differ
     if cfg.opponents == "pool":
         _check_pool(cfg, spec)
     return spec

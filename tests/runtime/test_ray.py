@@ -29,6 +29,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from asyncrl.rundir import load_checkpoint, policy_dir  # noqa: E402
 from asyncrl.runtime.faults import ActorError  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
 from asyncrl.settings import TrainConfig  # noqa: E402
@@ -176,6 +177,28 @@ def test_a_games_agents_map_to_their_policies_on_ray_actors(
     assert seen == ({0: {2.0}, 1: {1.0}} if given else {0: {1.0}, 1: {2.0}})
     assert result.summary["env_steps"] >= RUN["total_steps"]
     assert result.summary["policy_mapping"] == mapping and result.summary["actor_restarts"] == 0
+
+
+def test_policies_of_different_spaces_train_on_ray_exactly_as_inline(cluster, tmp_path):
+    """tests/spaces_game.py's agents (observation widths 2 and 6, 2 and 3 actions), a policy
+    each, sync mode: every policy ends with the parameters of the inline run's."""
+    pytest.importorskip("pettingzoo")
+    for backend in ("inline", "ray"):
+        cfg = _cfg(
+            tmp_path / backend, backend=backend, env="pettingzoo:spaces_game", policies=2,
+            mode="sync", actors=2, envs_per_actor=4, rollout=16, minibatch_size=32, epochs=1,
+            total_steps=1536,
+        )  # fmt: skip
+        assert train(cfg)["actor_restarts"] == 0
+    for p in range(2):
+        inline, on_ray = (
+            load_checkpoint(policy_dir(tmp_path / b / "run", p))["policy"]
+            for b in ("inline", "ray")
+        )
+        # each policy's own observation width and action count
+        assert (inline["obs_norm.mean"].numel(), len(inline["pi.4.bias"])) == ((2, 2), (6, 3))[p]
+        for key, ref in inline.items():
+            assert torch.equal(on_ray[key], ref), (p, key)
 
 
 @pytest.mark.slow

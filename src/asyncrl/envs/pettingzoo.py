@@ -2,7 +2,9 @@
 
 A row is one (env, agent) seat. The actor steps its K rows as one vector env
 (:class:`SeatVectorEnv`): K / N games of N agents each, every seat's observation flattened with
-its action mask appended (the policy masks its logits with it). ``active`` says which seats act
+its action mask appended (the policy masks its logits with it). Agents of different spaces
+each have policies of their own spaces (:func:`with_policy_specs`), which read the first
+columns of their rows. ``active`` says which seats act
 at the coming step (the agent to move in a turn-based game; the live agents of a parallel one):
 the others contribute no samples, but their rewards and episode ends are reported (a loss comes
 at the opponent's move). A seat's episode ends where its agent's does; a new game resets all its
@@ -11,11 +13,12 @@ agents. Turn-based (AEC) games run through PettingZoo's own ``turn_based_aec_to_
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pickle
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -85,34 +88,61 @@ def _parts(space: gym.Space) -> tuple[gym.spaces.Box, bool]:
     )
 
 
-def seat_spaces(env_id: str) -> tuple[int, gym.spaces.Box, gym.spaces.Discrete, bool]:
-    """Agents per env, and the flat observation, action space and masking every seat shares:
-    a ConfigError naming ``env`` where asyncrl cannot train the agents' spaces."""
+class SeatSpace(NamedTuple):
+    """One agent's spaces as a policy reads them: its flat observation's width (the action
+    mask appended), its number of actions, and whether a mask comes with its observations."""
+
+    width: int
+    n_actions: int
+    masked: bool
+
+
+def agent_spaces(env_id: str) -> tuple[list[str], list[SeatSpace], int]:
+    """The agents of a game of ``env_id`` (seat order), each one's spaces, and their first
+    action: a ConfigError naming ``env`` where asyncrl cannot train an agent's spaces."""
     par = make_parallel(env_id)
     try:
-        agents = list(par.possible_agents)
-        obs_spaces = [par.observation_space(a) for a in agents]
-        act_spaces = [par.action_space(a) for a in agents]
+        names = list(par.possible_agents)
+        obs_spaces = [par.observation_space(a) for a in names]
+        act_spaces = [par.action_space(a) for a in names]
     finally:
         par.close()
-    if any(s != obs_spaces[0] for s in obs_spaces) or any(s != act_spaces[0] for s in act_spaces):
+    seats = []
+    for name, obs, act in zip(names, obs_spaces, act_spaces, strict=True):
+        if not isinstance(act, gym.spaces.Discrete):
+            raise ConfigError(f"env: {env_id}'s agent {name!r} acts in {act}; allowed: Discrete")
+        inner, masked = _parts(obs)
+        n = int(act.n)
+        seats.append(SeatSpace(int(np.prod(inner.shape)) + (n if masked else 0), n, masked))
+    starts = sorted({int(a.start) for a in act_spaces})
+    if len(starts) > 1:
         raise ConfigError(
-            f"env: the agents of {env_id} have different spaces; allowed: agents that share "
-            "one observation and one action space (all agents are one policy)"
+            f"env: the agents of {env_id} number their actions from {starts}; allowed: one "
+            "first action for every agent"
         )
-    act = act_spaces[0]
-    if not isinstance(act, gym.spaces.Discrete):
-        raise ConfigError(f"env: {env_id}'s agents act in {act}; allowed: Discrete actions")
-    inner, masked = _parts(obs_spaces[0])
-    n = int(act.n)
-    dim = int(np.prod(inner.shape)) + (n if masked else 0)
-    box = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
-    return len(agents), box, act, masked
+    return names, seats, starts[0]
 
 
-def check_seats(cfg: Settings, spec: Any) -> None:
+def seat_spaces(
+    env_id: str,
+) -> tuple[int, gym.spaces.Box, gym.spaces.Discrete, bool, tuple[SeatSpace, ...]]:
+    """Agents per env; the flat observation of a seat's row, the action space and the masking,
+    every seat's; and, where the agents' spaces differ, each seat's own (:class:`SeatSpace`),
+    else (). Rows of different seats are as wide as the widest agent's observation (a
+    narrower one is padded with zeros after its own); the action space is then the largest,
+    masked if any agent's is: the env's, never a policy's (see :func:`with_policy_specs`)."""
+    names, seats, start = agent_spaces(env_id)
+    differ = any(s != seats[0] for s in seats)
+    width, n = max(s.width for s in seats), max(s.n_actions for s in seats)
+    box = gym.spaces.Box(-np.inf, np.inf, (width,), np.float32)
+    act = gym.spaces.Discrete(n, start=start)
+    return len(names), box, act, any(s.masked for s in seats), tuple(seats) if differ else ()
+
+
+def check_seats(cfg: Settings, spec: Any) -> Any:
     """What a run on a multi-agent env cannot use yet, refused in one line naming the setting
-    (before anything starts)."""
+    (before anything starts); returns ``spec`` with each policy's own where the agents' spaces
+    differ (:func:`with_policy_specs`)."""
     population = cfg.policies > 1
     refusals = (
         (
@@ -147,6 +177,111 @@ def check_seats(cfg: Settings, spec: Any) -> None:
             )
     if callable(cfg.policy_mapping):
         check_mapping_function(cfg.policy_mapping, spec.env_id, cfg.policies, cfg.backend)
+    return with_policy_specs(cfg, spec)
+
+
+def describe(seat: SeatSpace) -> str:
+    """A seat's spaces in a few words, as a refusal names them."""
+    mask = " masked" if seat.masked else ""
+    return f"observation width {seat.width}, {seat.n_actions}{mask} actions"
+
+
+def seat_space(spec: Any) -> SeatSpace:
+    """The spaces a policy's spec (an EnvSpec) gives it, as a seat's are described."""
+    return SeatSpace(spec.obs_dim, spec.n_actions, spec.action_mask)
+
+
+def with_policy_specs(cfg: Settings, spec: Any) -> Any:
+    """``spec`` (an EnvSpec of a multi-agent env) with each policy's own, where its agents'
+    spaces differ (``spec.seats``): a policy's spaces are those of the agents the mapping gives
+    it -- per agent, seat i's for policy i mod P; a user's function, its answers at episode 0.
+    Refused in one line naming the setting: a policy given agents of different spaces (or
+    none), and what needs every policy to have the same spaces (one policy, the random
+    mapping, a pool of snapshots, PBT's copies)."""
+    if not spec.seats:
+        return spec
+    names = agent_ids(spec.env_id)
+    kinds = "; ".join(f"{a!r}: {describe(s)}" for a, s in zip(names, spec.seats, strict=True))
+    refusals = (
+        (cfg.opponents == "self", "opponents", "a pool of the learner's snapshots", "self"),
+        (cfg.policies > 1, "policies", "one policy", f"--policies {spec.agents} (one per agent)"),
+        (not cfg.pbt, "pbt", "policies PBT copies into one another", "off"),
+    )
+    for ok, name, who, allowed in refusals:
+        if not ok:
+            raise ConfigError(
+                f"{name}: the agents of {spec.env_id} have different spaces ({kinds}), which "
+                f"{who} cannot play; allowed: {allowed} (got {getattr(cfg, name)})"
+            )
+    kind = cfg.policy_mapping  # more than one policy: the run's own (settings.acting_mapping)
+    if kind == "random":
+        raise ConfigError(
+            f"policy_mapping: random draws any policy for any agent, and the agents of "
+            f"{spec.env_id} have different spaces ({kinds}); allowed: fixed or a function"
+        )
+    choose = per_agent(names, cfg.policies) if kind == "fixed" else kind
+    name = "policies" if kind == "fixed" else "policy_mapping"
+    played: dict[int, list[int]] = {p: [] for p in range(cfg.policies)}
+    for i, agent in enumerate(names):
+        played[policy_index(choose(agent, 0), agent, 0, cfg.policies)].append(i)
+    specs = []
+    for p, seats in played.items():
+        if not seats:
+            raise ConfigError(
+                f"{name}: policy {p} plays no agent of {spec.env_id} at episode 0, so it has no "
+                f"spaces (the agents' differ: {kinds}); allowed: a mapping that gives every "
+                "policy an agent"
+            )
+        odd = [i for i in seats if spec.seats[i] != spec.seats[seats[0]]]
+        if odd:
+            raise ConfigError(
+                f"{name}: policy {p} would play agents {names[seats[0]]!r} "
+                f"({describe(spec.seats[seats[0]])}) and {names[odd[0]]!r} "
+                f"({describe(spec.seats[odd[0]])}), whose spaces differ; allowed: a mapping "
+                f"that gives a policy agents of one space (--policies {spec.agents}: one each)"
+            )
+        own = spec.seats[seats[0]]
+        specs.append(
+            dataclasses.replace(
+                spec,
+                obs_shape=(own.width,),
+                n_actions=own.n_actions,
+                action_mask=own.masked,
+                seats=(),
+            )
+        )
+    return dataclasses.replace(spec, policies=tuple(specs))
+
+
+def saved_policy_spec(cfg: Settings, spec: Any, policy: int) -> Any:
+    """Policy ``policy``'s spec in a saved run of ``spec``'s env, whose agents' spaces differ:
+    the fixed mapping's (:func:`with_policy_specs`); a function's answers are not saved."""
+    if cfg.policy_mapping != "fixed":
+        raise ConfigError(
+            f"policy_mapping: the agents of {spec.env_id} have different spaces and this run "
+            "mapped them by a function, whose answers its config does not hold; loading its "
+            "policies needs the fixed mapping (--policies with one policy per agent)"
+        )
+    return with_policy_specs(cfg, spec).for_policy(policy)
+
+
+def check_plays(spec: Any, seat: int, agent: str, policy: int, episode: int) -> None:
+    """A ConfigError naming ``policy_mapping`` where policy ``policy`` cannot play ``agent``
+    (in seat ``seat``) at ``episode``: the run's policies have their own spaces (a mapping
+    function's answer at episode 0 gave them) and the agent's are not that policy's."""
+    if spec.policies and spec.seats[seat] != seat_space(spec.policies[policy]):
+        raise ConfigError(
+            f"policy_mapping: the function gave agent {agent!r} ({describe(spec.seats[seat])}) "
+            f"policy {policy} at episode {episode}, whose spaces are "
+            f"{describe(seat_space(spec.policies[policy]))}; allowed: a policy of the agent's "
+            "spaces"
+        )
+
+
+def per_agent(names: list[str], policies: int) -> Callable[[str, int], int]:
+    """The fixed mapping of a game's agents: the agent in seat i to policy i mod P."""
+    seat = {name: i for i, name in enumerate(names)}
+    return lambda name, episode: seat[name] % policies
 
 
 def agent_ids(env_id: str) -> list[str]:
@@ -221,7 +356,11 @@ class SeatVectorEnv:
     observation in ``info["final_obs"]``; a game whose agents are all done starts anew."""
 
     def __init__(self, env_id: str, rows: int):
-        self.agents, box, act, self.masked = seat_spaces(env_id)
+        self.agents, box, act, masked, seats = seat_spaces(env_id)
+        self.masked = masked  # any seat's
+        # each seat's own: where the agents' spaces differ, a row holds its agent's flat
+        # observation first and zeros after (rows are as wide as the widest agent's)
+        self.seat_masked = [s.masked for s in seats] if seats else [masked] * self.agents
         self.n_actions = int(act.n)
         self.action_start = int(act.start)
         if rows % self.agents:
@@ -246,7 +385,8 @@ class SeatVectorEnv:
         seats = slice(g * self.agents, (g + 1) * self.agents)
         self.done[seats] = False
         for agent, o in obs.items():
-            self.obs[self._row(g, agent)] = flat_obs(o, self.masked)
+            flat = flat_obs(o, self.seat_masked[self.seat[agent]])
+            self.obs[self._row(g, agent), : flat.size] = flat
         self._set_active(g)
 
     def _set_active(self, g: int) -> None:
@@ -280,7 +420,8 @@ class SeatVectorEnv:
                 if self.done[r]:
                     continue
                 if agent in obs:
-                    self.obs[r] = final[r] = flat_obs(obs[agent], self.masked)
+                    flat = flat_obs(obs[agent], self.seat_masked[self.seat[agent]])
+                    self.obs[r, : flat.size] = final[r, : flat.size] = flat
                 reward[r] = rewards.get(agent, 0.0)
                 terminated[r] = bool(terms.get(agent, False))
                 truncated[r] = bool(truncs.get(agent, False)) and not terminated[r]
@@ -402,9 +543,13 @@ def check_opponent(env_id: str, opponent: str, pool: bool = True) -> None:
 
 def plays_games(env_id: str) -> bool:
     """Whether a run's policy can be played against an opponent (:func:`play_vs`): a
-    two-player turn-based game with action masks; a parallel env has no such games."""
+    two-player turn-based game with action masks, whose players share their spaces (the policy
+    plays either seat); a parallel env has no such games."""
     module = _module(env_id)
-    if not hasattr(module, "env") or not seat_spaces(env_id)[3]:
+    if not hasattr(module, "env"):
+        return False
+    _, _, _, masked, seats = seat_spaces(env_id)
+    if not masked or seats:
         return False
     return len(module.env().possible_agents) == 2
 
@@ -430,7 +575,12 @@ def play_vs(
     module = _module(env_id)
     if not hasattr(module, "env"):
         raise ConfigError(f"env: {env_id} has no turn-based env(); allowed: a two-player AEC game")
-    _, _, act, masked = seat_spaces(env_id)
+    _, _, act, masked, seats = seat_spaces(env_id)
+    if seats:
+        raise ConfigError(
+            f"env: the players of {env_id} have different spaces, and a policy plays either "
+            "seat against an opponent; allowed: a game whose players share their spaces"
+        )
     n = int(act.n)
     if not masked:
         raise ConfigError(f"env: {env_id} has no action mask; playing it against random needs one")

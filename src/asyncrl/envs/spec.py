@@ -14,7 +14,7 @@ from asyncrl.config import ConfigError
 from asyncrl.envs.atari import ATARI_STACK
 from asyncrl.envs.envpool import envpool_task
 from asyncrl.envs.make import make_env
-from asyncrl.envs.pettingzoo import is_pettingzoo, seat_spaces
+from asyncrl.envs.pettingzoo import SeatSpace, is_pettingzoo, seat_spaces
 from asyncrl.envs.registry import PIXELS, is_atari, registered_family, resolve_id
 
 
@@ -40,10 +40,21 @@ class EnvSpec:
     agents: int = 1
     # the observation ends with the n_actions entries of the legal actions' mask (1: legal)
     action_mask: bool = False
+    # a multi-agent env whose agents' spaces differ: each seat's own (envs.pettingzoo.SeatSpace),
+    # every row as wide as the widest, the spec's actions the most; () where every seat has these
+    seats: tuple[SeatSpace, ...] = ()
+    # each policy's spec where they differ (the mapping gives each its agents' spaces:
+    # envs.pettingzoo.with_policy_specs); () where every policy has this one
+    policies: tuple[EnvSpec, ...] = ()
 
     @property
     def obs_dim(self) -> int:
         return int(np.prod(self.obs_shape))
+
+    def for_policy(self, policy: int) -> EnvSpec:
+        """The spec policy ``policy``'s networks, learner and slots are built for: its own
+        where the run's policies have different spaces, else this one."""
+        return self.policies[policy] if self.policies else self
 
 
 def is_image(spec: EnvSpec) -> bool:
@@ -103,9 +114,9 @@ def check_env(
     id); every env problem surfaces here as a ConfigError. ``vectorizer envpool``: also that
     EnvPool provides the id (:func:`envpool_task`). A PettingZoo env: one seat's spaces."""
     if is_pettingzoo(env_id):
-        agents, box, act, masked = seat_spaces(env_id)
+        agents, box, act, masked, seats = seat_spaces(env_id)
         spec = spec_from_spaces(env_id, box, act)
-        return dataclasses.replace(spec, agents=agents, action_mask=masked)
+        return dataclasses.replace(spec, agents=agents, action_mask=masked, seats=seats)
     env_id = resolve_id(env_id)
     if vectorizer == "envpool":
         envpool_task(env_id, atari_preprocessing)

@@ -77,17 +77,21 @@ class Actor:
         self.policies, self.flats, self.in_places = [], [], []
         self.generators, self.actings = [], []
         for p, policy_store in enumerate(self.stores):
-            module, flat = frozen_net(algo, cfg, spec)
+            own = spec.for_policy(p)  # the policy's spaces (its own where the agents' differ)
+            module, flat = frozen_net(algo, cfg, own)
             self.in_places.append(policy_store.attach(flat))
             generator = torch.Generator().manual_seed(first_seed + POLICY_SEED_STRIDE * p)
             self.policies.append(module)
             self.flats.append(flat)
             self.generators.append(generator)
-            self.actings.append(algo.acting(cfg, spec, module, generator))
+            self.actings.append(algo.acting(cfg, own, module, generator))
+        # where the policies' observations differ in width, each reads the first columns of
+        # its seats' rows, its own (envs.pettingzoo.SeatVectorEnv pads a narrower one)
+        self.widths = [s.obs_dim for s in spec.policies] if spec.policies else None
         self.policy, self.flat, self.in_place = self.policies[0], self.flats[0], self.in_places[0]
         self.generator, self.acting = self.generators[0], self.actings[0]
         # a population's policies in one forward where the algorithm can (else each in turn)
-        self.joint = algo.joint_acting(self.actings)
+        self.joint = None if spec.policies else algo.joint_acting(self.actings)
         self.versions = [-1] * len(self.stores)
         seats = (lambda: self.envs.active) if spec.agents > 1 else None
         self.opponents: Opponents | None = None
@@ -101,8 +105,9 @@ class Actor:
         else:
             names = list(self.envs.names) if spec.agents > 1 else None  # a game's agent ids
             self.mapping = policy_mapping(
-                acting_mapping(cfg), self.K, len(self.stores), first_seed, seats, spec.agents, names
-            )
+                acting_mapping(cfg), self.K, len(self.stores), first_seed, seats, spec.agents,
+                names, spec,
+            )  # fmt: skip
         # what the algorithm records of one step of one env (under a mapping that marks own
         # steps it writes them into a row of their own, copied into the slot: see _act)
         extra = algo.slot_fields(spec, 1, 1)
@@ -182,7 +187,7 @@ class Actor:
             self.obs = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype))
         obs_np = self.obs.numpy()
         for g in mapping.outcomes(mapping.groups()):  # the observation after the rollout
-            _write(slots[g.policy].obs, T, g, obs_np)
+            _write(slots[g.policy].obs, T, g, self._own(g.policy, obs_np))
         return samples
 
     def _act(self, slots: list[Slot], t: int, groups: list[Group], actions: np.ndarray) -> None:
@@ -192,7 +197,7 @@ class Actor:
         marks_own = self.mapping.marks_own
         jobs = []  # per policy: its envs, and where its algorithm writes their fields
         for g in groups:
-            _write(slots[g.policy].obs, t, g, obs_np)
+            _write(slots[g.policy].obs, t, g, self._own(g.policy, obs_np))
             # under a mapping that marks own steps, the slot's row t holds other policies'
             # envs too: the algorithm writes into a row of their own, copied below
             jobs.append(
@@ -202,7 +207,9 @@ class Actor:
             acted = self.joint.act(actable, jobs)
         else:
             acted = [
-                self.actings[g.policy].act(actable if g.whole else actable[g.rows], row, into)
+                self.actings[g.policy].act(
+                    self._own(g.policy, actable if g.whole else actable[g.rows]), row, into
+                )
                 if g.ids.size
                 else None
                 for g, (_, into, row) in zip(groups, jobs, strict=True)
@@ -220,6 +227,11 @@ class Actor:
             mapping = self.mapping
             slots[0].seat_player[t] = mapping.player
             self.opponents.act(actable, mapping.opponent_rows(), mapping.player, actions)
+
+    def _own(self, policy: int, obs: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """Rows of observations as ``policy`` reads them: its own width where the policies'
+        differ (a view), else as they are."""
+        return obs if self.widths is None else obs[..., : self.widths[policy]]
 
     def _row(self, envs: int) -> SimpleNamespace:
         """A zeroed row of the algorithm's fields for ``envs`` envs (the slot layout of T=1)."""
@@ -274,7 +286,7 @@ class Actor:
                 slot.ep_returns[t, g.columns] = self.ep_return[g.rows]
                 slot.ep_lengths[t, g.columns] = self.ep_length[g.rows]
             held = mapping.slot_rows(g.policy)  # what the policy's slot columns are
-            final = info["final_obs"][held]
+            final = self._own(g.policy, info["final_obs"][held])
             self.actings[g.policy].episodes_ended(slot, t, g.columns, trunc[held], final)
         self.ep_return[ended] = 0.0
         self.ep_length[ended] = 0

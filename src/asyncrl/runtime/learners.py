@@ -57,7 +57,9 @@ def policy_learner(
 ) -> Any:
     """A population's policy ``policy``'s learner (``cfg``: that policy's settings), told what
     its slots hold (``marks_own``: every row of its actors, its own steps marked ``own``, as
-    the run's preparation said) and whether it is frozen (not in ``policies_to_train``)."""
+    the run's preparation said) and whether it is frozen (not in ``policies_to_train``).
+    ``spec``: the run's, whose ``for_policy`` gives the policy's own spaces."""
+    spec = spec.for_policy(policy)
     learner = algo.learner(cfg, spec)
     learner.marks_own = marks_own
     learner.frozen = not trains(cfg, policy)

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from asyncrl.envs.pettingzoo import policy_index
+from asyncrl.envs.pettingzoo import check_plays, per_agent, policy_index
 from asyncrl.learning.population import policy_envs
 
 MAPPING_SEED = 31337  # the random mapping's draws: an actor's first env seed + this
@@ -314,9 +314,11 @@ class AgentSeats(HeldSeats, HeldRows):
         policies: int,
         active: Callable[[], np.ndarray],
         choose: Callable[[str, int], int],
+        spec: Any = None,
     ):
         super().__init__(rows, policies, np.zeros(rows, np.int64), np.arange(rows))
         self.names, self.agents, self.active, self.choose = list(names), len(names), active, choose
+        self.spec = spec  # the run's EnvSpec: each choice must fit the agent's spaces
         self.episode = 0  # games this actor has started
         self.finished = np.zeros(rows, bool)  # seats whose episode ended in the current game
         self._draw(np.arange(rows // self.agents))
@@ -325,8 +327,10 @@ class AgentSeats(HeldSeats, HeldRows):
         for g in games:
             first = int(g) * self.agents
             for i, name in enumerate(self.names):
-                p = self.choose(name, self.episode)
-                self.policy[first + i] = policy_index(p, name, self.episode, self.policies)
+                p = policy_index(self.choose(name, self.episode), name, self.episode, self.policies)
+                if self.spec is not None:
+                    check_plays(self.spec, i, name, p, self.episode)
+                self.policy[first + i] = p
             self.finished[first : first + self.agents] = False
             self.episode += 1
         self._groups = None
@@ -346,12 +350,6 @@ class AgentSeats(HeldSeats, HeldRows):
             self._groups = None
 
 
-def per_agent(names: list[str], policies: int) -> Callable[[str, int], int]:
-    """The fixed mapping of a game's agents: the agent in seat i to policy i mod P."""
-    seat = {name: i for i, name in enumerate(names)}
-    return lambda name, episode: seat[name] % policies
-
-
 def policy_mapping(
     kind: str | Callable[[str, int], int],
     rows: int,
@@ -360,19 +358,21 @@ def policy_mapping(
     seats: Callable[[], np.ndarray] | None = None,
     agents: int = 1,
     names: list[str] | None = None,
+    spec: Any = None,
 ) -> PolicyMapping:
     """The mapping ``kind`` names (fixed, random or a user's function of (agent id, episode):
     ``settings.acting_mapping``) of an actor's ``rows`` to ``policies``; ``seed``: the actor's
     first env seed. Rows that are a multi-agent env's seats (``seats()``: those whose agent
     acts next; ``agents`` a game, named ``names``): a population's :class:`PopulationSeats`
     under the random mapping, else :class:`AgentSeats` (per agent under the fixed mapping --
-    one policy: every seat, parameter sharing -- or the function's choice)."""
+    one policy: every seat, parameter sharing -- or the function's choice, which must fit the
+    agent's spaces in ``spec``, the run's EnvSpec)."""
     if seats is not None:
         if kind == "random":
             return PopulationSeats(rows, agents, policies, seats, seed + MAPPING_SEED)
         names = names if names is not None else [str(i) for i in range(agents)]
         choose = per_agent(names, policies) if kind == "fixed" else kind
-        return AgentSeats(rows, names, policies, seats, choose)  # type: ignore[arg-type]
+        return AgentSeats(rows, names, policies, seats, choose, spec)  # type: ignore[arg-type]
     if kind == "random":
         return RandomMapping(rows, policies, seed + MAPPING_SEED)
     return FixedMapping(rows, policies)

@@ -89,11 +89,13 @@ class Population:
         return values, saved
 
     # ------------------------------------------------------------ before the run
-    def numel(self) -> int:
-        """The float32 parameters of a policy, from a throwaway network (torch's global random
-        state kept)."""
+    def numel(self) -> list[int]:
+        """Each policy's float32 parameters, from a throwaway network of each one's spaces
+        (torch's global random state kept)."""
         with torch_rng_kept():
-            return FlatParams(self.algo.acting_module(self.cfg, self.spec)).numel
+            specs = self.spec.policies or (self.spec,)  # one network where all share spaces
+            sizes = [FlatParams(self.algo.acting_module(self.cfg, s)).numel for s in specs]
+        return sizes if self.spec.policies else sizes * len(self.configs)
 
     def start(self, backend: Any, cleanup: contextlib.ExitStack) -> None:
         """Each policy's learner (resumed from its checkpoint), version 0 published; the

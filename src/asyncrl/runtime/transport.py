@@ -104,8 +104,12 @@ def rollout_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> SlotLayo
 
 def run_layouts(run: Prepared) -> list[SlotLayout]:
     """The slot layouts of a prepared run: the run's own (what the start-up line reports),
-    then each policy's (one policy: the run's again)."""
-    return [slot_layout(c, run.spec, run.algo, run.marks_own) for c in (run.cfg, *run.policies)]
+    then each policy's for its own spaces (one policy: the run's again)."""
+    owners = [
+        (run.cfg, run.spec),
+        *((c, run.spec.for_policy(p)) for p, c in enumerate(run.policies)),
+    ]
+    return [slot_layout(c, spec, run.algo, run.marks_own) for c, spec in owners]
 
 
 def slot_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, own: bool) -> SlotLayout:
@@ -123,10 +127,10 @@ def slot_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, own: bool) -> 
 
 
 def population_layouts(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> list[SlotLayout]:
-    """The slot layout of each policy of the run (one: the run's)."""
+    """The slot layout of each policy of the run (one: the run's), for its own spaces."""
     from asyncrl.settings import policy_configs
 
-    return [rollout_layout(c, spec, algo) for c in policy_configs(cfg)]
+    return [rollout_layout(c, spec.for_policy(p), algo) for p, c in enumerate(policy_configs(cfg))]
 
 
 def memory_line(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, layout: SlotLayout) -> str:

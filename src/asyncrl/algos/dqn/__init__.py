@@ -26,6 +26,11 @@ class DQNAlgorithm(offpolicy.ReplayAlgorithm):
                 f"dqn needs a discrete action space; {spec.env_id} has "
                 f"{spec.n_actions}-dimensional continuous actions"
             )
+        if getattr(spec, "seats", ()):  # agents of different spaces (envs.pettingzoo)
+            return (
+                f"dqn trains one policy on a multi-agent env, and the agents of {spec.env_id} "
+                "have different spaces, which need a policy each"
+            )
         return None  # a multi-agent env's seats and action masks included
 
     def validate(self, cfg: Settings) -> None:

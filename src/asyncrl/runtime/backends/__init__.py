@@ -25,9 +25,9 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_backend(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int) -> Backend:
-    """The backend ``cfg.backend`` names, owning its slots and policy store for a policy of
-    ``numel`` float32 parameters."""
+def make_backend(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: list[int]) -> Backend:
+    """The backend ``cfg.backend`` names, owning its slots and policy stores for policies of
+    ``numel`` float32 parameters (one count per policy)."""
     return backend_class(cfg.backend)(cfg, spec, algo, numel)
 
 

@@ -96,22 +96,23 @@ class OwnedTransport:
         cfg: TrainConfig,
         spec: Any,
         algo: Algorithm,
-        numel: int,
+        numel: list[int],
         slot_count: int,
         shared: bool,
         buffers: int,
     ) -> None:
         """A slot store and a policy store per policy (``slot_stores``, ``stores``); policy 0's
-        are also ``slots`` and ``store``, a one-policy run's only ones."""
+        are also ``slots`` and ``store``, a one-policy run's only ones. ``numel``: each
+        policy's parameters."""
         self.slot_stores: list[SlotStore] = []
         self.stores: list[PolicyStore] = []
         self.pool: PoolStore | None = None  # --opponents pool: the snapshots
         try:
-            for layout in population_layouts(cfg, spec, algo):
+            for layout, n in zip(population_layouts(cfg, spec, algo), numel, strict=True):
                 self.slot_stores.append(SlotStore(layout, slot_count, shared=shared))
-                self.stores.append(PolicyStore(numel, shared=shared, buffers=buffers))
+                self.stores.append(PolicyStore(n, shared=shared, buffers=buffers))
             if cfg.opponents == "pool":
-                self.pool = PoolStore(numel, cfg.pool_size, shared=shared)
+                self.pool = PoolStore(numel[0], cfg.pool_size, shared=shared)
         except BaseException:
             self._close_transport()
             raise

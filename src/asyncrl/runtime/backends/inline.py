@@ -26,7 +26,7 @@ from asyncrl.settings import TrainConfig
 
 
 class InlineBackend(OwnedTransport):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: list[int]):
         self.cfg, self.spec = cfg, spec
         # per actor and policy one slot, or in async mode one per rollout of a batch; actors
         # act with the published vectors in place

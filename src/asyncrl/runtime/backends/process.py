@@ -106,7 +106,7 @@ def actor_main(
 
 
 class ProcessBackend(OwnedTransport):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: list[int]):
         self.cfg, self.spec, self.algo = cfg, spec, algo
         self.ctx = mp.get_context("spawn")
         sync = cfg.mode == "sync"

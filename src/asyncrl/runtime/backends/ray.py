@@ -49,7 +49,7 @@ class RolloutWorker:
         cfg: TrainConfig,
         spec: EnvSpec,
         algo: Algorithm,
-        numel: int,
+        numel: list[int],
     ):
         import torch
 
@@ -58,11 +58,11 @@ class RolloutWorker:
 
         torch.set_num_threads(cfg.threads_actor)
         self.raws, self.slots, self.stores = [], [], []
-        for layout in population_layouts(cfg, spec, algo):
+        for p, layout in enumerate(population_layouts(cfg, spec, algo)):
             _, nbytes = layout.offsets()
             self.raws.append(np.zeros(nbytes, dtype=np.uint8))
             self.slots.append(Slot(layout, self.raws[-1]))
-            self.stores.append(PolicyStore(numel, shared=False, buffers=1))  # acts in place
+            self.stores.append(PolicyStore(numel[p], shared=False, buffers=1))  # acts in place
         self.status = np.zeros(2)
         self.actor = Actor(actor_id, cfg, spec, algo, self.stores, generation, status=self.status)
 
@@ -194,7 +194,7 @@ class RayBackend(OwnedTransport):
     def check_settings(cls, cfg: TrainConfig) -> None:
         check_cluster(cfg)
 
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: list[int]):
         import ray
 
         self.ray = ray
@@ -209,7 +209,7 @@ class RayBackend(OwnedTransport):
             cfg, spec, algo, numel, cfg.actors * per_actor, shared, 1 if sync else 2
         )
         # the versions being put, one per policy
-        self._outgoing = [np.empty(numel, dtype=np.float32) for _ in range(cfg.policies)]
+        self._outgoing = [np.empty(n, dtype=np.float32) for n in numel]
         self.book = SlotBooks.of_run(cfg)
         self.actors = RayActors(self)
         self.supervisor = Supervisor(

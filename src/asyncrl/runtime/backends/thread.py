@@ -22,7 +22,7 @@ POLL = 0.2
 
 
 class ThreadBackend(OwnedTransport):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: int):
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: list[int]):
         self.cfg, self.spec = cfg, spec
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
