@@ -11,8 +11,12 @@ Parts:
        over half the budget, learning from 10k, plain (not double) DQN, gradient norm clipped
        at 10 as SB3 does): SB3's DQN (its own venv, benchmarks/baselines/setup.sh sb3; its loss
        is Huber, asyncrl's CleanRL's squared error) and asyncrl in DQN's default mode and
-       backend (async, process), with --mode sync (process, the default backend) and sync on
-       the inline backend. Target: asyncrl >= 5x SB3 in the default mode and in sync.
+       backend (async, process; rollouts of 1), with --mode sync (process, the default
+       backend) and sync on the inline backend, their rollout derived (10: what rollouts of 1
+       compute, bit for bit), and sync with --rollout 1 given (the rollout before it derived).
+       Then asyncrl's own layout at the same settings (network, lr, batch, ratio, budget): the
+       actors, envs per actor and rollout its CartPole preset gives (2 x 4 envs; async
+       rollouts of 4, sync 1). Target: asyncrl >= 5x SB3 in the default mode and in sync.
   sac  HalfCheetah-v5 at SB3's SAC settings: benchmarks/sac_throughput.py's part 1-2 (the sync
        backends, async and SB3 side by side). Target: sync >= 2x SB3.
 
@@ -39,11 +43,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ppo_throughput import RESULTS, run_baseline  # noqa: E402
 from sac_throughput import ours, part_halfcheetah  # noqa: E402
 
-from asyncrl.settings import TrainConfig  # noqa: E402
+from asyncrl.envs import env_family  # noqa: E402
+from asyncrl.settings import TrainConfig, resolve  # noqa: E402
 
 DQN_WARMUP = 10_000
-# (mode, backend): the default command's first, then --mode sync's, then sync in one process
-DQN_MODES = (("async", "process"), ("sync", "process"), ("sync", "inline"))
+# name -> changes to CleanRL's settings (None: unset, as the preset and derivations give it):
+# the default command's mode first, then --mode sync's (process, the default backend), sync in
+# one process, sync with rollouts of 1 given; then asyncrl's own layout in both modes
+UNSET = dict(actors=None, envs_per_actor=None, rollout=None)
+DQN_MODES: dict[str, dict] = {
+    "async/process": dict(mode="async", backend="process"),
+    "sync/process": dict(mode="sync", backend="process", rollout=None),
+    "sync/inline": dict(mode="sync", backend="inline", rollout=None),
+    "sync/process r1": dict(mode="sync", backend="process"),
+    "layout async/process": dict(mode="async", backend="process", **UNSET),
+    "layout sync/process": dict(mode="sync", backend="process", **UNSET),
+}
+TARGETS = ("async/process", "sync/process", "layout async/process", "layout sync/process")
 
 
 def cleanrl_dqn(**kw) -> TrainConfig:
@@ -86,6 +102,9 @@ def part_dqn(steps: int, rounds: int) -> dict:
         f"{DQN_WARMUP} warm-up + {steps} learning env steps"
     )
     cfg = cleanrl_dqn(total_steps=DQN_WARMUP + steps)
+    for name, changes in DQN_MODES.items():
+        r = resolve(dataclasses.replace(cfg, **changes), env_family(cfg.env))
+        print(f"  {name}: {r.actors} actor(s) x {r.envs_per_actor} env(s), rollout {r.rollout}")
     per_round: list[dict] = []
     for r in range(rounds):
         res: dict = {}
@@ -94,12 +113,12 @@ def part_dqn(steps: int, rounds: int) -> dict:
         )
         res["sb3"] = sb3
         line = [f"SB3 {sb3['env_steps_per_second']:.0f}" if sb3 else "SB3 -"]
-        for mode, backend in DQN_MODES:
-            x = ours(dataclasses.replace(cfg, mode=mode, backend=backend))
+        for name, changes in DQN_MODES.items():
+            x = ours(dataclasses.replace(cfg, **changes))
             if sb3:
                 x["ratio_sb3"] = x["env_steps_per_second_learning"] / sb3["env_steps_per_second"]
-            res[f"{mode}/{backend}"] = x
-            line.append(f"{mode}/{backend} {x['env_steps_per_second_learning']:.0f}")
+            res[name] = x
+            line.append(f"{name} {x['env_steps_per_second_learning']:.0f}")
         print(f"  round {r + 1}: " + ", ".join(line) + " env steps/s", flush=True)
         per_round.append(res)
 
@@ -112,10 +131,9 @@ def part_dqn(steps: int, rounds: int) -> dict:
     sb_cpu = med(lambda r: r["sb3"] and r["sb3"]["cpu_us_per_step"])
     out["sb3"] = {"env_steps_per_second": sb_rate, "cpu_us_per_step": sb_cpu}
     print(f"  medians over {rounds} rounds:")
-    print(f"  {'':22s} {'env steps/s':>11s} {'x SB3':>6s} {'CPU us/step':>11s} {'learn s':>8s}")
-    print(f"  {'SB3 DQN (Huber)':22s} {sb_rate:11.0f} {'1.00':>6s} {sb_cpu:11.0f} {'':>8s}")
-    for mode, backend in DQN_MODES:
-        k = f"{mode}/{backend}"
+    print(f"  {'':30s} {'env steps/s':>11s} {'x SB3':>6s} {'CPU us/step':>11s} {'learn s':>8s}")
+    print(f"  {'SB3 DQN (Huber)':30s} {sb_rate:11.0f} {'1.00':>6s} {sb_cpu:11.0f} {'':>8s}")
+    for k in DQN_MODES:
         row = {
             name: med(lambda r, k=k, name=name: r[k].get(name))
             for name in (
@@ -129,12 +147,12 @@ def part_dqn(steps: int, rounds: int) -> dict:
         }
         out[k] = row
         print(
-            f"  {'asyncrl ' + k:22s} {row['env_steps_per_second_learning']:11.0f} "
+            f"  {'asyncrl ' + k:30s} {row['env_steps_per_second_learning']:11.0f} "
             f"{row['ratio_sb3']:6.2f} {row['cpu_us_per_step']:11.0f} {row['learn_seconds']:8.1f}"
         )
     print(
         "  target >= 5x SB3 in the default mode and in sync -> "
-        + ", ".join(f"{k} {out[k]['ratio_sb3']:.2f}x" for k in ("async/process", "sync/process"))
+        + ", ".join(f"{k} {out[k]['ratio_sb3']:.2f}x" for k in TARGETS)
     )
     return out
 

@@ -66,8 +66,9 @@ BAD = [
         "ratio_tolerance: 3.0 gradient steps is too narrow for inserts of 8 transitions",
     ),
     (
-        ["--algo", "sac", "--env", "Pendulum-v1", "--mode", "sync", "--rollout", "4"],
-        "rollout: sync SAC updates after every batched env step, so rollout must be 1",
+        ["--algo", "sac", "--env", "Pendulum-v1", "--hogwild", "2", "--rollout", "4"],
+        "rollout: a Hogwild! worker's SAC loop updates after every batched env step, so rollout "
+        "must be 1",
     ),
     (
         ["--algo", "sac", "--env", "HalfCheetah-v5", "--norm-obs"],

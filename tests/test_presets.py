@@ -278,8 +278,9 @@ def test_dqn_on_cartpole_takes_the_values_tuned_on_it_and_other_classic_envs_cle
 
 @pytest.mark.parametrize("switch", [dict(mode="sync"), dict(hogwild=2)])
 def test_dqns_tuned_rollout_and_n_step_give_way_to_a_loop_of_single_steps(switch):
-    """Sync DQN and a Hogwild! worker step with rollouts of 1: CartPole's tuned rollout of 4 and
-    3-step returns, left unset, derive to 1 there; only values given can conflict."""
+    """Sync DQN (here 2 actors, so no longer rollout computes the same) and a Hogwild! worker
+    step with rollouts of 1: CartPole's tuned rollout of 4 and 3-step returns, left unset,
+    derive to 1 there; only values given can conflict."""
     given = TrainConfig(algo="dqn", env="CartPole-v1", **switch)
     cfg = resolve(given, "classic")
     assert (cfg.rollout, cfg.n_step, cfg.lr) == (1, 1, 2.3e-3)
@@ -289,8 +290,37 @@ def test_dqns_tuned_rollout_and_n_step_give_way_to_a_loop_of_single_steps(switch
     )
     shorter = resolve(TrainConfig(algo="dqn", env="CartPole-v1", rollout=2), "classic")
     assert (shorter.rollout, shorter.n_step) == (2, 2)  # a transition sums one rollout's steps
-    with pytest.raises(ConfigError, match="rollout: sync DQN updates after every batched env"):
-        validate(TrainConfig(algo="dqn", env="CartPole-v1", rollout=4, **switch), "classic")
+    longer = TrainConfig(algo="dqn", env="CartPole-v1", rollout=4, **switch)
+    if "hogwild" in switch:
+        with pytest.raises(ConfigError, match="rollout: a Hogwild! worker's DQN loop updates"):
+            validate(longer, "classic")
+    else:  # sync: the gradient steps due after each rollout of 4, as the user asked
+        validate(longer, "classic")
+
+
+def test_sync_dqn_with_one_env_derives_the_rollout_that_computes_what_single_steps_do():
+    """CleanRL's dqn.py settings (1 env, a gradient step per 10 env steps, learning from 10k,
+    10k + 50k steps): every update falls due at a 10th step, so sync rollouts of 10 compute
+    what rollouts of 1 do (tests/runtime/test_dqn_pipeline.py checks the bits); where the
+    updates do not fall at a rollout's end, the rollout stays 1."""
+    cleanrl = dict(
+        algo="dqn", env="CartPole-v1", mode="sync", actors=1, envs_per_actor=1,
+        replay_ratio=0.1, learning_starts=10_000, total_steps=60_000,
+    )  # fmt: skip
+    cfg = resolve(TrainConfig(**cleanrl), "classic")
+    assert (cfg.rollout, cfg.n_step) == (10, 1)  # the tuned n_step 3 would differ: 1
+    validate(cfg)
+    for other, rollout in (
+        (dict(envs_per_actor=2), 5),  # 2 envs: a gradient step per 5 batched steps
+        (dict(learning_starts=10_004), 2),  # the first update at step 10,014
+        (dict(total_steps=60_005), 5),  # the last rollout would overrun the budget
+        (dict(replay_ratio=0.3), 1),  # updates at steps 3, 6, 10, ...: no common period
+        (dict(actors=2), 1),  # two actors' rollouts enter the replay in another order
+        (dict(mode="async"), 4),  # async: the tuned value
+    ):
+        assert resolve(TrainConfig(**{**cleanrl, **other}), "classic").rollout == rollout, other
+    given = resolve(TrainConfig(**cleanrl, rollout=1), "classic")
+    assert given.rollout == 1  # a rollout given is kept
 
 
 def test_a_setting_given_wins_even_when_it_equals_another_presets_value():

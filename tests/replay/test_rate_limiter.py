@@ -380,3 +380,18 @@ def test_random_interleavings_keep_invariant_and_progress(ratio, warmup, n_max, 
         for n in range(1, n_max + 1):
             for k in range(1, k_max + 1):
                 assert lim.can_insert(n) or lim.can_sample(k), (n, k, lim.stats())
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    spi=st.sampled_from([0.1, 0.25, 0.3, 0.5, 1.0, 2.0, 4.0]),
+    min_size=st.integers(1, 50),
+    samples=st.integers(1, 40),
+)
+def test_inserts_due_is_the_first_count_at_which_a_gradient_step_is_due(spi, min_size, samples):
+    """What a sync rollout of several steps places its updates by: the ``samples``-th step is
+    due after ``inserts_due(samples)`` inserts, not one insert earlier."""
+    lim = RateLimiter(spi, min_size, error_buffer=max(1.0, spi) * 2)
+    at = lim.inserts_due(samples)
+    due = [lim.due_samples(after_inserts=n) for n in (at - 1, at)]
+    assert due[0] < samples <= due[1]

@@ -114,6 +114,30 @@ def test_a_run_stopped_and_resumed_ends_bit_for_bit_where_an_unbroken_one_ends(t
     )
 
 
+@pytest.mark.parametrize("backend", ["inline", "process"])
+def test_sync_rollouts_of_the_updates_period_compute_what_single_steps_do(tmp_path, backend):
+    """Sync, 2 envs, a gradient step per 5 batched env steps (ratio 0.1) with every update
+    falling due at a 5th step: rollouts of 5 (what the rollout derives to) end where rollouts
+    of 1 end, bit for bit -- networks, optimizer, replay, epsilon and a falling learning rate
+    read where each update fell due, the actors' envs and generators; only the iterations
+    counted differ."""
+    same = dict(
+        backend=backend, mode="sync", envs_per_actor=2, n_step=1, replay_ratio=0.1,
+        learning_starts=60, target_every=50, lr_schedule="linear", total_steps=1_000,
+    )  # fmt: skip
+    derived = resolve(_cfg(tmp_path, **same), "classic")
+    assert derived.rollout == 5
+    states = []
+    for rollout in (1, 5):
+        run = tmp_path / f"rollout-{rollout}"
+        s = train(_cfg(tmp_path, run_dir=str(run), rollout=rollout, **same))
+        assert (s["env_steps"], s["gradient_steps"]) == (1_000, 94)
+        state = load_checkpoint(run)
+        assert state["learner"]["counters"].pop("iterations") == 1_000 // (2 * rollout)
+        states.append({"learner": state["learner"], "actors": state["actors"]})
+    assert _differences(*states) == []
+
+
 # `asyncrl train --algo dqn --env CartPole-v1 --seed 1`, nothing else that changes learning:
 # the classic preset's values tuned on CartPole-v1 (RL Zoo's tuned DQN for it with CleanRL's
 # squared error, a rate falling to 0, 3-step returns on async rollouts of 4; 100k steps). In

@@ -73,9 +73,9 @@ def validate_replay(cfg: Settings, algo: str) -> None:
         f"{cfg.buffer_size}",
     )
     need(
-        cfg.mode == "async" or cfg.rollout == 1 or cfg.hogwild,
-        f"rollout: sync {algo.upper()} updates after every batched env step, so rollout must "
-        f"be 1, got {cfg.rollout}",
+        not cfg.hogwild or cfg.rollout == 1,
+        f"rollout: a Hogwild! worker's {algo.upper()} loop updates after every batched env step, "
+        f"so rollout must be 1, got {cfg.rollout}",
     )
     need(
         not (cfg.hogwild and cfg.save_replay),

@@ -69,6 +69,8 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         self._ahead = 0  # updates done for the batch that has not arrived yet
         self._ahead_seconds = 0.0
         self._drawn: np.ndarray | None = None  # indices drawn for the next update, not yet run
+        # the env steps the update being made reads its schedules at (see _schedule_steps)
+        self.schedule_steps = self.env_steps
         self.updates = 0
         self._replay_lock = threading.Lock()  # replay: inserts (loop) vs samples (optimizer)
         self._update_lock = threading.Lock()  # networks: updates vs checkpoints and publishing
@@ -92,11 +94,13 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         raise NotImplementedError
 
     def before_update(self) -> None:
-        """Just before each gradient step, under the update lock (schedules move here)."""
+        """Just before each gradient step, under the update lock (schedules move here, read at
+        ``schedule_steps``)."""
 
     # ---------------------------------------------------------------- one gradient step
-    def _update_once(self, idx: np.ndarray | None = None) -> None:
-        """One gradient step on a fresh sample, or on the slots ``idx`` if given."""
+    def _update_once(self, idx: np.ndarray | None = None, at: int | None = None) -> None:
+        """One gradient step on a fresh sample, or on the slots ``idx`` if given; its schedules
+        read at ``at`` env steps (default: the learner's count)."""
         with self._replay_lock:
             if idx is None:
                 idx = self.replay.draw_indices(self.cfg.batch_size)
@@ -105,6 +109,7 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         if self.learning_began is None:
             self.learning_began = (t0, self.env_steps)
         with self._update_lock:
+            self.schedule_steps = self.env_steps if at is None else at
             self.before_step()
             self.before_update()
             stats = self.rule.update(batch)
@@ -140,6 +145,20 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
         """Everything an update changes: what Hogwild! workers share."""
         return self.rule.state_tensors()
 
+    def _schedule_steps(self, update: int, inserts_before: int) -> int:
+        """The env steps the run's ``update``-th gradient step reads its schedules at (epsilon,
+        a linear rate), its batch's first insert being insert ``inserts_before`` + 1: those
+        before the rollout step whose transitions made it due. With rollouts of one step that is
+        the batch's start; a sync rollout of T steps places each update at the step it fell
+        due in, so that where every update falls due at a rollout's last step, rollouts of T
+        steps compute what rollouts of one do (docs: benchmarks, DQN)."""
+        T = self.cfg.rollout
+        if T == 1 or self.cfg.mode != "sync" or self.seats is not None:
+            return self.env_steps
+        per_step = self._step_inserts // T
+        t = (self.limiter.inserts_due(update) - inserts_before - 1) // per_step
+        return self.env_steps + min(max(t, 0), T - 1) * per_step
+
     # ---------------------------------------------------------------- the loop's calls
     def work_ahead(self) -> None:
         """Sync mode, actors stepping: do the updates the coming batch will make due, as far
@@ -158,7 +177,8 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
             if self.replay.hits_upcoming(idx, n):
                 self._drawn = idx  # the first update after the insert reads these
                 break
-            self._update_once(idx)
+            at = self._schedule_steps(self.limiter.samples + self._ahead + 1, self.limiter.inserts)
+            self._update_once(idx, at)
             self._ahead += 1
         self._ahead_seconds += time.perf_counter() - t0
 
@@ -215,10 +235,10 @@ class ReplayLearner(LearnerBase, HogwildSharing, PBTAdoption):
                     self.limiter.record_inserts(m)
             if ahead:
                 self.limiter.record_samples(ahead)
-            due = self.limiter.due_samples()
-            for _ in range(due):
+            due, done = self.limiter.due_samples(), self.limiter.samples
+            for k in range(due):
                 idx, self._drawn = self._drawn, None
-                self._update_once(idx)
+                self._update_once(idx, self._schedule_steps(done + k + 1, self.limiter.inserts - n))
             if due:
                 self.limiter.record_samples(due)
             if self._drawn is not None:

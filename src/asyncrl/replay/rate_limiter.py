@@ -204,6 +204,14 @@ class RateLimiter:
                 return 0
             return max(0, (self._spi * inserts - self._origin) // self._den - self._samples)
 
+    def inserts_due(self, samples: int) -> int:
+        """The inserts after which the ``samples``-th gradient step of the run is due (the
+        least count at which ``due_samples`` would include it): where a sync loop that inserts
+        a rollout of several steps at once places an update within it."""
+        with self._lock:
+            first = -(-(self._den * int(samples) + self._origin) // self._spi)
+            return max(self.min_size_to_sample + 1, first)
+
     # ------------------------------------------------------------------ stats and state
     @property
     def inserts(self) -> int:

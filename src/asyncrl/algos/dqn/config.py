@@ -114,15 +114,45 @@ TUNED: dict[str, tuple[str, dict[str, Any]]] = {
 
 def agree(cfg: Settings, filled: frozenset[str]) -> dict[str, Any]:
     """Values in ``filled`` (a preset's, not the user's) that would contradict a setting given:
-    sync DQN (and a Hogwild! worker, whose loop is sync) steps with rollouts of 1, and a
-    transition's return sums steps of one rollout."""
+    a Hogwild! worker (whose loop is sync) steps with rollouts of 1; sync DQN with 1-step
+    returns and rollouts as long as computes what rollouts of 1 do (:func:`sync_rollout`);
+    a transition's return sums steps of one rollout."""
     out: dict[str, Any] = {}
-    rollout = cfg.rollout
-    if "rollout" in filled and (cfg.mode == "sync" or cfg.hogwild) and rollout != 1:
+    rollout, sync = cfg.rollout, cfg.mode == "sync" and not cfg.hogwild
+    # sync: n-step returns filled would change with the rollout derived (n_step 1 below)
+    n_step = 1 if sync and "n_step" in filled else cfg.n_step
+    if "rollout" in filled and cfg.hogwild and rollout != 1:
         out["rollout"] = rollout = 1
-    if "n_step" in filled and cfg.n_step > rollout:
-        out["n_step"] = rollout
+    elif "rollout" in filled and sync:
+        steps = sync_rollout(cfg) if n_step == 1 else 1
+        if rollout != steps:
+            out["rollout"] = rollout = steps
+    if "n_step" in filled and min(n_step, rollout) != cfg.n_step:
+        out["n_step"] = min(n_step, rollout)
     return out
+
+
+def sync_rollout(cfg: Settings) -> int:
+    """The longest sync rollout that computes exactly what rollouts of one step do: with one
+    actor and one policy, each gradient step falls due every P batched env steps (P = 1 /
+    (replay_ratio x envs_per_actor), a whole number), the first one P steps after the warm-up;
+    a rollout of T steps, T dividing P, the warm-up's steps and the budget's, ends exactly
+    where each update falls due, and acts T steps with one version as the single steps did
+    (CleanRL's dqn.py: a gradient step per 10 env steps, rollouts of 10). Else 1."""
+    from fractions import Fraction
+    from math import gcd
+
+    if cfg.actors != 1 or cfg.policies != 1 or cfg.envs_per_actor < 1:
+        return 1  # several actors' rollouts would enter the replay in another order
+    from asyncrl.envs.registry import is_pettingzoo
+
+    if is_pettingzoo(cfg.env):
+        return 1  # a game's seat transitions span rollouts
+    K = cfg.envs_per_actor
+    period = 1 / (Fraction(repr(float(cfg.replay_ratio))) * K)
+    if period.denominator != 1 or period <= 1:
+        return 1
+    return gcd(int(period), -(-cfg.learning_starts // K), -(-cfg.total_steps // K))
 
 
 def validate(cfg: Settings) -> None:
@@ -139,7 +169,7 @@ def validate(cfg: Settings) -> None:
     need(
         cfg.n_step <= cfg.rollout,
         f"n_step: {cfg.n_step}-step returns sum steps within one rollout of {cfg.rollout}; "
-        "set rollout >= n_step (async mode: sync DQN steps with rollout 1) or n_step 1",
+        "set rollout >= n_step or n_step 1",
     )
     need(cfg.max_grad_norm >= 0, f"max_grad_norm: must be >= 0, got {cfg.max_grad_norm}")
 

@@ -43,10 +43,10 @@ class DQNLearner(ReplayLearner):
         self.before_update()  # version 0 explores with epsilon_start
 
     def before_update(self) -> None:
-        self.policy.epsilon.fill_(epsilon(self.cfg, self.env_steps))
+        self.policy.epsilon.fill_(epsilon(self.cfg, self.schedule_steps))
         if self.cfg.lr_schedule == "linear":
             for group in self.rule.optimizer.param_groups:
-                group["lr"] = self.cfg.lr * self.remaining("linear")
+                group["lr"] = self.cfg.lr * self.remaining("linear", self.schedule_steps)
 
     def hyperparameters_changed(self) -> None:
         self.hp = self.rule.cfg = DQNConfig.of(self.cfg)

@@ -45,7 +45,12 @@ class QNetwork(nn.Module):
         return self._values(self.encoder(obs))
 
     def _values(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(x[:, : -self.n_mask] if self.n_mask else x)
+        x = x[:, : -self.n_mask] if self.n_mask else x
+        # each layer's forward called directly: the same ops without nn.Module's call machinery
+        # (no hooks are set here), a fifth of an actor's act on one observation (docs: DQN)
+        for layer in self.head:
+            x = layer.forward(x)
+        return x
 
     def legal(self, obs: torch.Tensor) -> torch.Tensor | None:
         """[N, A] True where an action is legal (None: no mask; see :func:`legal_actions`)."""
@@ -57,7 +62,7 @@ class QNetwork(nn.Module):
     ) -> tuple[torch.Tensor, None]:
         """The greedy action, or with probability ``epsilon`` a uniformly random one (with a
         mask: the greedy legal action, or one drawn uniformly among the legal ones)."""
-        x = self.encoder(obs)  # once: the values and the mask both read it
+        x = self.encoder.forward(obs)  # once: the values and the mask both read it
         q = self._values(x)
         legal = legal_actions(x[:, -self.n_mask :]) if self.n_mask else None
         greedy = masked_argmax(q, legal)
