@@ -174,8 +174,11 @@ def test_recurrent_derives_the_measured_settings_where_the_user_left_them_unset(
     # a rollout given or tuned on the env: sequences of the rollout, as before
     given_rollout = resolve(TrainConfig(env="Pendulum-v1", recurrent=kind, rollout=128), "classic")
     assert (given_rollout.recurrence, given_rollout.minibatch_size) == (0, 256)
+    # values tuned on the env for a feed-forward policy give way to the recurrent ones (they
+    # were tuned without the core); what the switch does not set stays as tuned
     tuned = resolve(TrainConfig(env="CartPole-v1", recurrent=kind), "classic")
-    assert (tuned.lr, tuned.rollout, tuned.norm_obs, tuned.recurrence) == (5e-4, 32, False, 0)
+    assert (tuned.lr, tuned.rollout, tuned.norm_obs, tuned.recurrence) == (1e-3, 64, True, 16)
+    assert (tuned.gamma, tuned.gae_lambda, tuned.total_steps) == (0.98, 0.8, 150_000)
     box2d = resolve(TrainConfig(env="LunarLander-v3", recurrent=kind), "box2d")
     assert (box2d.lr, box2d.rollout, box2d.epochs) == (3e-4, 128, 10)
 

@@ -212,8 +212,7 @@ def resolve(
     cfg = dataclasses.replace(cfg, **changes)
     algo = algo or plugin(cfg)
     if agree:
-        kept = _tuned_names(preset, cfg.algo) if tuned else frozenset()
-        cfg = dataclasses.replace(cfg, **agreed(cfg, frozenset(changes) - {"preset"}, algo, kept))
+        cfg = dataclasses.replace(cfg, **agreed(cfg, frozenset(changes) - {"preset"}, algo))
     changes = {}
     if cfg.actor_restarts == -1:
         changes["actor_restarts"] = 3 * (cfg.hogwild or cfg.actors)
@@ -264,19 +263,14 @@ def prepare_settings(given: TrainConfig) -> Prepared:
     )
 
 
-def _tuned_names(preset: str, algo: str) -> frozenset[str]:
-    return frozenset(TUNED[preset][algo][1]) if algo in TUNED[preset] else frozenset()
-
-
-def agreed(
-    cfg: TrainConfig, filled: frozenset[str], algo: Algorithm, kept: frozenset[str] = frozenset()
-) -> dict[str, Any]:
+def agreed(cfg: TrainConfig, filled: frozenset[str], algo: Algorithm) -> dict[str, Any]:
     """New values of settings in ``filled`` (a preset's or a default's, not the user's): those a
-    switch gives (``Algorithm.switch_values``; not to ``kept``, values tuned on the env), then
+    switch gives (``Algorithm.switch_values``; also in place of values tuned on the env, which
+    were tuned without it), then
     those that would contradict others of ``cfg``, so that only settings given can conflict:
     the fixed mapping's envs per actor, at least one per policy (SAC's presets have one env);
     then the algorithm's own (see Algorithm.agree)."""
-    changes = algo.switch_values(cfg, filled - kept)[1]
+    changes = algo.switch_values(cfg, filled)[1]
     cfg = dataclasses.replace(cfg, **changes)
     if "envs_per_actor" in filled and acting_mapping(cfg) == "fixed":
         if cfg.envs_per_actor < cfg.policies:
@@ -570,10 +564,10 @@ def preset_line(
     if "total_steps" in table:  # the budget last, after values the tuned ones add
         table["total_steps"] = table.pop("total_steps")
     unset = frozenset(name for name in FIELDS if getattr(given, name) is None)
-    kept, owner = frozenset(tuned), algo or plugin(resolved)
+    owner = algo or plugin(resolved)
     unagreed = resolve(given, resolved.preset, agree=False, algo=owner)
-    made_to_agree = agreed(unagreed, unset, owner, kept) if unset else {}
-    switch, by_switch = owner.switch_values(unagreed, unset - kept)
+    made_to_agree = agreed(unagreed, unset, owner) if unset else {}
+    switch, by_switch = owner.switch_values(unagreed, unset)
     filled = [name for name in table if name in unset and name not in made_to_agree]
     if not filled and not made_to_agree:
         return None

@@ -185,8 +185,9 @@ TUNED: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 # What --recurrent lstm|gru gives the settings left unset, per family, in place of the preset's
-# (the values tuned on one env stay there): the recurrent guide's CartPole settings, with which a
-# position-only CartPole is solved in 300k async steps where the generic preset's stay near 150
+# and of values tuned on one env for a feed-forward policy (CartPole-v1's): the recurrent guide's
+# CartPole settings, with which a position-only CartPole is solved in 300k async steps where the
+# generic preset's stay near 150, and CartPole-v1 in its 150k where its tuned values reach ~140
 # (docs, Guides: presets, what --recurrent derives). Other families keep their preset's values.
 _RECURRENT = {
     "rollout": 64,
