@@ -203,6 +203,7 @@ def test_a_populations_learner_processes_share_the_cpus_under_threads_learner_0(
         ("ALE/Breakout-v5", "atari", "ppo", 10_000_000),  # CleanRL's ppo_atari: 10M agent steps
         ("Acrobot-v1", "classic", "dqn", 500_000),  # CleanRL's dqn.py
         ("CartPole-v1", "classic", "dqn", 100_000),  # tuned on it: where it solves it
+        ("LunarLander-v3", "box2d", "dqn", 100_000),  # tuned on it: RL Zoo's LunarLander budget
     ],
 )
 def test_the_budget_is_the_one_the_familys_references_report_at(env, family, algo, steps):

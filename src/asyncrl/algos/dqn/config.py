@@ -109,6 +109,25 @@ TUNED: dict[str, tuple[str, dict[str, Any]]] = {
             "total_steps": 100_000,
         },
     ),
+    # RL Zoo's tuned DQN for LunarLander (its v2 entry: 4 gradient steps of 128 per 4 env steps,
+    # 50k buffer, target copy every 250, epsilon to 0.1 over 12%, 256-256, Huber), learning
+    # from one batch where RL Zoo starts at 0 (docs, benchmarks: defaults-generality, DQN rows)
+    "box2d": (
+        "LunarLander-v3",
+        {
+            "lr": 6.3e-4,
+            "batch_size": 128,
+            "buffer_size": 50_000,
+            "learning_starts": 128,
+            "replay_ratio": 1.0,
+            "target_every": 250,
+            "epsilon_end": 0.1,
+            "exploration_fraction": 0.12,
+            "hidden": [256, 256],
+            "td_loss": "huber",
+            "total_steps": 100_000,
+        },
+    ),
 }
 
 
