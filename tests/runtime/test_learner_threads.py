@@ -52,7 +52,7 @@ def test_a_learner_process_of_two_sets_half_the_cpus():
     failures, outbox = ctx.Pipe(duplex=False)
     cmd_r, commands = ctx.Pipe(duplex=False)
     replies, rep_w = ctx.Pipe(duplex=False)
-    args = (outbox, 1, pcfg, spec, algorithm("sac"), slots, store, cmd_r, rep_w, None, None)
+    args = (outbox, 1, pcfg, spec, algorithm("sac"), slots, store, cmd_r, rep_w, None, None, False)
     args += (os.getpid(),)
     child = ctx.Process(target=_learner_child, args=args, daemon=True)
     child.start()
