@@ -670,6 +670,22 @@ def test_overwrite_keeps_the_old_run_when_the_cluster_is_too_small(cluster, tmp_
     assert after == before
 
 
+def test_a_run_starts_its_own_ray_beside_another_cluster_on_the_machine(cluster, tmp_path):
+    """`asyncrl train --backend ray` with no --ray-address while another Ray cluster runs on the
+    machine (this module's): the run starts an instance of its own (ray.init would otherwise
+    join the cluster found and refuse the CPUs asked), trains, and leaves no segment behind."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    args = ["train", "--env", "CartPole-v1", "--backend", "ray", "--policies", "2"]
+    args += ["--total-steps", "1024", "--no-progress", "--run-dir", str(tmp_path / "run")]
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncrl", *args], env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "BufferError" not in out.stderr and "leaked" not in out.stderr, out.stderr[-3000:]
+    assert (tmp_path / "run" / "summary.json").is_file()
+
+
 def test_bad_settings_fail_before_ray_starts():
     from asyncrl.config import ConfigError
     from asyncrl.settings import validate

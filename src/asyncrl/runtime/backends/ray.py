@@ -136,6 +136,9 @@ def _init(ray: Any, address: str, needed_cpus: float) -> bool:
         )
     with _loopback_only():
         ray.init(
+            # "local": a new instance of the run's own, never one found on this machine (ray.init
+            # would join the latest one started here, another run's or a test's cluster)
+            address="local",
             num_cpus=max(cpus, need),
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
@@ -208,30 +211,35 @@ class RayBackend(OwnedTransport):
         self._own_transport(
             cfg, spec, algo, numel, cfg.actors * per_actor, shared, 1 if sync else 2
         )
-        # the versions being put, one per policy
-        self._outgoing = [np.empty(n, dtype=np.float32) for n in numel]
-        self.book = SlotBooks.of_run(cfg)
-        self.actors = RayActors(self)
-        self.supervisor = Supervisor(
-            self.actors, cfg.env_step_timeout, self.actors, cfg.actor_restarts, self._respawn
-        )
-        self.restarts = self.supervisor.restarts
-        self.owns_ray = connect(cfg.ray_address, cfg.actors * cfg.ray_cpus_per_actor)
-        # per policy: the object holding version policy_versions[p]
-        self.policy_refs: list[Any] = [None] * cfg.policies
-        self.policy_versions = [-1] * cfg.policies
-        self.workers: list[Any] = [None] * cfg.actors
-        self.generation = [0] * cfg.actors
-        self.nodes: list[dict[str, Any] | None] = [None] * cfg.actors
-        # every call in flight, by its future: ("where", actor, t) or ("rollout", actor, slot, t);
-        # a finished call's future is put on _done (by Ray's thread), for the supervisor
-        self.pending: dict[Any, tuple] = {}
-        self._done: queue.Queue = queue.Queue()
-        self.failure: BaseException | None = None
-        self.closing = False
-        self._nice_warned = False
-        self.watcher: threading.Thread | None = None  # the thread that runs the supervisor
-        self._check_resources()
+        try:  # the slots are made: any failure below (Ray, the cluster's size) frees them
+            # the versions being put, one per policy
+            self._outgoing = [np.empty(n, dtype=np.float32) for n in numel]
+            self.book = SlotBooks.of_run(cfg)
+            self.actors = RayActors(self)
+            self.supervisor = Supervisor(
+                self.actors, cfg.env_step_timeout, self.actors, cfg.actor_restarts, self._respawn
+            )
+            self.restarts = self.supervisor.restarts
+            self.owns_ray = connect(cfg.ray_address, cfg.actors * cfg.ray_cpus_per_actor)
+            # per policy: the object holding version policy_versions[p]
+            self.policy_refs: list[Any] = [None] * cfg.policies
+            self.policy_versions = [-1] * cfg.policies
+            self.workers: list[Any] = [None] * cfg.actors
+            self.generation = [0] * cfg.actors
+            self.nodes: list[dict[str, Any] | None] = [None] * cfg.actors
+            # every call in flight, by its future: ("where", actor, t) or ("rollout", actor,
+            # slot, t); a finished call's future is put on _done (by Ray's thread), for the
+            # supervisor
+            self.pending: dict[Any, tuple] = {}
+            self._done: queue.Queue = queue.Queue()
+            self.failure: BaseException | None = None
+            self.closing = False
+            self._nice_warned = False
+            self.watcher: threading.Thread | None = None  # the thread that runs the supervisor
+            self._check_resources()
+        except BaseException:
+            self._close_transport()
+            raise
 
     # ------------------------------------------------------------ what the learner calls
     # publish (OwnedTransport's) writes the store only; a call puts what it sends (_newest_policy)
