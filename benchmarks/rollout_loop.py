@@ -25,8 +25,8 @@ from asyncrl.algos import algorithm
 from asyncrl.envs import check_env
 from asyncrl.nets import FlatParams
 from asyncrl.runtime.actor import Actor
-from asyncrl.runtime.transport import PolicyStore, SlotStore, population_layouts
-from asyncrl.settings import TrainConfig, resolve
+from asyncrl.runtime.transport import PolicyStore, SlotStore, rollout_layout
+from asyncrl.settings import TrainConfig, policy_config, resolve
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CASES = {
@@ -50,8 +50,10 @@ def measure(case: dict, env: str, K: int, T: int, rollouts: int, repeats: int) -
         store.publish(1, flat.write_to)
         stores.append(store)
     slot_stores = [
-        SlotStore(layout, 1, shared=False)
-        for layout in population_layouts(cfg, spec, algorithm(cfg.algo))
+        SlotStore(
+            rollout_layout(policy_config(cfg, p), spec.for_policy(p), algorithm(cfg.algo)), 1, False
+        )
+        for p in range(cfg.policies)
     ]
     slots = [s.slots[0] for s in slot_stores]
     actor = Actor(0, cfg, spec, algorithm(cfg.algo), stores)

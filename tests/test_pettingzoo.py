@@ -33,6 +33,7 @@ def test_connect_four_is_two_seats_of_a_masked_discrete_policy():
     spec = check_env(C4)
     assert (spec.agents, spec.action_mask, spec.discrete, spec.n_actions) == (2, True, True, 7)
     assert spec.obs_shape == (6 * 7 * 2 + 7,)
+    assert spec.games  # a two-player game: a run's summary plays its policy against opponents
 
 
 def test_one_seat_acts_per_game_and_the_loser_hears_of_the_loss_at_the_winners_move():
@@ -303,7 +304,8 @@ def test_a_dqn_run_never_takes_an_illegal_move(tmp_path, monkeypatch, capsys, mo
 
 def test_a_parallel_envs_agents_act_together_and_a_done_one_waits_for_the_next_game():
     envs = make_vector_env("pettingzoo:parallel_game", 4)  # tests/parallel_game.py, 2 games
-    assert not envs.masked and check_env("pettingzoo:parallel_game").obs_shape == (2,)
+    spec = check_env("pettingzoo:parallel_game")
+    assert not envs.masked and spec.obs_shape == (2,) and not spec.games
     envs.reset(seed=[0, 1, 2, 3])
     for t in range(1, 11):
         step_of_game = (t - 1) % 5 + 1

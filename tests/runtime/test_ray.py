@@ -686,6 +686,25 @@ def test_a_run_starts_its_own_ray_beside_another_cluster_on_the_machine(cluster,
     assert (tmp_path / "run" / "summary.json").is_file()
 
 
+def test_a_ray_address_where_nothing_listens_is_refused_in_one_line(tmp_path):
+    """`--ray-address HOST:PORT` with no cluster there: one line naming the setting, before
+    the run directory is made (ray.init would retry the address for minutes)."""
+    with socket.socket() as s:  # a loopback port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    args = ["train", "--env", "CartPole-v1", "--backend", "ray", "--no-progress"]
+    args += ["--ray-address", f"127.0.0.1:{port}", "--run-dir", str(tmp_path / "run")]
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncrl", *args], env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(err) == 1, out.stderr[-3000:]
+    assert err[0].startswith(f"asyncrl: error: ray_address: nothing answers at 127.0.0.1:{port}")
+    assert not (tmp_path / "run").exists()
+
+
 def test_bad_settings_fail_before_ray_starts():
     from asyncrl.config import ConfigError
     from asyncrl.settings import validate

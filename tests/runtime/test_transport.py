@@ -15,7 +15,6 @@ import pytest
 import torch
 from torch import nn
 
-from asyncrl.algos import algorithm
 from asyncrl.envs import EnvSpec
 from asyncrl.nets import FlatParams
 from asyncrl.runtime.transport import (
@@ -24,7 +23,7 @@ from asyncrl.runtime.transport import (
     SlotLayout,
     SlotStore,
     StopFlag,
-    population_layouts,
+    policy_layouts,
 )
 from conftest import shm_segments
 
@@ -253,13 +252,10 @@ def test_slots_larger_than_the_free_shared_memory_stop_the_run_before_it_starts(
 
 def _layouts(cfg):
     """``cfg`` and its policies' slot layouts, as check_shared_memory takes them."""
-    return cfg, population_layouts(cfg, _cartpole_spec(), algorithm("ppo"))
+    from asyncrl.settings import prepare_settings
 
-
-def _cartpole_spec():
-    from asyncrl.settings import env_spec
-
-    return env_spec(_big_slots(__import__("pathlib").Path("/nonexistent")))
+    run = prepare_settings(cfg)
+    return run.cfg, policy_layouts(run)
 
 
 def _can_mount_a_private_tmpfs() -> str | None:

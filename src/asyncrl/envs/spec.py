@@ -14,7 +14,7 @@ from asyncrl.config import ConfigError
 from asyncrl.envs.atari import ATARI_STACK
 from asyncrl.envs.envpool import envpool_task
 from asyncrl.envs.make import make_env
-from asyncrl.envs.pettingzoo import SeatSpace, is_pettingzoo, seat_spaces
+from asyncrl.envs.pettingzoo import SeatSpace, is_pettingzoo, seat_spaces, two_player_game
 from asyncrl.envs.registry import PIXELS, is_atari, registered_family, resolve_id
 
 
@@ -46,6 +46,9 @@ class EnvSpec:
     # each policy's spec where they differ (the mapping gives each its agents' spaces:
     # envs.pettingzoo.with_policy_specs); () where every policy has this one
     policies: tuple[EnvSpec, ...] = ()
+    # a two-player turn-based game whose players share their spaces: a run's policy can play
+    # either seat against an opponent (envs.pettingzoo.play_vs), and its summary says how it does
+    games: bool = False
 
     @property
     def obs_dim(self) -> int:
@@ -116,7 +119,10 @@ def check_env(
     if is_pettingzoo(env_id):
         agents, box, act, masked, seats = seat_spaces(env_id)
         spec = spec_from_spaces(env_id, box, act)
-        return dataclasses.replace(spec, agents=agents, action_mask=masked, seats=seats)
+        games = two_player_game(env_id, agents, masked, seats)
+        return dataclasses.replace(
+            spec, agents=agents, action_mask=masked, seats=seats, games=games
+        )
     env_id = resolve_id(env_id)
     if vectorizer == "envpool":
         envpool_task(env_id, atari_preprocessing)

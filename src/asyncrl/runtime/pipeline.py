@@ -252,7 +252,7 @@ class Pipeline:
     ):  # fmt: skip
         cfg = run.cfg
         self.population = population = Population(run, run_dir, resume)
-        self.backend = make_backend(cfg, run.spec, run.algo, population.numel())
+        self.backend = make_backend(run, population.numel())
         cleanup.callback(self.backend.close)
         population.start(self.backend, cleanup)
         if resume:

@@ -15,7 +15,6 @@ from typing import Any
 import torch
 
 from asyncrl.config import learner_threads
-from asyncrl.envs.pettingzoo import plays_games
 from asyncrl.rundir import default_run_dir, run_dir_held, save_config, save_summary
 from asyncrl.runtime import hogwild, pipeline
 from asyncrl.runtime.lifecycle import Interrupted, StopSignals
@@ -103,7 +102,7 @@ def train(
         with process_state_kept(cfg) as stop:
             learning = hogwild.HogwildRun if cfg.hogwild else pipeline.Pipeline
             result = hosted(learning, run, run_dir, resume, on_start, callback, stop)
-        if spec.agents > 1 and result.get("checkpoint") and plays_games(cfg.env):
+        if spec.games and result.get("checkpoint"):
             result = _games(run_dir, result)  # a two-player game: its final policy's play
         return result
 

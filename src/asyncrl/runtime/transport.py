@@ -104,12 +104,18 @@ def rollout_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> SlotLayo
 
 def run_layouts(run: Prepared) -> list[SlotLayout]:
     """The slot layouts of a prepared run: the run's own (what the start-up line reports),
-    then each policy's for its own spaces (one policy: the run's again)."""
+    then each policy's for its own settings and spaces (one policy: the run's again)."""
     owners = [
         (run.cfg, run.spec),
         *((c, run.spec.for_policy(p)) for p, c in enumerate(run.policies)),
     ]
     return [slot_layout(c, spec, run.algo, run.marks_own) for c, spec in owners]
+
+
+def policy_layouts(run: Prepared) -> list[SlotLayout]:
+    """Each policy's slot layout (:func:`run_layouts` after the run's own): what a backend
+    makes its slots of."""
+    return run_layouts(run)[1:]
 
 
 def slot_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, own: bool) -> SlotLayout:
@@ -124,13 +130,6 @@ def slot_layout(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, own: bool) -> 
     if cfg.opponents == "pool":  # who played each seat: -1 the learner,
         extra = (*extra, ("seat_player", (T, K), "int64"))  # else a snapshot id (runtime/pool)
     return SlotLayout.for_rollout(spec, T, K, extra)
-
-
-def population_layouts(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm) -> list[SlotLayout]:
-    """The slot layout of each policy of the run (one: the run's), for its own spaces."""
-    from asyncrl.settings import policy_configs
-
-    return [rollout_layout(c, spec.for_policy(p), algo) for p, c in enumerate(policy_configs(cfg))]
 
 
 def memory_line(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, layout: SlotLayout) -> str:

@@ -1,15 +1,13 @@
 """Where actors run. :data:`BACKENDS` is the one place a backend is chosen by name: each entry
-is a module of its own whose class takes the run's settings, env spec, algorithm and policy
-size; a backend's module is imported only when a run chooses it (Ray's is large)."""
+is a module of its own whose class takes the prepared run and each policy's size; a backend's
+module is imported only when a run chooses it (Ray's is large)."""
 
 from __future__ import annotations
 
 import importlib
 
-from asyncrl.core import Algorithm
-from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import Backend
-from asyncrl.settings import TrainConfig
+from asyncrl.settings import Prepared, TrainConfig
 
 BACKENDS = {
     "inline": "asyncrl.runtime.backends.inline:InlineBackend",
@@ -25,10 +23,11 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_backend(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: list[int]) -> Backend:
-    """The backend ``cfg.backend`` names, owning its slots and policy stores for policies of
-    ``numel`` float32 parameters (one count per policy)."""
-    return backend_class(cfg.backend)(cfg, spec, algo, numel)
+def make_backend(run: Prepared, numel: list[int]) -> Backend:
+    """The backend the run's settings name, owning its slots (each policy's layout, from the
+    prepared run) and policy stores for policies of ``numel`` float32 parameters (one count per
+    policy)."""
+    return backend_class(run.cfg.backend)(run, numel)
 
 
 def check_backend(cfg: TrainConfig) -> None:

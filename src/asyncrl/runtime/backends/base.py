@@ -1,9 +1,10 @@
 """What every backend offers the training loop, and the bookkeeping they share.
 
-A backend is made from the config, the env spec and the size of the published parameter vector
-(``backends.make_backend``). It owns how rollouts and policy versions travel between actors and
-the learner (shared memory on one machine; something else across machines) and supervises its
-actors. The loop sees only :class:`Backend`: start, next batch, release, publish, health, close.
+A backend is made from the prepared run (settings, env spec, algorithm, each policy's
+settings) and the size of each policy's published parameter vector (``backends.make_backend``).
+It owns how rollouts and policy versions travel between actors and the learner (shared memory
+on one machine; something else across machines) and supervises its actors. The loop sees only
+:class:`Backend`: start, next batch, release, publish, health, close.
 
 The bookkeeping every backend with actors beside the learner needs is here, apart from how it
 moves data: :class:`SlotBook` (every slot's state and the backpressure rule). Watching the
@@ -17,19 +18,19 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
-from asyncrl.core import Algorithm
 from asyncrl.runtime.lifecycle import StopRequested
 from asyncrl.runtime.supervisor import Restarts
 from asyncrl.runtime.transport import (
     PolicyStore,
     PoolStore,
     Slot,
+    SlotLayout,
     SlotStore,
-    population_layouts,
+    policy_layouts,
 )
 
 if TYPE_CHECKING:
-    from asyncrl.settings import TrainConfig
+    from asyncrl.settings import Prepared, TrainConfig
 
 
 class Backend(Protocol):
@@ -92,27 +93,22 @@ class OwnedTransport:
         """What only this backend can check before the run starts (ConfigError): nothing here."""
 
     def _own_transport(
-        self,
-        cfg: TrainConfig,
-        spec: Any,
-        algo: Algorithm,
-        numel: list[int],
-        slot_count: int,
-        shared: bool,
-        buffers: int,
+        self, run: Prepared, numel: list[int], slot_count: int, shared: bool, buffers: int
     ) -> None:
         """A slot store and a policy store per policy (``slot_stores``, ``stores``); policy 0's
         are also ``slots`` and ``store``, a one-policy run's only ones. ``numel``: each
-        policy's parameters."""
+        policy's parameters. Keeps each policy's slot layout (the prepared run's) as
+        ``layouts``, for actors that make their own slots (Ray's)."""
         self.slot_stores: list[SlotStore] = []
         self.stores: list[PolicyStore] = []
         self.pool: PoolStore | None = None  # --opponents pool: the snapshots
+        self.layouts: list[SlotLayout] = policy_layouts(run)
         try:
-            for layout, n in zip(population_layouts(cfg, spec, algo), numel, strict=True):
+            for layout, n in zip(self.layouts, numel, strict=True):
                 self.slot_stores.append(SlotStore(layout, slot_count, shared=shared))
                 self.stores.append(PolicyStore(n, shared=shared, buffers=buffers))
-            if cfg.opponents == "pool":
-                self.pool = PoolStore(numel[0], cfg.pool_size, shared=shared)
+            if run.cfg.opponents == "pool":
+                self.pool = PoolStore(numel[0], run.cfg.pool_size, shared=shared)
         except BaseException:
             self._close_transport()
             raise

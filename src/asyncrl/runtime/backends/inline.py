@@ -17,22 +17,21 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from asyncrl.core import Algorithm
-from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport
 from asyncrl.runtime.backends.local import LocalFleet
 from asyncrl.runtime.transport import Slot
-from asyncrl.settings import TrainConfig
+from asyncrl.settings import Prepared
 
 
 class InlineBackend(OwnedTransport):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: list[int]):
+    def __init__(self, run: Prepared, numel: list[int]):
+        cfg, spec = run.cfg, run.spec
         self.cfg, self.spec = cfg, spec
         # per actor and policy one slot, or in async mode one per rollout of a batch; actors
         # act with the published vectors in place
         self.per_actor = cfg.rollouts_per_batch
-        self._own_transport(cfg, spec, algo, numel, cfg.actors * self.per_actor, False, buffers=1)
-        self.fleet = LocalFleet(cfg, spec, algo, self.stores, self.pool)
+        self._own_transport(run, numel, cfg.actors * self.per_actor, False, buffers=1)
+        self.fleet = LocalFleet(cfg, spec, run.algo, self.stores, self.pool)
         self.restarts = self.fleet.restarts
         P = cfg.policies
         self.waiting: list[deque[int]] = [deque() for _ in range(P)]  # per policy

@@ -41,7 +41,7 @@ from asyncrl.runtime.transport import (
     SlotStore,
     StopFlag,
 )
-from asyncrl.settings import TrainConfig
+from asyncrl.settings import Prepared, TrainConfig
 
 
 def actor_main(
@@ -106,12 +106,13 @@ def actor_main(
 
 
 class ProcessBackend(OwnedTransport):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: list[int]):
-        self.cfg, self.spec, self.algo = cfg, spec, algo
+    def __init__(self, run: Prepared, numel: list[int]):
+        cfg = run.cfg
+        self.cfg, self.spec, self.algo = cfg, run.spec, run.algo
         self.ctx = mp.get_context("spawn")
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
-        self._own_transport(cfg, spec, algo, numel, cfg.actors * per_actor, True, 1 if sync else 2)
+        self._own_transport(run, numel, cfg.actors * per_actor, True, 1 if sync else 2)
         self.status = SharedArray((cfg.actors, 2), "float64")
         self.book = SlotBooks.of_run(cfg)
         self.children = ChildProcesses(self.ctx, "actor", cfg)

@@ -11,6 +11,7 @@ import contextlib
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -26,8 +27,8 @@ from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBooks
 from asyncrl.runtime.faults import ActorError, actor_label, is_env_error
 from asyncrl.runtime.supervisor import Pauses, Supervisor
-from asyncrl.runtime.transport import Slot, population_layouts
-from asyncrl.settings import TrainConfig, learners_in_processes
+from asyncrl.runtime.transport import Slot, SlotLayout
+from asyncrl.settings import Prepared, TrainConfig
 
 POLL = 0.2  # seconds between looks at the calls in flight when none completes
 # an actor Ray has not started this long after it was asked to (no node with the CPUs it needs:
@@ -50,6 +51,7 @@ class RolloutWorker:
         spec: EnvSpec,
         algo: Algorithm,
         numel: list[int],
+        layouts: list[SlotLayout],
     ):
         import torch
 
@@ -58,7 +60,7 @@ class RolloutWorker:
 
         torch.set_num_threads(cfg.threads_actor)
         self.raws, self.slots, self.stores = [], [], []
-        for p, layout in enumerate(population_layouts(cfg, spec, algo)):
+        for p, layout in enumerate(layouts):  # the driver's: each policy's, as its slots
             _, nbytes = layout.offsets()
             self.raws.append(np.zeros(nbytes, dtype=np.uint8))
             self.slots.append(Slot(layout, self.raws[-1]))
@@ -181,6 +183,8 @@ def check_cluster(cfg: TrainConfig) -> None:
 
     if not (cfg.ray_address or ray.is_initialized()):
         return
+    if not ray.is_initialized():
+        check_address(cfg.ray_address)
     connect(cfg.ray_address, 0)  # joins: a connection made here is not ours to shut down
     need = cfg.actors * cfg.ray_cpus_per_actor
     have = ray.cluster_resources().get("CPU", 0.0)
@@ -192,25 +196,44 @@ def check_cluster(cfg: TrainConfig) -> None:
         )
 
 
+ADDRESS_TIMEOUT = 10.0  # seconds a cluster's address has to accept a connection
+
+
+def check_address(address: str, timeout: float = ADDRESS_TIMEOUT) -> None:
+    """A ``--ray-address`` of HOST:PORT (or ``ray://HOST:PORT``) that accepts no connection is
+    a ConfigError: ray.init would retry it for minutes. ``auto`` (or RAY_ADDRESS) is Ray's."""
+    if address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"ray_address: {address!r}; allowed: auto, HOST:PORT, ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConfigError(
+            f"ray_address: nothing answers at {address} ({e.strerror or e}); start the cluster "
+            "there (ray start --head) or give the address of its head node"
+        ) from None
+
+
 class RayBackend(OwnedTransport):
     @classmethod
     def check_settings(cls, cfg: TrainConfig) -> None:
         check_cluster(cfg)
 
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: list[int]):
+    def __init__(self, run: Prepared, numel: list[int]):
         import ray
 
         self.ray = ray
-        self.cfg, self.spec, self.algo, self.numel = cfg, spec, algo, numel
+        cfg = run.cfg
+        self.cfg, self.spec, self.algo, self.numel = cfg, run.spec, run.algo, numel
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
         # learner-side slots and a store (the version number's bookkeeping and the vector that
         # goes into the object store); async: two buffers, as a call may read it while the
         # learner publishes. In shared memory where the learners are processes.
-        shared = learners_in_processes(cfg)
-        self._own_transport(
-            cfg, spec, algo, numel, cfg.actors * per_actor, shared, 1 if sync else 2
-        )
+        shared = run.in_processes
+        self._own_transport(run, numel, cfg.actors * per_actor, shared, 1 if sync else 2)
         try:  # the slots are made: any failure below (Ray, the cluster's size) frees them
             # the versions being put, one per policy
             self._outgoing = [np.empty(n, dtype=np.float32) for n in numel]
@@ -335,7 +358,7 @@ class RayBackend(OwnedTransport):
     def _spawn(self, actor: int) -> None:
         cls = _remote_class()
         w = cls.options(num_cpus=self.cfg.ray_cpus_per_actor, scheduling_strategy="SPREAD").remote(
-            actor, self.generation[actor], self.cfg, self.spec, self.algo, self.numel
+            actor, self.generation[actor], self.cfg, self.spec, self.algo, self.numel, self.layouts
         )
         self.workers[actor] = w
         self._track(w.where.remote(), ("where", actor, time.perf_counter()))

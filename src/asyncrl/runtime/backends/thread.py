@@ -10,24 +10,23 @@ import traceback
 from collections import deque
 from typing import Any
 
-from asyncrl.core import Algorithm
-from asyncrl.envs import EnvSpec
 from asyncrl.runtime.backends.base import OwnedTransport, SlotBooks
 from asyncrl.runtime.backends.local import LocalFleet
 from asyncrl.runtime.faults import ActorError
 from asyncrl.runtime.transport import Slot
-from asyncrl.settings import TrainConfig
+from asyncrl.settings import Prepared
 
 POLL = 0.2
 
 
 class ThreadBackend(OwnedTransport):
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, algo: Algorithm, numel: list[int]):
+    def __init__(self, run: Prepared, numel: list[int]):
+        cfg, spec = run.cfg, run.spec
         self.cfg, self.spec = cfg, spec
         sync = cfg.mode == "sync"
         per_actor = cfg.slots_per_actor
-        self._own_transport(cfg, spec, algo, numel, cfg.actors * per_actor, False, 1 if sync else 2)
-        self.fleet = LocalFleet(cfg, spec, algo, self.stores, self.pool)
+        self._own_transport(run, numel, cfg.actors * per_actor, False, 1 if sync else 2)
+        self.fleet = LocalFleet(cfg, spec, run.algo, self.stores, self.pool)
         self.restarts = self.fleet.restarts
         self.book = SlotBooks.of_run(cfg)
         self.granted: deque[tuple[int, int, float]] = deque()  # (actor, slot, granted at)
