@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import asyncrl
 from asyncrl.config import ConfigError
 from asyncrl.envs import check_env, make_vector_env
 from asyncrl.envs.pettingzoo import play_vs, plays_games
+from asyncrl.rundir import load_checkpoint, policy_dir
 from asyncrl.runtime.faults import ActorError
 from test_agent_mapping import RUN, _record_tags, _refused, _resumed_as_unbroken
 
@@ -129,3 +131,23 @@ def test_a_resumed_run_of_different_spaces_ends_bit_for_bit_where_the_unbroken_o
     """Inline, sync: S steps, then --resume to 2S, against 2S at once; the run's checkpoint
     (the actors' games in progress) and each policy's (learner) are identical."""
     _resumed_as_unbroken(tmp_path, GAME)
+
+
+def test_policies_of_different_spaces_train_on_processes_exactly_as_inline(tmp_path):
+    """Sync mode: the process backend's actors (each policy's slots at its own width, in
+    shared memory, its learner in a process of its own) leave every policy with the inline
+    run's parameters, bit for bit."""
+    for backend in ("inline", "process"):
+        result = asyncrl.train(
+            GAME, backend=backend, mode="sync", run_dir=str(tmp_path / backend), **RUN
+        )
+        assert result.summary["actor_restarts"] == 0
+    for p in range(2):
+        inline, process = (
+            load_checkpoint(policy_dir(tmp_path / b, p))["policy"] for b in ("inline", "process")
+        )
+        # each policy's own observation width and action count
+        assert (inline["obs_norm.mean"].numel(), len(inline["pi.4.bias"])) == ((2, 2), (6, 3))[p]
+        assert inline.keys() == process.keys()
+        for key, ref in inline.items():
+            assert torch.equal(process[key], ref), (p, key)
