@@ -494,11 +494,6 @@ def _check_pool(cfg: TrainConfig, spec: EnvSpec) -> None:
             f"opponents: pool plays the learner against its past snapshots, which needs a "
             f"multi-agent env (pettingzoo:<module>); {cfg.env} has one agent (allowed: self)"
         )
-    if cfg.backend == "ray":
-        raise ConfigError(
-            "backend: --opponents pool runs on the inline, thread and process backends "
-            "(its snapshots live in this machine's memory), not ray"
-        )
 
 
 def for_env(

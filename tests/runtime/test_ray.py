@@ -201,6 +201,33 @@ def test_policies_of_different_spaces_train_on_ray_exactly_as_inline(cluster, tm
             assert torch.equal(on_ray[key], ref), (p, key)
 
 
+def test_self_play_against_a_pool_on_ray_trains_exactly_as_inline(cluster, tmp_path):
+    """Connect four against a pool of 2 snapshots, a new one every 2 updates (so snapshots
+    join and leave), sync mode: each worker's copy of the pool, brought up to date by the
+    calls, gives the inline run's games, so the learner, the pool's snapshots and ratings and
+    the summary's game figures end the same, bit for bit. And an async run on Ray."""
+    pytest.importorskip("pettingzoo")
+    from test_resume import _differences
+
+    run = dict(
+        env="pettingzoo:pettingzoo.classic.connect_four_v3", mode="sync", actors=2,
+        envs_per_actor=4, rollout=16, minibatch_size=32, epochs=1, seed=3, opponents="pool",
+        snapshot_every=2, pool_size=2, lr_schedule="constant", clip_schedule="constant",
+        total_steps=512,
+    )  # fmt: skip
+    summaries = {b: train(_cfg(tmp_path / b, backend=b, **run)) for b in ("inline", "ray")}
+    # async: the workers' copies follow a pool that changes while they play
+    s = train(_cfg(tmp_path / "async", **dict(run, mode="async")))
+    assert s["pool_snapshots"] > 2 and s["pool_games"] > 20 and s["actor_restarts"] == 0
+    inline, on_ray = (load_checkpoint(tmp_path / b / "run") for b in ("inline", "ray"))
+    assert inline["pool"]["next_id"] > 2  # the pool was full and replaced snapshots
+    for part in ("learner", "pool"):
+        assert _differences(dict(inline[part]), dict(on_ray[part])) == [], part
+    keys = ("env_steps", "pool_games", "win_rate_vs_pool", "learner_elo", "pool_elo")
+    assert {k: summaries["inline"][k] for k in keys} == {k: summaries["ray"][k] for k in keys}
+    assert summaries["ray"]["actor_restarts"] == 0
+
+
 @pytest.mark.slow
 def test_async_ppo_solves_cartpole_with_actors_on_two_nodes(cluster, tmp_path):
     """Async only: sync on Ray is the inline computation bit for bit (the test below), so its

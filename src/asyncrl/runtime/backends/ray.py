@@ -38,7 +38,8 @@ PLACEMENT_TIMEOUT = 120.0
 
 class RolloutWorker:
     """The Ray actor: one asyncrl Actor (K envs and a policy copy) and one slot of its own (a
-    population: a policy copy and a slot per policy).
+    population: a policy copy and a slot per policy); with ``--opponents pool`` a copy of the
+    driver's pool, which each rollout call brings up to date first.
 
     Made remote by :func:`_remote_class`; a second concurrency slot answers :meth:`status`
     while :meth:`collect` runs (hang detection)."""
@@ -52,11 +53,12 @@ class RolloutWorker:
         algo: Algorithm,
         numel: list[int],
         layouts: list[SlotLayout],
+        snapshots: list,
     ):
         import torch
 
         from asyncrl.runtime.actor import Actor
-        from asyncrl.runtime.transport import PolicyStore
+        from asyncrl.runtime.transport import PolicyStore, PoolStore
 
         torch.set_num_threads(cfg.threads_actor)
         self.raws, self.slots, self.stores = [], [], []
@@ -65,8 +67,14 @@ class RolloutWorker:
             self.raws.append(np.zeros(nbytes, dtype=np.uint8))
             self.slots.append(Slot(layout, self.raws[-1]))
             self.stores.append(PolicyStore(numel[p], shared=False, buffers=1))  # acts in place
+        self.pool = None
+        if cfg.opponents == "pool":  # the actor draws its first opponents as it is made
+            self.pool = PoolStore(numel[0], cfg.pool_size, shared=False)
+            self._update_pool(snapshots)
         self.status = np.zeros(2)
-        self.actor = Actor(actor_id, cfg, spec, algo, self.stores, generation, status=self.status)
+        self.actor = Actor(
+            actor_id, cfg, spec, algo, self.stores, generation, status=self.status, pool=self.pool
+        )
 
     def where(self) -> dict[str, Any]:
         import ray
@@ -78,14 +86,27 @@ class RolloutWorker:
             "nice": os.getpriority(os.PRIO_PROCESS, 0),
         }
 
-    def collect(self, versions: list[int], waited: float, *params: np.ndarray) -> list:
+    def collect(
+        self, versions: list[int], waited: float, snapshots: list, *params: np.ndarray
+    ) -> list:
         """One rollout with policy ``versions`` (``params``, one per policy, resolved by Ray
-        from the references the driver passed); each slot's bytes."""
+        from the references the driver passed), the pool's ``snapshots`` that changed since
+        the last call first ((buffer, snapshot id, reference) each); each slot's bytes."""
+        self._update_pool(snapshots)
         for store, version, vector in zip(self.stores, versions, params, strict=True):
             if version != store.version:
                 store.publish(version, lambda a, v=vector: np.copyto(a, v))
         self.actor.collect(self.slots, waited)
         return self.raws
+
+    def _update_pool(self, snapshots: list) -> None:
+        """Write the driver's ``snapshots`` ((buffer, snapshot id, reference) each) into this
+        worker's copy of the pool."""
+        if snapshots:
+            import ray
+
+            for index, snapshot, ref in snapshots:
+                self.pool.write(index, snapshot, ray.get(ref))
 
     def status(self) -> tuple[int, float]:
         """The actor's phase and for how long (see ActorStatus)."""
@@ -248,6 +269,10 @@ class RayBackend(OwnedTransport):
             self.policy_refs: list[Any] = [None] * cfg.policies
             self.policy_versions = [-1] * cfg.policies
             self.workers: list[Any] = [None] * cfg.actors
+            # --opponents pool: the snapshot each worker holds in each buffer of its copy, and
+            # each snapshot of the pool put into the object store once
+            self.pool_held: list[np.ndarray | None] = [None] * cfg.actors
+            self.pool_refs: dict[int, Any] = {}
             self.generation = [0] * cfg.actors
             self.nodes: list[dict[str, Any] | None] = [None] * cfg.actors
             # every call in flight, by its future: ("where", actor, t) or ("rollout", actor,
@@ -357,9 +382,13 @@ class RayBackend(OwnedTransport):
 
     def _spawn(self, actor: int) -> None:
         cls = _remote_class()
+        if self.pool is not None:  # a new worker's copy of the pool is empty: it gets all
+            self.pool_held[actor] = np.full(self.pool.capacity, -1, np.int64)
+        snapshots = self._pool_changes(actor)
         w = cls.options(num_cpus=self.cfg.ray_cpus_per_actor, scheduling_strategy="SPREAD").remote(
-            actor, self.generation[actor], self.cfg, self.spec, self.algo, self.numel, self.layouts
-        )
+            actor, self.generation[actor], self.cfg, self.spec, self.algo, self.numel,
+            self.layouts, snapshots,
+        )  # fmt: skip
         self.workers[actor] = w
         self._track(w.where.remote(), ("where", actor, time.perf_counter()))
 
@@ -381,13 +410,36 @@ class RayBackend(OwnedTransport):
             self.policy_versions[p], self.policy_refs[p] = version, self.ray.put(out)
         return self.policy_versions[p], self.policy_refs[p]
 
+    def _pool_changes(self, actor: int) -> list[tuple[int, int, Any]]:
+        """Holding the ledger's lock: (buffer, snapshot id, object) of each snapshot of the
+        pool that ``actor``'s copy lacks, each put into the object store once; one being
+        written now is left for the next call (the store's seqlock says so)."""
+        if self.pool is None:
+            return []
+        ids, held, out = self.pool.ids(), self.pool_held[actor], []
+        for index in np.flatnonzero(ids != held):
+            snapshot = int(ids[index])
+            ref = self.pool_refs.get(snapshot)
+            if ref is None and snapshot >= 0:
+                put: list[Any] = []
+                if not self.pool.read(snapshot, lambda a, put=put: put.append(self.ray.put(a))):
+                    continue  # torn by the writer: the next call brings it
+                ref = self.pool_refs[snapshot] = put[0]
+            if ref is not None:
+                out.append((int(index), snapshot, ref))
+                held[index] = snapshot
+        for gone in set(self.pool_refs) - set(ids.tolist()):  # left the pool
+            del self.pool_refs[gone]
+        return out
+
     def _send_grants(self) -> None:
         now = time.perf_counter()
         for actor, slot in self.book.grants():
             newest = [self._newest_policy(p) for p in range(self.cfg.policies)]
             versions, refs = [v for v, _ in newest], [r for _, r in newest]
+            snapshots = self._pool_changes(actor)
             self._track(
-                self.workers[actor].collect.remote(versions, 0.0, *refs),
+                self.workers[actor].collect.remote(versions, 0.0, snapshots, *refs),
                 ("rollout", actor, slot, now),
             )
 
