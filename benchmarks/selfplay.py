@@ -16,6 +16,9 @@ seeded 10,000 + i), and the table gives the first checkpoint at or past each bud
 time and agent steps per second are the run's summary's (every move is one agent step; in a
 turn-based game, one env step). Throughput depends on what else the machine runs: say so with
 the figures.
+
+The baseline beside it, SB3-contrib's MaskablePPO at the settings of PettingZoo's SB3 connect-four
+tutorial, judged by the same games: benchmarks/baselines/sb3_maskable_c4.py (its own venv).
 """
 
 from __future__ import annotations
