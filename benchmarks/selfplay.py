@@ -18,6 +18,9 @@ time and agent steps per second are the run's summary's (every move is one agent
 turn-based game, one env step). Throughput depends on what else the machine runs: say so with
 the figures.
 
+The baseline beside it, SB3-contrib's MaskablePPO at the settings of PettingZoo's SB3 connect-four
+tutorial, judged by the same games: benchmarks/baselines/sb3_maskable_c4.py (its own venv).
+
 ``--throughput`` measures agent steps per second instead: the game's runs (PPO, the generic
 preset: 2 actors x 8 seats, 4 games each) beside runs of a single-agent env of the same cost per
 move (one_seat.py: the same AEC game, one agent playing both sides), with 8 envs per actor (as
