@@ -140,10 +140,11 @@ def test_the_position_only_tasks_are_generic_envs_that_observe_positions_only():
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_recurrent_derives_the_measured_settings_where_the_user_left_them_unset(kind):
-    """--recurrent on the generic and classic families: sequences of 16 steps in rollouts of
-    64, minibatches of 16 sequences, 4 epochs, lr 1e-3 annealed, observations and returns
-    normalised (docs, Guides: presets); what the user gave, the values tuned on one env and
-    feed-forward runs stay as they were; the preset line names what the switch gave."""
+    """--recurrent on the generic, classic and mujoco families: sequences of 16 steps in
+    rollouts of 64, minibatches of 16 sequences, 4 epochs, lr 1e-3 annealed, observations and
+    returns normalised (docs, Guides: presets); what the user gave, the values tuned on one env
+    and feed-forward runs stay as they were; the preset line names what the switch gave, and
+    box2d, where they measured level with its preset's, keeps the preset's."""
     from asyncrl.settings import preset_line, resolve
 
     measured = dict(
@@ -156,7 +157,8 @@ def test_recurrent_derives_the_measured_settings_where_the_user_left_them_unset(
         norm_obs=True,
         norm_reward=True,
     )
-    for env, family in ((POSITION_CARTPOLE, "generic"), ("Pendulum-v1", "classic")):
+    families = ((POSITION_CARTPOLE, "generic"), ("Pendulum-v1", "classic"), ("Hopper-v5", "mujoco"))
+    for env, family in families:
         given = TrainConfig(env=env, recurrent=kind)
         cfg = resolve(given, family)
         assert {n: getattr(cfg, n) for n in measured} == measured
@@ -181,6 +183,35 @@ def test_recurrent_derives_the_measured_settings_where_the_user_left_them_unset(
     assert (tuned.gamma, tuned.gae_lambda, tuned.total_steps) == (0.98, 0.8, 150_000)
     box2d = resolve(TrainConfig(env="LunarLander-v3", recurrent=kind), "box2d")
     assert (box2d.lr, box2d.rollout, box2d.epochs) == (3e-4, 128, 10)
+    # mujoco's line: what differs from its preset (its schedule and normalisers are the same);
+    # the family's sync mode and clipped value loss stay
+    given = TrainConfig(env="Hopper-v5", recurrent=kind)
+    hopper = resolve(given, "mujoco")
+    assert preset_line(given, hopper).endswith(
+        f"; for --recurrent {kind}: rollout 64, recurrence 16, minibatch_size 256, epochs 4, "
+        "lr 0.001"
+    )
+    assert (hopper.mode, hopper.value_clip) == ("sync", 0.2)
+
+
+def test_recurrent_on_atari_names_cleanrls_ppo_atari_lstm_sequences():
+    """Atari's --recurrent values are CleanRL's ppo_atari_lstm.py's: the atari preset's rollout,
+    minibatch, epochs and rate, with each env's whole 128-step rollout one sequence; the
+    preset line names the sequences (the rest are the preset's already)."""
+    from asyncrl.settings import preset_line, resolve
+
+    given = TrainConfig(env="ALE/Breakout-v5", recurrent="lstm")
+    cfg = resolve(given, "atari")
+    validate(given, "atari")
+    got = (cfg.rollout, cfg.recurrence, cfg.minibatch_size, cfg.epochs, cfg.lr, cfg.lr_schedule)
+    assert got == (128, 128, 256, 4, 2.5e-4, "linear")
+    assert preset_line(given, cfg).endswith("; for --recurrent lstm: recurrence 128")
+    # a rollout given: its sequences are the rollout, as on every family
+    short = resolve(TrainConfig(env="ALE/Breakout-v5", recurrent="gru", rollout=64), "atari")
+    assert (short.recurrence, short.minibatch_size) == (0, 256)
+    # pixels (image envs outside Atari) keeps its preset's values: CleanRL's are Atari's
+    pixels = resolve(TrainConfig(env="ALE/Breakout-v5", recurrent="lstm"), "pixels")
+    assert (pixels.rollout, pixels.recurrence, pixels.minibatch_size) == (128, 0, 256)
 
 
 @pytest.mark.parametrize(

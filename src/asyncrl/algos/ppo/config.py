@@ -188,7 +188,10 @@ TUNED: dict[str, tuple[str, dict[str, Any]]] = {
 # and of values tuned on one env for a feed-forward policy (CartPole-v1's): the recurrent guide's
 # CartPole settings, with which a position-only CartPole is solved in 300k async steps where the
 # generic preset's stay near 150, and CartPole-v1 in its 150k where its tuned values reach ~140
-# (docs, Guides: presets, what --recurrent derives). Other families keep their preset's values.
+# (docs, Guides: presets, what --recurrent derives). mujoco takes them too: on Hopper-v5 (300k
+# steps, sync, seeds 1-2) they ended higher than the preset's one 128-step sequence per rollout
+# and 10 epochs at 3e-4. box2d keeps its preset's: on LunarLander-v3 (seeds 1-2) the two were
+# level within the seeds' spread.
 _RECURRENT = {
     "rollout": 64,
     "recurrence": 16,
@@ -199,7 +202,23 @@ _RECURRENT = {
     "norm_obs": True,
     "norm_reward": True,
 }
-RECURRENT_PRESETS: dict[str, dict[str, Any]] = {"generic": _RECURRENT, "classic": _RECURRENT}
+# Atari's: CleanRL's ppo_atari_lstm.py (8 envs x 128 steps, each env's rollout one sequence,
+# minibatches of 2 envs' sequences, 4 epochs, Adam 2.5e-4 annealed), the atari preset's values
+# but for the sequences, which it names; checked to start and learn, not measured at 10M steps.
+_RECURRENT_ATARI = {
+    "rollout": 128,
+    "recurrence": 128,
+    "minibatch_size": 256,
+    "epochs": 4,
+    "lr": 2.5e-4,
+    "lr_schedule": "linear",
+}
+RECURRENT_PRESETS: dict[str, dict[str, Any]] = {
+    "generic": _RECURRENT,
+    "classic": _RECURRENT,
+    "mujoco": _RECURRENT,
+    "atari": _RECURRENT_ATARI,
+}
 
 FIXED_ON_RESUME = (
     "activation",
