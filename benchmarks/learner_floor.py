@@ -328,6 +328,8 @@ def main() -> None:
         f"{'vs old':>6s} {'CPU':>5s}" + BF16_HEADER
     )
     rows = []
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"learner_floor-{time.strftime('%Y%m%d-%H%M%S')}.json"
     for case in args.cases.split(","):
         algo, env = ENVS[case]
         made = []
@@ -395,11 +397,17 @@ def main() -> None:
         print(f"  ({threads} thread(s); load average now {os.getloadavg()[0]:.2f})")
         if bf16:
             print(f"  bf16 matmul {bf16[2] / 1e9:.2f} GFLOP/s, {bf16[3] / 1e9:.2f} per CPU s")
+        _write(path, results)  # after every case: a run stopped later keeps what it measured
     results["loadavg_end"] = os.getloadavg()
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"learner_floor-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(results, indent=2, default=float))
+    _write(path, results)
     print(f"\nwritten {path}")
+
+
+def _write(path: Path, results: dict) -> None:
+    """``results`` as JSON at ``path``, replaced whole (never left half-written)."""
+    part = path.with_suffix(".json.part")
+    part.write_text(json.dumps(results, indent=2, default=float))
+    part.replace(path)
 
 
 if __name__ == "__main__":
