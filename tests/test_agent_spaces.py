@@ -13,7 +13,7 @@ import torch
 import asyncrl
 from asyncrl.config import ConfigError
 from asyncrl.envs import check_env, make_vector_env
-from asyncrl.envs.pettingzoo import play_vs, plays_games
+from asyncrl.envs.pettingzoo import play_vs
 from asyncrl.rundir import load_checkpoint, policy_dir
 from asyncrl.runtime.faults import ActorError
 from test_agent_mapping import RUN, _record_tags, _refused, _resumed_as_unbroken
@@ -109,7 +109,7 @@ def test_a_mapping_that_gives_one_policy_agents_of_different_spaces_is_refused(t
 def test_a_game_whose_players_differ_in_spaces_is_not_played_against_an_opponent():
     """A policy plays either seat of a game against an opponent: not where their spaces
     differ (the run's summary plays no games; play_vs refuses in one line)."""
-    assert not plays_games(GAME) and not check_env(GAME).games
+    assert not check_env(GAME).games
     with pytest.raises(ConfigError, match="^env: the players of pettingzoo:spaces_game have"):
         play_vs(GAME, lambda row: 0, "random", games=2)
 

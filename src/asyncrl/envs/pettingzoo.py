@@ -541,17 +541,11 @@ def check_opponent(env_id: str, opponent: str, pool: bool = True) -> None:
         )
 
 
-def plays_games(env_id: str) -> bool:
-    """Whether a run's policy can be played against an opponent (:func:`play_vs`): a
-    two-player turn-based game with action masks, whose players share their spaces (the policy
-    plays either seat); a parallel env has no such games. A run reads it once, from its spec
-    (``EnvSpec.games``)."""
-    agents, _, _, masked, seats = seat_spaces(env_id)
-    return two_player_game(env_id, agents, masked, seats)
-
-
 def two_player_game(env_id: str, agents: int, masked: bool, seats: tuple) -> bool:
-    """:func:`plays_games` from what :func:`seat_spaces` told of ``env_id``."""
+    """Whether ``env_id`` can be played against an opponent (:func:`play_vs`), from what
+    :func:`seat_spaces` told of it: a two-player turn-based game with action masks whose
+    players share their spaces (the policy plays either seat); a parallel env has no such
+    games. ``check_env`` keeps the answer on the spec (``EnvSpec.games``)."""
     return masked and not seats and agents == 2 and hasattr(_module(env_id), "env")
 
 

@@ -207,14 +207,23 @@ def check_cluster(cfg: TrainConfig) -> None:
     if not ray.is_initialized():
         check_address(cfg.ray_address)
     connect(cfg.ray_address, 0)  # joins: a connection made here is not ours to shut down
+    short = cluster_shortfall(cfg, ray.cluster_resources())
+    if short:
+        raise ConfigError(short)
+
+
+def cluster_shortfall(cfg: TrainConfig, resources: dict) -> str:
+    """What the cluster of ``resources`` lacks for the run's actors, in one line ('' if
+    nothing): checked before the run (ConfigError) and as the backend starts (ActorError)."""
     need = cfg.actors * cfg.ray_cpus_per_actor
-    have = ray.cluster_resources().get("CPU", 0.0)
-    if need > have:
-        raise ConfigError(
-            f"ray_cpus_per_actor: {cfg.actors} actors x {cfg.ray_cpus_per_actor:g} CPUs need "
-            f"{need:g} CPUs, the Ray cluster has {have:g}; lower --ray-cpus-per-actor or "
-            "--actors, or add nodes"
-        )
+    have = resources.get("CPU", 0.0)
+    if need <= have:
+        return ""
+    return (
+        f"ray_cpus_per_actor: {cfg.actors} actors x {cfg.ray_cpus_per_actor:g} CPUs need "
+        f"{need:g} CPUs, the Ray cluster has {have:g}; lower --ray-cpus-per-actor or "
+        "--actors, or add nodes"
+    )
 
 
 ADDRESS_TIMEOUT = 10.0  # seconds a cluster's address has to accept a connection
@@ -273,6 +282,7 @@ class RayBackend(OwnedTransport):
             # each snapshot of the pool put into the object store once
             self.pool_held: list[np.ndarray | None] = [None] * cfg.actors
             self.pool_refs: dict[int, Any] = {}
+            self._pool_out = np.empty(numel[0], dtype=np.float32)  # the snapshot being put
             self.generation = [0] * cfg.actors
             self.nodes: list[dict[str, Any] | None] = [None] * cfg.actors
             # every call in flight, by its future: ("where", actor, t) or ("rollout", actor,
@@ -341,16 +351,11 @@ class RayBackend(OwnedTransport):
 
     # ------------------------------------------------------------ supervision
     def _check_resources(self) -> None:
-        need = self.cfg.actors * self.cfg.ray_cpus_per_actor
-        have = self.ray.cluster_resources().get("CPU", 0.0)
-        if need > have:
+        short = cluster_shortfall(self.cfg, self.ray.cluster_resources())
+        if short:
             if self.owns_ray:
                 self.ray.shutdown()
-            raise ActorError(
-                f"ray_cpus_per_actor: {self.cfg.actors} actors x "
-                f"{self.cfg.ray_cpus_per_actor:g} CPUs need {need:g} CPUs, the Ray cluster has "
-                f"{have:g}; lower --ray-cpus-per-actor or --actors, or add nodes"
-            )
+            raise ActorError(short)
 
     def _warn_niceness(self, actor: int) -> None:
         """Once per run: say so if Ray runs the actors at a lower priority than the learner
@@ -412,7 +417,8 @@ class RayBackend(OwnedTransport):
 
     def _pool_changes(self, actor: int) -> list[tuple[int, int, Any]]:
         """Holding the ledger's lock: (buffer, snapshot id, object) of each snapshot of the
-        pool that ``actor``'s copy lacks, each put into the object store once; one being
+        pool that ``actor``'s copy lacks, each put into the object store once, as
+        :meth:`_newest_policy` does: copied out, the read checked, then the copy put; one being
         written now is left for the next call (the store's seqlock says so)."""
         if self.pool is None:
             return []
@@ -421,10 +427,9 @@ class RayBackend(OwnedTransport):
             snapshot = int(ids[index])
             ref = self.pool_refs.get(snapshot)
             if ref is None and snapshot >= 0:
-                put: list[Any] = []
-                if not self.pool.read(snapshot, lambda a, put=put: put.append(self.ray.put(a))):
+                if not self.pool.read(snapshot, lambda a: np.copyto(self._pool_out, a)):
                     continue  # torn by the writer: the next call brings it
-                ref = self.pool_refs[snapshot] = put[0]
+                ref = self.pool_refs[snapshot] = self.ray.put(self._pool_out)
             if ref is not None:
                 out.append((int(index), snapshot, ref))
                 held[index] = snapshot
