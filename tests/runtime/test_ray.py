@@ -8,6 +8,7 @@ Losing a machine is ``remove_node(node, allow_graceful=False)``: its processes a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -730,6 +731,60 @@ def test_a_ray_address_where_nothing_listens_is_refused_in_one_line(tmp_path):
     assert out.returncode == 2 and len(err) == 1, out.stderr[-3000:]
     assert err[0].startswith(f"asyncrl: error: ray_address: nothing answers at 127.0.0.1:{port}")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture
+def not_ray():
+    """A loopback port where a server that is not Ray answers: an HTTP/1 server's reply to
+    whatever it is sent, then the connection closed."""
+    server = socket.create_server((LOOPBACK, 0))
+
+    def answer():
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(1024)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+
+
+def test_a_ray_address_that_answers_but_is_not_ray_is_refused_in_one_line(tmp_path, not_ray):
+    """`--ray-address` of a port where another service answers (ray.init would wait there):
+    one line naming the setting, before the run directory is made."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    args = ["train", "--env", "CartPole-v1", "--backend", "ray", "--no-progress"]
+    args += ["--ray-address", f"{LOOPBACK}:{not_ray}", "--run-dir", str(tmp_path / "run")]
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncrl", *args], env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(err) == 1, out.stderr[-3000:]
+    assert err[0].startswith(
+        f"asyncrl: error: ray_address: {LOOPBACK}:{not_ray} accepts a connection but is not a "
+        "Ray cluster"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_silent_address_is_refused_within_its_timeout_and_a_clusters_is_accepted(cluster):
+    """A port that accepts and says nothing is refused once the timeout passes; the address of
+    a real cluster's head (its GCS) answers as Ray."""
+    from asyncrl.config import ConfigError
+    from asyncrl.runtime.backends.ray import check_address
+
+    with socket.create_server((LOOPBACK, 0)) as silent:
+        start = time.monotonic()
+        with pytest.raises(ConfigError, match="ray_address: .* is not a Ray cluster"):
+            check_address(f"{LOOPBACK}:{silent.getsockname()[1]}", timeout=1.0)
+        assert time.monotonic() - start < 10
+    check_address(cluster.address)
 
 
 def test_bad_settings_fail_before_ray_starts():

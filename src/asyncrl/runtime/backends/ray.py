@@ -226,24 +226,45 @@ def cluster_shortfall(cfg: TrainConfig, resources: dict) -> str:
     )
 
 
-ADDRESS_TIMEOUT = 10.0  # seconds a cluster's address has to accept a connection
+ADDRESS_TIMEOUT = 10.0  # seconds a cluster's address has to answer
+# HTTP/2's client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS and its client
+# server) answers with a SETTINGS frame of its own
+H2_SETTINGS = 4  # a frame's type, its fourth byte (after 3 of length); flags 0, stream 0
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
 def check_address(address: str, timeout: float = ADDRESS_TIMEOUT) -> None:
-    """A ``--ray-address`` of HOST:PORT (or ``ray://HOST:PORT``) that accepts no connection is
-    a ConfigError: ray.init would retry it for minutes. ``auto`` (or RAY_ADDRESS) is Ray's."""
+    """A ``--ray-address`` of HOST:PORT (or ``ray://HOST:PORT``) that accepts no connection,
+    or that does not answer as Ray's gRPC servers do (another service on that port), is a
+    ConfigError: ray.init would retry it for minutes, or wait forever. ``auto`` (or
+    RAY_ADDRESS) is Ray's; with RAY_USE_TLS only the connection is checked."""
     if address == "auto":
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit():
         raise ConfigError(f"ray_address: {address!r}; allowed: auto, HOST:PORT, ray://HOST:PORT")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
     except OSError as e:
         raise ConfigError(
             f"ray_address: nothing answers at {address} ({e.strerror or e}); start the cluster "
             "there (ray start --head) or give the address of its head node"
         ) from None
+    with conn:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return
+        answer = b""
+        with contextlib.suppress(OSError):  # a reset or a timeout: no answer
+            conn.settimeout(timeout)
+            conn.sendall(H2_PREFACE)
+            while len(answer) < 9 and (chunk := conn.recv(9 - len(answer))):
+                answer += chunk
+    if len(answer) < 9 or answer[3] != H2_SETTINGS:
+        raise ConfigError(
+            f"ray_address: {address} accepts a connection but is not a Ray cluster (no gRPC "
+            f"answer within {timeout:g} s); give the address of its head node "
+            "(ray start --head prints it)"
+        )
 
 
 class RayBackend(OwnedTransport):
