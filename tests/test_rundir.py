@@ -382,6 +382,19 @@ def test_overwrite_deletes_nothing_when_the_new_settings_cannot_work(tmp_path, c
     assert "actors: must be >= 1" in capsys.readouterr().err
 
 
+def test_a_resume_without_a_run_dir_is_refused_before_any_directory_is_made(
+    tmp_path, monkeypatch
+):
+    """train(cfg, resume=True) with no run_dir: one ConfigError naming the setting, and no
+    run directory made (a default name would be a new, empty one)."""
+    from asyncrl.runtime.trainer import train
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="^run_dir: a resumed run"):
+        train(TrainConfig(env="CartPole-v1", backend="inline", total_steps=1_000), resume=True)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_saved_config_as_template_does_not_send_the_new_run_to_its_directory(
     tmp_path, monkeypatch, runs_seen
 ):

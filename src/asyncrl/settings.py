@@ -232,11 +232,13 @@ class Prepared:
     algo: Algorithm
     lines: list[str]
     # what the runtime is told once rather than asking the settings again: each policy's
-    # settings (one policy: the run's), whether its learners get a process each, and whether a
-    # policy's slots hold every row with its own steps marked
+    # settings (one policy: the run's), whether its learners get a process each, whether a
+    # policy's slots hold every row with its own steps marked, and the torch threads of the
+    # learner in the run's own process
     policies: tuple[TrainConfig, ...] = ()
     in_processes: bool = False
     marks_own: bool = False
+    threads: int = 1
 
 
 def prepare_settings(given: TrainConfig) -> Prepared:
@@ -259,8 +261,9 @@ def prepare_settings(given: TrainConfig) -> Prepared:
     lines = ([line] if line else []) + env_lines
     policies = tuple(policy_configs(cfg))
     return Prepared(
-        given, cfg, spec, algo, lines, policies, learners_in_processes(cfg), marks_own(cfg, spec)
-    )
+        given, cfg, spec, algo, lines, policies, learners_in_processes(cfg), marks_own(cfg, spec),
+        learner_threads(cfg),
+    )  # fmt: skip
 
 
 def agreed(cfg: TrainConfig, filled: frozenset[str], algo: Algorithm) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from asyncrl.config import learner_threads
+from asyncrl.config import ConfigError
 from asyncrl.rundir import default_run_dir, run_dir_held, save_config, save_summary
 from asyncrl.runtime import hogwild, pipeline
 from asyncrl.runtime.lifecycle import Interrupted, StopSignals
@@ -32,11 +32,11 @@ __all__ = ["Callback", "Interrupted", "Prepared", "prepare", "process_state_kept
 
 
 @contextlib.contextmanager
-def process_state_kept(cfg: TrainConfig) -> Iterator[StopSignals]:
+def process_state_kept(threads: int) -> Iterator[StopSignals]:
     """Run a training run inside: what it changes in its process is put back afterwards,
     however it ends; yields the run's :class:`StopSignals`.
 
-    * the calling thread's torch thread count (set to ``threads_learner`` meanwhile);
+    * the calling thread's torch thread count (``threads``, the learner's, meanwhile);
     * SIGINT and SIGTERM set the run's stop flag (the loop stops at its next iteration
       boundary; a second signal aborts) only when the run is on the main thread -- Python
       lets only that thread install handlers, and only it receives signals -- and the
@@ -52,7 +52,7 @@ def process_state_kept(cfg: TrainConfig) -> Iterator[StopSignals]:
     stop = StopSignals()
     try:
         with stop.installed():
-            torch.set_num_threads(learner_threads(cfg))
+            torch.set_num_threads(threads)
             yield stop
     finally:
         torch.set_num_threads(threads)
@@ -90,16 +90,18 @@ def train(
     one line says which and with what."""
     run = prepare(cfg)
     cfg, spec = run.cfg, run.spec
+    if resume:  # before anything is made or written: a refused resume leaves all as it was
+        if not cfg.run_dir:
+            raise ConfigError("run_dir: a resumed run continues the run saved there; got none")
+        check_resume(load_run_config(cfg.run_dir), cfg)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg, create=True)
     cfg.run_dir = str(run_dir)
-    if resume:  # before anything is written: a refused resume leaves the run as it was
-        check_resume(load_run_config(run_dir), cfg)
     with run_dir_held(run_dir, resume=resume, overwrite=overwrite):  # locked till the end
         if not resume:  # a resumed run's, once its checkpoint has loaded
             save_config(run_dir, cfg)
         for text in run.lines:
             print(text, flush=True)
-        with process_state_kept(cfg) as stop:
+        with process_state_kept(run.threads) as stop:
             learning = hogwild.HogwildRun if cfg.hogwild else pipeline.Pipeline
             result = hosted(learning, run, run_dir, resume, on_start, callback, stop)
         if spec.games and result.get("checkpoint"):
