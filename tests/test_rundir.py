@@ -382,9 +382,7 @@ def test_overwrite_deletes_nothing_when_the_new_settings_cannot_work(tmp_path, c
     assert "actors: must be >= 1" in capsys.readouterr().err
 
 
-def test_a_resume_without_a_run_dir_is_refused_before_any_directory_is_made(
-    tmp_path, monkeypatch
-):
+def test_a_resume_without_a_run_dir_is_refused_before_any_directory_is_made(tmp_path, monkeypatch):
     """train(cfg, resume=True) with no run_dir: one ConfigError naming the setting, and no
     run directory made (a default name would be a new, empty one)."""
     from asyncrl.runtime.trainer import train

@@ -714,25 +714,6 @@ def test_a_run_starts_its_own_ray_beside_another_cluster_on_the_machine(cluster,
     assert (tmp_path / "run" / "summary.json").is_file()
 
 
-def test_a_ray_address_where_nothing_listens_is_refused_in_one_line(tmp_path):
-    """`--ray-address HOST:PORT` with no cluster there: one line naming the setting, before
-    the run directory is made (ray.init would retry the address for minutes)."""
-    with socket.socket() as s:  # a loopback port nothing listens on once closed
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    args = ["train", "--env", "CartPole-v1", "--backend", "ray", "--no-progress"]
-    args += ["--ray-address", f"127.0.0.1:{port}", "--run-dir", str(tmp_path / "run")]
-    out = subprocess.run(
-        [sys.executable, "-m", "asyncrl", *args], env=env, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
-    err = out.stderr.strip().splitlines()
-    assert out.returncode == 2 and len(err) == 1, out.stderr[-3000:]
-    assert err[0].startswith(f"asyncrl: error: ray_address: nothing answers at 127.0.0.1:{port}")
-    assert not (tmp_path / "run").exists()
-
-
 @pytest.fixture
 def not_ray():
     """A loopback port where a server that is not Ray answers: an HTTP/1 server's reply to
@@ -754,22 +735,29 @@ def not_ray():
         server.close()
 
 
-def test_a_ray_address_that_answers_but_is_not_ray_is_refused_in_one_line(tmp_path, not_ray):
-    """`--ray-address` of a port where another service answers (ray.init would wait there):
-    one line naming the setting, before the run directory is made."""
+@pytest.mark.parametrize("there", ["nothing", "not ray"])
+def test_a_ray_address_without_a_cluster_is_refused_in_one_line(tmp_path, request, there):
+    """`--ray-address HOST:PORT` where nothing listens (ray.init would retry it for minutes)
+    or where another service answers (ray.init would wait there): one line naming the
+    setting, before the run directory is made."""
+    if there == "nothing":
+        with socket.socket() as s:  # a loopback port nothing listens on once closed
+            s.bind((LOOPBACK, 0))
+            port = s.getsockname()[1]
+        said = f"ray_address: nothing answers at {LOOPBACK}:{port}"
+    else:
+        port = request.getfixturevalue("not_ray")
+        said = f"ray_address: {LOOPBACK}:{port} accepts a connection but is not a Ray cluster"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     args = ["train", "--env", "CartPole-v1", "--backend", "ray", "--no-progress"]
-    args += ["--ray-address", f"{LOOPBACK}:{not_ray}", "--run-dir", str(tmp_path / "run")]
+    args += ["--ray-address", f"{LOOPBACK}:{port}", "--run-dir", str(tmp_path / "run")]
     out = subprocess.run(
         [sys.executable, "-m", "asyncrl", *args], env=env, capture_output=True, text=True,
         timeout=120,
     )  # fmt: skip
     err = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(err) == 1, out.stderr[-3000:]
-    assert err[0].startswith(
-        f"asyncrl: error: ray_address: {LOOPBACK}:{not_ray} accepts a connection but is not a "
-        "Ray cluster"
-    )
+    assert err[0].startswith(f"asyncrl: error: {said}")
     assert not (tmp_path / "run").exists()
 
 
