@@ -61,7 +61,8 @@ class QStep(PackedAdam):
         self.target = [p for p in q_target.parameters()]
         self._target_flat: torch.Tensor | None = None
         self._kept: dict[str, tuple] = {}  # _layers', per network, with the vector they view
-        self._fn = compile_step(self, type(self)._body) if compile else self._body
+        self._bufs: _Buffers | None = None  # the eager step's outputs, kept between steps
+        self._fn = compile_step(self, type(self)._body) if compile else self._eager
 
     # ------------------------------------------------------------------ entry points
     def pack(self) -> None:
@@ -77,6 +78,84 @@ class QStep(PackedAdam):
     def __call__(self, lr: torch.Tensor, *batch: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return self._fn(*self._flat, self._target_flat, lr, *batch)
+
+    # ------------------------------------------------------------------ the eager step
+    def _buffers(self, x: torch.Tensor, nx: torch.Tensor, flat_p: torch.Tensor) -> _Buffers:
+        """The eager step's kept buffers for this batch's sizes (made anew when they change)."""
+        bufs = self._bufs
+        key = (x.shape, nx.shape, x.dtype, bool(self.cfg.double))
+        if bufs is None or bufs.key != key:
+            w = self._layers("online", flat_p)
+            self._bufs = bufs = _Buffers(key, x, w, bool(self.cfg.double))
+        return bufs
+
+    def _eager(
+        self, flat_p, flat_m, flat_v, steps, flat_t, lr, obs, action, reward, next_obs, disc
+    ):
+        """:meth:`_body`'s computation, eager, with the same kernels on the same operands (the
+        autograd step's bits), its per-step cost cut: activations, the one-hot output gradient,
+        the backward's intermediate gradients and the picks are written (``out=``) into
+        buffers kept between steps, whose slices and transposes are kept too, and each hidden
+        layer's addmm and ReLU are one call. Per-op overhead, not arithmetic, bounds this step
+        at a preset's sizes: docs/benchmarks/learner-floor.md."""
+        w, tw = self._layers("online", flat_p), self._layers("target", flat_t)
+        cfg, B, last = self.cfg, obs.shape[0], self.layers - 1
+        x, nx = self.encoder(obs), self.encoder(next_obs)
+        illegal = None
+        if self.n_mask:  # the layers read the observation without its mask (QNetwork.legal)
+            illegal = ~legal_actions(nx[:, -self.n_mask :])
+            x, nx = x[:, : -self.n_mask], nx[:, : -self.n_mask]
+        k = self._buffers(x, nx, flat_p)
+        if cfg.double:  # the online network's forward over obs and next_obs at once
+            x = torch.cat([x, nx], out=k.x)
+        h = [x, *k.h]
+        for i, (bias, _, weight_t) in enumerate(w):
+            if i < last:
+                torch._addmm_activation(bias, h[i], weight_t, out=h[i + 1])
+            else:
+                torch.addmm(bias, h[i], weight_t, out=h[i + 1])
+        t = nx
+        for i, (bias, _, weight_t) in enumerate(tw):
+            act = torch._addmm_activation if i < last else torch.addmm
+            t = act(bias, t, weight_t, out=k.t[i])
+        if cfg.double:  # the online network picks the action, the target one values it
+            pick = k.next_pick
+            if illegal is not None:  # among the legal next actions only
+                pick = pick.masked_fill(illegal, float("-inf"))
+            torch.gather(t, -1, torch.argmax(pick, -1, keepdim=True, out=k.arg), out=k.next_v)
+            next_v = k.next_v_flat
+        elif illegal is not None:
+            next_v = t.masked_fill(illegal, float("-inf")).max(-1).values
+        else:
+            next_v = t.max(-1).values
+        target = reward + disc * next_v
+        a = action.long().unsqueeze(-1)
+        torch.gather(k.q_all, -1, a, out=k.q)
+        diff = k.q_flat - target
+        # the loss's gradient at each sample's action value, into k.dq ([B, 1])
+        if cfg.td_loss == "huber":  # smooth_l1_loss, beta 1
+            small = diff.abs() < 1
+            loss = torch.where(small, 0.5 * diff.square(), diff.abs() - 0.5).mean()
+            torch.div(diff.clamp(-1.0, 1.0), B, out=k.dq_flat)  # as its backward: NaN stays
+        else:
+            loss = diff.square().mean()
+            torch.mul(diff, 2.0 / B, out=k.dq_flat)
+        # backward: the loss reads one action value per sample, of the obs rows only
+        k.d[last].zero_().scatter_(1, a, k.dq)
+        grad, grads = self.grad_buffer()
+        for i in range(last, -1, -1):
+            wi, bi = self.index[i, 0], self.index[i, 1]
+            torch.mm(k.d_t[i], k.inputs[i] if i or cfg.double else x, out=grads[wi])
+            torch.sum(k.d[i], 0, out=grads[bi])
+            if i:  # through the ReLU, in place: the gradient at a unit it zeroed is 0
+                torch.mm(k.d[i], w[i][1], out=k.d[i - 1])
+                torch.ops.aten.threshold_backward.grad_input(
+                    k.d[i - 1], k.inputs[i], 0, grad_input=k.d[i - 1]
+                )
+        grad_norm, ok, norm = self.descend(flat_p, flat_m, flat_v, steps, grads, lr, grad)
+        bad = (~ok).to(norm.dtype)
+        # a step not applied: its norm (inf or NaN, times 1); applied: 0 (a finite norm times 0)
+        return torch.stack([loss, k.q_flat.mean(), grad_norm, bad, norm * bad])
 
     # ------------------------------------------------------------------ the step
     def _norm(self, grads: list[torch.Tensor], grad: torch.Tensor) -> torch.Tensor:
@@ -155,3 +234,29 @@ class QStep(PackedAdam):
         grad_norm, ok, norm = self.descend(flat_p, flat_m, flat_v, steps, grads, lr, grad)
         bad = (~ok).to(grad_norm.dtype)
         return torch.stack([loss, q.mean(), grad_norm, bad, torch.where(ok, 0.0, norm)])
+
+
+class _Buffers:
+    """The eager step's outputs for one batch size, kept from step to step with their views:
+    ``h`` the online network's layers' outputs (over obs and next_obs stacked for double DQN),
+    ``t`` the target network's over next_obs, ``d`` each layer's output gradient (obs rows)."""
+
+    def __init__(self, key: tuple, x: torch.Tensor, layers, double: bool):
+        self.key = key
+        B, rows = x.shape[0], (2 if double else 1) * x.shape[0]
+        new = x.new_empty
+        units = [weight.shape[0] for _, weight, _ in layers]
+        self.x = new(rows, x.shape[1]) if double else None
+        self.h = [new(rows, u) for u in units]
+        self.t = [new(B, u) for u in units]
+        self.d = [new(B, u) for u in units]
+        self.d_t = [d.T for d in self.d]
+        self.q_all = self.h[-1][:B]  # the obs rows' action values
+        self.next_pick = self.h[-1][B:]  # the next_obs rows' (double DQN's pick)
+        self.arg = new(B, 1, dtype=torch.long)
+        self.next_v, self.q, self.dq = new(B, 1), new(B, 1), new(B, 1)
+        self.next_v_flat, self.q_flat, self.dq_flat = (
+            t.view(B) for t in (self.next_v, self.q, self.dq)
+        )
+        # each layer's input, obs rows (the first's without double DQN: x, given at each step)
+        self.inputs = [self.x[:B] if double else None, *(h[:B] for h in self.h[:-1])]

@@ -76,7 +76,8 @@ class DQN:
 
     def _fused_step(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
         self.fused.pack()  # cheap when packed; a loaded checkpoint or Hogwild! may move state
-        self._lr.fill_(self.optimizer.param_groups[0]["lr"])
+        if self.fused.compiled or not self.fused.fused_adam:  # else Adam reads the float
+            self._lr.fill_(self.optimizer.param_groups[0]["lr"])
         keys = ("obs", "action", "reward", "next_obs", "discount")
         out = self.fused(self._lr, *(b[k] for k in keys))
         self._nonfinite += out[3:]
