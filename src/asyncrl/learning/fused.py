@@ -107,7 +107,9 @@ class PackedAdam:
 
     def _clip(self, grad_norm: torch.Tensor) -> torch.Tensor:
         """torch.nn.utils.clip_grad_norm_'s factor on all gradients."""
-        return (self.cfg.max_grad_norm / (grad_norm + 1e-6)).clamp(max=1.0)
+        # max_norm / (norm + 1e-6) as Tensor.__rdiv__ computes it (a reciprocal, then a
+        # product), without its Python wrapper's few us; in place on the sum, a new tensor
+        return torch.add(grad_norm, 1e-6).reciprocal_().mul_(self.cfg.max_grad_norm).clamp_(max=1.0)
 
     def pack(self) -> None:
         """Parameters, Adam's moments and step counters as views of one flat vector each, so
@@ -225,7 +227,7 @@ class PackedAdam:
             clip = self._clip(grad_norm)
         else:
             grad_norm, clip = torch.zeros((), device=lr.device), None  # no norm, as before
-        steps.add_(ok.to(steps.dtype))
+        steps.add_(ok)  # 1 where applied (a bool added to the float counts)
         (beta1, beta2), eps = self.betas, self.eps
         if self.fused_adam and not self.compiled:
             # lr as a float, as torch.optim.Adam passes it (the tensor is for the compiled

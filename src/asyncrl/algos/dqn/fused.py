@@ -16,6 +16,8 @@ from asyncrl.algos.dqn.networks import legal_actions
 from asyncrl.learning.fused import PackedAdam, compile_step, flat_span, lies_in, move_into_one
 from asyncrl.nets import FlatEncoder
 
+threshold_backward = torch.ops.aten.threshold_backward.grad_input  # ReLU's backward, out=
+
 
 def supports(q: nn.Module) -> bool:
     """Whether :class:`QStep` can train ``q``: flat observations through Linear layers with a
@@ -61,7 +63,7 @@ class QStep(PackedAdam):
         self.target = [p for p in q_target.parameters()]
         self._target_flat: torch.Tensor | None = None
         self._kept: dict[str, tuple] = {}  # _layers', per network, with the vector they view
-        self._bufs: _Buffers | None = None  # the eager step's outputs, kept between steps
+        self._plan_kept: _Plan | None = None  # the eager step's buffers and calls (_plan)
         self._fn = compile_step(self, type(self)._body) if compile else self._eager
 
     # ------------------------------------------------------------------ entry points
@@ -80,14 +82,23 @@ class QStep(PackedAdam):
             return self._fn(*self._flat, self._target_flat, lr, *batch)
 
     # ------------------------------------------------------------------ the eager step
-    def _buffers(self, x: torch.Tensor, nx: torch.Tensor, flat_p: torch.Tensor) -> _Buffers:
-        """The eager step's kept buffers for this batch's sizes (made anew when they change)."""
-        bufs = self._bufs
-        key = (x.shape, nx.shape, x.dtype, bool(self.cfg.double))
-        if bufs is None or bufs.key != key:
-            w = self._layers("online", flat_p)
-            self._bufs = bufs = _Buffers(key, x, w, bool(self.cfg.double))
-        return bufs
+    def _plan(self, x: torch.Tensor, nx: torch.Tensor, flat_p, flat_t) -> _Plan:
+        """The eager step's kept buffers and per-layer calls for this batch's sizes and these
+        packed vectors (made anew when either changes)."""
+        plan, grad, double = self._plan_kept, self.grad_buffer(), bool(self.cfg.double)
+        if (
+            plan is None
+            or plan.vectors[0] is not flat_p
+            or plan.vectors[1] is not flat_t
+            or plan.vectors[2] is not grad[0]
+            or plan.key != (x.shape, nx.shape, double)
+        ):
+            w, tw = self._layers("online", flat_p), self._layers("target", flat_t)
+            order = [(self.index[i, 0], self.index[i, 1]) for i in range(self.layers)]
+            plan = _Plan((x.shape, nx.shape, double), x, w, tw, grad[1], order)
+            plan.vectors = (flat_p, flat_t, grad[0])  # the views' vectors, by identity
+            self._plan_kept = plan
+        return plan
 
     def _eager(
         self, flat_p, flat_m, flat_v, steps, flat_t, lr, obs, action, reward, next_obs, disc
@@ -98,26 +109,20 @@ class QStep(PackedAdam):
         buffers kept between steps, whose slices and transposes are kept too, and each hidden
         layer's addmm and ReLU are one call. Per-op overhead, not arithmetic, bounds this step
         at a preset's sizes: docs/benchmarks/learner-floor.md."""
-        w, tw = self._layers("online", flat_p), self._layers("target", flat_t)
-        cfg, B, last = self.cfg, obs.shape[0], self.layers - 1
+        cfg, B = self.cfg, obs.shape[0]
         x, nx = self.encoder(obs), self.encoder(next_obs)
         illegal = None
         if self.n_mask:  # the layers read the observation without its mask (QNetwork.legal)
             illegal = ~legal_actions(nx[:, -self.n_mask :])
             x, nx = x[:, : -self.n_mask], nx[:, : -self.n_mask]
-        k = self._buffers(x, nx, flat_p)
+        k = self._plan(x, nx, flat_p, flat_t)
         if cfg.double:  # the online network's forward over obs and next_obs at once
             x = torch.cat([x, nx], out=k.x)
-        h = [x, *k.h]
-        for i, (bias, _, weight_t) in enumerate(w):
-            if i < last:
-                torch._addmm_activation(bias, h[i], weight_t, out=h[i + 1])
-            else:
-                torch.addmm(bias, h[i], weight_t, out=h[i + 1])
-        t = nx
-        for i, (bias, _, weight_t) in enumerate(tw):
-            act = torch._addmm_activation if i < last else torch.addmm
-            t = act(bias, t, weight_t, out=k.t[i])
+        for (fn, bias, weight_t, out), inp in zip(k.online, [x, *k.h[:-1]], strict=True):
+            fn(bias, inp, weight_t, out=out)
+        for (fn, bias, weight_t, out), inp in zip(k.target, [nx, *k.t[:-1]], strict=True):
+            fn(bias, inp, weight_t, out=out)
+        t = k.t[-1]
         if cfg.double:  # the online network picks the action, the target one values it
             pick = k.next_pick
             if illegal is not None:  # among the legal next actions only
@@ -141,18 +146,15 @@ class QStep(PackedAdam):
             loss = diff.square().mean()
             torch.mul(diff, 2.0 / B, out=k.dq_flat)
         # backward: the loss reads one action value per sample, of the obs rows only
-        k.d[last].zero_().scatter_(1, a, k.dq)
-        grad, grads = self.grad_buffer()
-        for i in range(last, -1, -1):
-            wi, bi = self.index[i, 0], self.index[i, 1]
-            torch.mm(k.d_t[i], k.inputs[i] if i or cfg.double else x, out=grads[wi])
-            torch.sum(k.d[i], 0, out=grads[bi])
-            if i:  # through the ReLU, in place: the gradient at a unit it zeroed is 0
-                torch.mm(k.d[i], w[i][1], out=k.d[i - 1])
-                torch.ops.aten.threshold_backward.grad_input(
-                    k.d[i - 1], k.inputs[i], 0, grad_input=k.d[i - 1]
-                )
-        grad_norm, ok, norm = self.descend(flat_p, flat_m, flat_v, steps, grads, lr, grad)
+        k.d[-1].zero_().scatter_(1, a, k.dq)
+        for d, d_t, inp, grad_w, grad_b, weight, below in k.backward:
+            torch.mm(d_t, x if inp is None else inp, out=grad_w)
+            torch.sum(d, 0, out=grad_b)
+            if below is not None:  # through the ReLU, in place: 0 where it gave 0
+                torch.mm(d, weight, out=below)
+                threshold_backward(below, inp, 0, grad_input=below)
+        grad = self._grad
+        grad_norm, ok, norm = self.descend(flat_p, flat_m, flat_v, steps, grad[1], lr, grad[0])
         bad = (~ok).to(norm.dtype)
         # a step not applied: its norm (inf or NaN, times 1); applied: 0 (a finite norm times 0)
         return torch.stack([loss, k.q_flat.mean(), grad_norm, bad, norm * bad])
@@ -236,21 +238,23 @@ class QStep(PackedAdam):
         return torch.stack([loss, q.mean(), grad_norm, bad, torch.where(ok, 0.0, norm)])
 
 
-class _Buffers:
-    """The eager step's outputs for one batch size, kept from step to step with their views:
-    ``h`` the online network's layers' outputs (over obs and next_obs stacked for double DQN),
-    ``t`` the target network's over next_obs, ``d`` each layer's output gradient (obs rows)."""
+class _Plan:
+    """The eager step's outputs for one batch size, kept from step to step with their views,
+    and its calls per layer: ``h`` the online network's layers' outputs (over obs and next_obs
+    stacked for double DQN), ``t`` the target network's over next_obs, ``d`` each layer's
+    output gradient (obs rows); ``online`` and ``target`` each layer's (addmm, with the ReLU
+    but for the last layer; bias; weight transposed; output), ``backward`` each layer's, last
+    first (output gradient, transposed; input, obs rows (None: the step's x); weight and bias
+    gradients; weight; the gradient below, None for the first layer)."""
 
-    def __init__(self, key: tuple, x: torch.Tensor, layers, double: bool):
-        self.key = key
-        B, rows = x.shape[0], (2 if double else 1) * x.shape[0]
-        new = x.new_empty
-        units = [weight.shape[0] for _, weight, _ in layers]
+    def __init__(self, key: tuple, x: torch.Tensor, w, tw, grads, order):
+        self.key, self.vectors = key, ()
+        double, B = key[2], x.shape[0]
+        rows, new, units = (2 if double else 1) * B, x.new_empty, [m[1].shape[0] for m in w]
         self.x = new(rows, x.shape[1]) if double else None
         self.h = [new(rows, u) for u in units]
         self.t = [new(B, u) for u in units]
         self.d = [new(B, u) for u in units]
-        self.d_t = [d.T for d in self.d]
         self.q_all = self.h[-1][:B]  # the obs rows' action values
         self.next_pick = self.h[-1][B:]  # the next_obs rows' (double DQN's pick)
         self.arg = new(B, 1, dtype=torch.long)
@@ -258,5 +262,12 @@ class _Buffers:
         self.next_v_flat, self.q_flat, self.dq_flat = (
             t.view(B) for t in (self.next_v, self.q, self.dq)
         )
-        # each layer's input, obs rows (the first's without double DQN: x, given at each step)
-        self.inputs = [self.x[:B] if double else None, *(h[:B] for h in self.h[:-1])]
+        fns = [torch._addmm_activation] * (len(units) - 1) + [torch.addmm]
+        self.online = [(f, b, wt, h) for f, (b, _, wt), h in zip(fns, w, self.h, strict=True)]
+        self.target = [(f, b, wt, t) for f, (b, _, wt), t in zip(fns, tw, self.t, strict=True)]
+        inputs = [self.x[:B] if double else None, *(h[:B] for h in self.h[:-1])]
+        self.backward = [
+            (self.d[i], self.d[i].T, inputs[i], grads[order[i][0]], grads[order[i][1]], w[i][1],
+             self.d[i - 1] if i else None)
+            for i in reversed(range(len(units)))
+        ]  # fmt: skip
