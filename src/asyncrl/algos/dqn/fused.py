@@ -9,6 +9,9 @@ legal ones), not the backward. Why and how fast: docs/benchmarks/learner-floor.m
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 from torch import nn
 
@@ -64,6 +67,7 @@ class QStep(PackedAdam):
         self._target_flat: torch.Tensor | None = None
         self._kept: dict[str, tuple] = {}  # _layers', per network, with the vector they view
         self._plan_kept: _Plan | None = None  # the eager step's buffers and calls (_plan)
+        self._zero_kept: torch.Tensor | None = None
         self._fn = compile_step(self, type(self)._body) if compile else self._eager
 
     # ------------------------------------------------------------------ entry points
@@ -153,11 +157,47 @@ class QStep(PackedAdam):
             if below is not None:  # through the ReLU, in place: 0 where it gave 0
                 torch.mm(d, weight, out=below)
                 threshold_backward(below, inp, 0, grad_input=below)
-        grad = self._grad
-        grad_norm, ok, norm = self.descend(flat_p, flat_m, flat_v, steps, grad[1], lr, grad[0])
-        bad = (~ok).to(norm.dtype)
-        # a step not applied: its norm (inf or NaN, times 1); applied: 0 (a finite norm times 0)
-        return torch.stack([loss, k.q_flat.mean(), grad_norm, bad, norm * bad])
+        grads, grad = self._grad[1], self._grad[0]
+        if flat_p.device.type == "cpu" and self.fused_adam and self.adam_per_tensor:
+            grad_norm, flags = self._descend_on_host(flat_p, flat_m, flat_v, steps, grads, grad)
+        else:
+            grad_norm, ok, norm = self.descend(flat_p, flat_m, flat_v, steps, grads, lr, grad)
+            bad = (~ok).to(norm.dtype)
+            flags = (bad, norm * bad)  # applied: 0, 0; not: 1 and its norm (inf or NaN)
+        return torch.stack([loss, k.q_flat.mean(), grad_norm, *flags])
+
+    def _descend_on_host(self, flat_p, flat_m, flat_v, steps, grads, grad) -> tuple:
+        """:meth:`descend` (the clip, Adam's kernel per tensor, the non-finite guard) with the
+        norm read on the host, for tensors on the CPU, where reading it waits for nothing:
+        the clip factor and the guard's flags, a dozen ops on 0-d tensors at ~2 us each, are
+        then float arithmetic, in float32 as those ops compute it (the same bits). Returns
+        the clipped norm and the statistics' [not applied, its norm] pair."""
+        norm = self._norm(grads, grad)
+        value = norm.item()
+        clipping = self.cfg.max_grad_norm > 0
+        grad_norm = norm if clipping else self._zero(norm)
+        if not math.isfinite(value):  # not applied: parameters, moments, step counts kept
+            return grad_norm, (torch.ones_like(norm), norm)
+        if clipping:  # clip_grad_norm_'s max_norm / (norm + 1e-6), at most 1, in float32
+            f32 = np.float32
+            factor = f32(1) / (f32(value) + f32(1e-6)) * f32(self.cfg.max_grad_norm)
+            grad.mul_(float(min(factor, f32(1))))
+        steps.add_(1)
+        (beta1, beta2), eps = self.betas, self.eps
+        ps, ms, vs, ss = self._per_tensor(flat_p, flat_m, flat_v, steps)
+        torch._fused_adam_(
+            ps, grads, ms, vs, [], ss,
+            lr=self.optimizer.param_groups[0]["lr"], beta1=beta1, beta2=beta2,
+            weight_decay=0.0, eps=eps, amsgrad=False, maximize=False,
+        )  # fmt: skip
+        zero = self._zero(norm)
+        return grad_norm, (zero, zero)
+
+    def _zero(self, like: torch.Tensor) -> torch.Tensor:
+        """A kept 0-d zero (a statistic of a step: stacked, so never written)."""
+        if self._zero_kept is None or self._zero_kept.device != like.device:
+            self._zero_kept = torch.zeros((), dtype=like.dtype, device=like.device)
+        return self._zero_kept
 
     # ------------------------------------------------------------------ the step
     def _norm(self, grads: list[torch.Tensor], grad: torch.Tensor) -> torch.Tensor:
