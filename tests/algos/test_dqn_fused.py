@@ -81,10 +81,15 @@ def test_fused_step_trains_as_the_autograd_step(double, td_loss, max_grad_norm):
 
 
 @pytest.mark.parametrize("td_loss", ["huber", "mse"])
-def test_eager_step_equals_the_autograd_step_to_the_last_bit(td_loss):
-    """The eager step (gradients written into one buffer, Adam's kernel per tensor) keeps
-    autograd's bits step after step, so a run does not drift from the autograd step's path."""
-    ref, new = _pair(td_loss=td_loss, max_grad_norm=0.5)
+@pytest.mark.parametrize(
+    "double, max_grad_norm", [(True, 0.5), (False, 0.5), (True, 0.0), (True, 100.0)]
+)
+def test_eager_step_equals_the_autograd_step_to_the_last_bit(td_loss, double, max_grad_norm):
+    """The eager step (activations and gradients written into kept buffers, Adam's kernel per
+    tensor, on the CPU the clip factor computed on the host) keeps autograd's bits step after
+    step, so a run does not drift from the autograd step's path. A clip of 0.5 binds at every
+    step, one of 100 at none."""
+    ref, new = _pair(td_loss=td_loss, max_grad_norm=max_grad_norm, double=double)
     g = torch.Generator().manual_seed(6)
     for _ in range(40):
         b = _batch(g)

@@ -1,9 +1,11 @@
 """Double DQN (van Hasselt et al. 2016) with a target network and the Huber loss: the update
-rule alone, tensors in and statistics out (no host synchronisation inside an update). An MLP
-Q-network takes the step with its gradients written out (fused.py); others, and ``fused=False``
-(the reference it is tested and benchmarked against), take autograd's. With an action mask
-(the observation's tail) the next action is picked among the legal ones only, as masked DQN
-does (RLlib's, MaskablePPO's logits): an illegal action's value never enters a target."""
+rule alone, tensors in and statistics out (no host synchronisation inside an update on an
+accelerator; on the CPU, where it waits for nothing, the fused step reads its gradient norm).
+An MLP Q-network takes the step with its gradients written out (fused.py); others, and
+``fused=False`` (the reference it is tested and benchmarked against), take autograd's. With an
+action mask (the observation's tail) the next action is picked among the legal ones only, as
+masked DQN does (RLlib's, MaskablePPO's logits): an illegal action's value never enters a
+target."""
 
 from __future__ import annotations
 
@@ -76,7 +78,8 @@ class DQN:
 
     def _fused_step(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
         self.fused.pack()  # cheap when packed; a loaded checkpoint or Hogwild! may move state
-        self._lr.fill_(self.optimizer.param_groups[0]["lr"])
+        if self.fused.compiled or not self.fused.fused_adam:  # else Adam reads the float
+            self._lr.fill_(self.optimizer.param_groups[0]["lr"])
         keys = ("obs", "action", "reward", "next_obs", "discount")
         out = self.fused(self._lr, *(b[k] for k in keys))
         self._nonfinite += out[3:]
