@@ -36,6 +36,7 @@ from asyncrl.runtime.pool import OpponentPool
 from asyncrl.runtime.population import Population
 from asyncrl.runtime.processes import POLL
 from asyncrl.runtime.shell import RunShell
+from asyncrl.settings import trains
 
 if TYPE_CHECKING:
     from asyncrl.settings import Prepared, TrainConfig
@@ -78,7 +79,8 @@ class PolicyLoop:
         self.pbt.record(p, batch)
         if self.pool is not None:  # the games' outcomes, then a snapshot if one is due
             self.pool.record(batch)
-            self.pool.updated(learner.policy_vector)
+            if trains(self.cfg, p):  # a frozen policy's snapshots would all be the same
+                self.pool.updated(learner.policy_vector, p)
         backend.release(batch, p)
         self.rounds += 1
         self.steps_after[self.rounds] = learner.env_steps
