@@ -460,3 +460,15 @@ def test_a_population_pool_run_on_processes_in_async_mode_rates_its_games(tmp_pa
         assert math.isfinite(row["elo"]) and row["elo"] != ELO_START
     state = load_checkpoint(tmp_path / "r")["pool"]
     assert sorted(int(i) for i in state["ids"]) == sorted(int(k) for k in s["pool_elo"])
+
+
+def test_a_policy_not_trained_plays_its_first_snapshot_only(tmp_path):
+    """--policies-to-train 0: policy 1 acts (live, and in the pool as its initial snapshot)
+    but never changes, so it adds no snapshot after that first one; policy 0 adds its own."""
+    settings = dict(POPULATION, policies_to_train=[0])
+    asyncrl.train(C4, total_steps=768, run_dir=str(tmp_path / "r"), **settings)
+    state = load_checkpoint(tmp_path / "r")["pool"]
+    held = dict(zip(state["ids"], state["population"]["origins"], strict=True))
+    assert state["next_id"] > 3 and state["population"]["updates"][1] == 0
+    # the snapshots made after the first two (one per policy) are all policy 0's
+    assert {o for sid, o in held.items() if sid >= 2} == {0}
