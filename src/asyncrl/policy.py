@@ -443,12 +443,14 @@ def load(
                 f"{policy}; leave --policy out, or take its latest checkpoint"
             )
     elif cfg.policies > 1:
-        run_state = load_checkpoint(run_dir)
-        if policy is None:  # the population's best at the run's newest checkpoint
+        # the run's newest checkpoint: the population's best, and its pool (the policies')
+        needed = policy is None or cfg.opponents == "pool"
+        run_state = load_checkpoint(run_dir) if needed else {}
+        if policy is None:
             policy = int((run_state.get("population") or {}).get("leader", 0))
         index = policy
         state = load_checkpoint(policy_dir(run_dir, policy))
-        pool = run_state.get("pool")  # a population's pool is the run's (policies share it)
+        pool = run_state.get("pool")
     else:
         state = load_checkpoint(run_dir)
     if spec.seats:  # agents of different spaces: the policy's own
