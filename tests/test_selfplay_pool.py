@@ -472,3 +472,22 @@ def test_a_policy_not_trained_plays_its_first_snapshot_only(tmp_path):
     assert state["next_id"] > 3 and state["population"]["updates"][1] == 0
     # the snapshots made after the first two (one per policy) are all policy 0's
     assert {o for sid, o in held.items() if sid >= 2} == {0}
+
+
+def test_a_population_pool_run_on_processes_in_sync_mode_ends_as_the_inline_one(tmp_path):
+    """Learners in processes report from a thread each; in sync mode each round's changes to
+    the pool are made in policy order (PoolTurns), so the run ends with the inline run's pool
+    (snapshot ids, places, origins, ratings) and learners, bit for bit. Without that order
+    they differ (3 runs of 3 before it was kept)."""
+    from asyncrl.rundir import policy_dir
+
+    for backend in ("inline", "process"):
+        settings = dict(POPULATION, backend=backend)
+        asyncrl.train(C4, total_steps=1024, run_dir=str(tmp_path / backend), **settings)
+    a, b = load_checkpoint(tmp_path / "inline"), load_checkpoint(tmp_path / "process")
+    assert a["pool"]["next_id"] > 3
+    assert _differences(dict(a["pool"]), dict(b["pool"])) == []
+    for p in range(2):
+        x = load_checkpoint(policy_dir(tmp_path / "inline", p))["learner"]
+        y = load_checkpoint(policy_dir(tmp_path / "process", p))["learner"]
+        assert _differences(x, y) == [], p
