@@ -213,7 +213,6 @@ def test_a_self_play_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(op
         # a population's pool: two-player games only (pettingzoo:tagged_game is a parallel env)
         ({"env": GAME, "opponents": "pool", "policies": 2, "envs_per_actor": 4}, "policies:"),
         ({"env": C4, "opponents": "pool", "policies": 3, "pool_size": 2}, "pool_size:"),
-        ({"env": C4, "opponents": "pool", "policies": 2, "backend": "ray"}, "backend:"),
         ({"env": C4, "opponents": "pool", "pool_size": 0}, "pool_size:"),
         ({"env": C4, "opponents": "pool", "snapshot_every": 0}, "snapshot_every:"),
         ({"env": C4, "opponents": "pool", "snapshot_win_rate": 1.5}, "snapshot_win_rate:"),

@@ -507,11 +507,6 @@ def _check_pool(cfg: TrainConfig, spec: EnvSpec) -> None:
             f"pool_size: a population's pool starts with a snapshot of each of its "
             f"{cfg.policies} policies; allowed: at least {cfg.policies} (got {cfg.pool_size})"
         )
-    if cfg.backend == "ray":
-        raise ConfigError(
-            "backend: a population's pool (--policies > 1 --opponents pool) runs on the "
-            "inline, thread and process backends; allowed: inline, thread, process (got ray)"
-        )
 
 
 def for_env(
