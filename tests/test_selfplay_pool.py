@@ -27,6 +27,7 @@ from asyncrl.runtime.pool import (
     elo_expected,
     elo_update,
     game_outcomes,
+    population_outcomes,
 )
 from asyncrl.runtime.transport import PolicyStore, PoolStore, SlotStore, rollout_layout
 from asyncrl.settings import TrainConfig, resolve
@@ -111,6 +112,34 @@ def test_outcomes_and_snapshots_follow_the_games_reported():
     assert (pool.updates, pool.games) == (0, 0)
     figures = pool.figures()
     assert figures["pool/size"] == 2 and figures["pool/win_rate"] == pytest.approx(2 / 3)
+
+
+def test_a_populations_games_are_counted_once_and_rated_by_who_played():
+    """Two policies (seat players -1 and -2) and snapshot 0, one step, three games: policy 1
+    wins against snapshot 0 (seat 1); policy 0 loses to policy 1 live -- both seats report,
+    in their own slots, and only the first seat's report counts; policy 1 draws against
+    itself (counted, rated not)."""
+    pool = OpponentPool(_pool_cfg(policies=2), agents=2, store=PoolStore(2, 3, False))
+    pool.snapshot(np.zeros(2, np.float32), 0)  # id 0, policy 0's
+    nan = math.nan
+    players = [[0, -2, -1, -2, -2, -2]]
+    mine = _slot([[nan, nan, -1.0, nan, nan, nan]], players)  # policy 0's slot: its seats
+    theirs = _slot([[nan, 1.0, nan, 1.0, 0.0, 0.0]], players)  # policy 1's
+    assert population_outcomes(mine, 2) == [(0, -2, 0.0)]
+    assert population_outcomes(theirs, 2) == [(1, 0, 1.0), (1, -2, 0.5)]  # game 1: seat 0's
+    pool.record([theirs])
+    pool.record([mine])
+    one, snap = elo_update(ELO_START, ELO_START, 1.0)  # policy 1 beat snapshot 0
+    zero, one = elo_update(ELO_START, one, 0.0)  # then policy 0 lost to policy 1
+    assert pool.learner_ratings == [zero, one] and pool.ratings[0] == snap
+    assert pool.live_games == [1, 2] and [t["games"] for t in pool.totals] == [0, 1]
+    assert (pool.games_of, pool.wins_of) == ([0, 1], [0, 1])
+    # a snapshot of policy 1 joins rated as policy 1 is, and remembers where it came from
+    pool.updated(lambda: np.ones(2, np.float32), 1)
+    assert not pool.updated(lambda: np.ones(2, np.float32), 0)  # policy 0: 1 update of 2
+    assert pool.updated(lambda: np.ones(2, np.float32), 1)
+    assert pool.origins[:2] == [0, 1] and pool.ratings[1] == one
+    assert pool.summary()["pool_origin"] == {"0": 0, "1": 1}
 
 
 def test_opponents_change_only_at_game_starts_and_the_learner_owns_only_its_seats_moves():

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 ELO_K = 32.0  # the rating change of a game the winner was expected to lose even odds: K / 2
 ELO_START = 1000.0  # the initial policy's rating and the learner's at the start
 LEARNER = -1  # who plays a seat (slot field ``seat_player``): the learner, else a snapshot id
-# (a population's: -1 - p is live policy p, see live_player)
+# (a population's: -1 - p is live policy p)
 OPPONENT_SEED = 7727  # an actor's opponents sample with generator seed: first env seed + this
 
 
@@ -52,11 +52,6 @@ def elo_update(learner: float, opponent: float, score: float) -> tuple[float, fl
     return learner + change, opponent - change
 
 
-def live_player(policy: int) -> int:
-    """The ``seat_player`` of a seat live policy ``policy`` plays (policy 0: LEARNER)."""
-    return -1 - policy
-
-
 def game_outcomes(slot: Any, agents: int) -> list[tuple[int, float]]:
     """(snapshot id, learner's score) of every game that ended in ``slot`` against a snapshot,
     in step then seat order: a learner seat's episode return (``ep_returns``: only the
@@ -69,7 +64,7 @@ def game_outcomes(slot: Any, agents: int) -> list[tuple[int, float]]:
 def population_outcomes(slot: Any, agents: int) -> list[tuple[int, int, float]]:
     """(policy, opponent, the policy's score) of every game that ended in ``slot``, in step
     then seat order: the policy of a live seat that reported a return, and who played the
-    game's other seats (a snapshot id, or ``live_player(q)`` for live policy q). A game of two
+    game's other seats (a snapshot id, or -1 - q for live policy q). A game of two
     live seats reports in both their slots: only its first live seat's report counts, so each
     game counts once."""
     ret = slot.ep_returns
@@ -79,9 +74,8 @@ def population_outcomes(slot: Any, agents: int) -> list[tuple[int, int, float]]:
         players = slot.seat_player[t, game : game + agents]
         if (players[: row - game] < 0).any():  # an earlier live seat reports this game
             continue
-        others = np.delete(players, row - game)
-        live = others[others < 0]
-        opponent = int(others.max()) if (others >= 0).any() else int(live.max())
+        # the other seats' player (one snapshot, or one live policy, in all of them)
+        opponent = int(np.delete(players, row - game).max())
         value = float(ret[t, row])
         score = 1.0 if value > 0 else 0.5 if value == 0 else 0.0
         out.append((-1 - int(players[row - game]), opponent, score))
@@ -158,7 +152,7 @@ class OpponentPool:
                     if opponent < 0:  # a live policy: both rated, unless it is p itself
                         q = -1 - opponent
                         self.live_games[p] += 1
-                        self.live_games[q] += q != p
+                        self.live_games[q] += int(q != p)
                         if q != p:
                             r = self.learner_ratings
                             r[p], r[q] = elo_update(r[p], r[q], score)
