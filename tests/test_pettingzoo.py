@@ -75,7 +75,8 @@ def test_one_seat_acts_per_game_and_the_loser_hears_of_the_loss_at_the_winners_m
         ({"env": "pettingzoo:pettingzoo.classic.no_such_game_v0"}, "env: cannot import"),
         ({"env": C4, "envs_per_actor": 3}, "envs_per_actor:"),
         ({"env": C4, "policies": 3, "envs_per_actor": 4}, "policies:"),
-        ({"env": C4, "policies": 2, "policy_mapping": "random", "opponents": "pool"}, "policies:"),
+        # a population's pool starts with a snapshot of each policy
+        ({"env": C4, "policies": 3, "opponents": "pool", "pool_size": 2}, "pool_size:"),
         ({"env": C4, "algo": "dqn", "policies": 2}, "policies:"),
         ({"env": C4, "recurrent": "gru"}, "recurrent:"),
         ({"env": C4, "correction": "vtrace"}, "correction:"),

@@ -27,6 +27,7 @@ from asyncrl.runtime.pool import (
     elo_expected,
     elo_update,
     game_outcomes,
+    population_outcomes,
 )
 from asyncrl.runtime.transport import PolicyStore, PoolStore, SlotStore, rollout_layout
 from asyncrl.settings import TrainConfig, resolve
@@ -35,6 +36,7 @@ pytest.importorskip("pettingzoo")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 C4 = "pettingzoo:pettingzoo.classic.connect_four_v3"
+GAME = "pettingzoo:tagged_game"  # tests/tagged_game.py: a parallel env of two agents
 sys.path.insert(0, str(Path(__file__).parent))  # test_resume's comparison of checkpoints
 from test_resume import _differences  # noqa: E402
 
@@ -110,6 +112,34 @@ def test_outcomes_and_snapshots_follow_the_games_reported():
     assert (pool.updates, pool.games) == (0, 0)
     figures = pool.figures()
     assert figures["pool/size"] == 2 and figures["pool/win_rate"] == pytest.approx(2 / 3)
+
+
+def test_a_populations_games_are_counted_once_and_rated_by_who_played():
+    """Two policies (seat players -1 and -2) and snapshot 0, one step, three games: policy 1
+    wins against snapshot 0 (seat 1); policy 0 loses to policy 1 live -- both seats report,
+    in their own slots, and only the first seat's report counts; policy 1 draws against
+    itself (counted, rated not)."""
+    pool = OpponentPool(_pool_cfg(policies=2), agents=2, store=PoolStore(2, 3, False))
+    pool.snapshot(np.zeros(2, np.float32), 0)  # id 0, policy 0's
+    nan = math.nan
+    players = [[0, -2, -1, -2, -2, -2]]
+    mine = _slot([[nan, nan, -1.0, nan, nan, nan]], players)  # policy 0's slot: its seats
+    theirs = _slot([[nan, 1.0, nan, 1.0, 0.0, 0.0]], players)  # policy 1's
+    assert population_outcomes(mine, 2) == [(0, -2, 0.0)]
+    assert population_outcomes(theirs, 2) == [(1, 0, 1.0), (1, -2, 0.5)]  # game 1: seat 0's
+    pool.record([theirs])
+    pool.record([mine])
+    one, snap = elo_update(ELO_START, ELO_START, 1.0)  # policy 1 beat snapshot 0
+    zero, one = elo_update(ELO_START, one, 0.0)  # then policy 0 lost to policy 1
+    assert pool.learner_ratings == [zero, one] and pool.ratings[0] == snap
+    assert pool.live_games == [1, 2] and [t["games"] for t in pool.totals] == [0, 1]
+    assert (pool.games_of, pool.wins_of) == ([0, 1], [0, 1])
+    # a snapshot of policy 1 joins rated as policy 1 is, and remembers where it came from
+    pool.updated(lambda: np.ones(2, np.float32), 1)
+    assert not pool.updated(lambda: np.ones(2, np.float32), 0)  # policy 0: 1 update of 2
+    assert pool.updated(lambda: np.ones(2, np.float32), 1)
+    assert pool.origins[:2] == [0, 1] and pool.ratings[1] == one
+    assert pool.summary()["pool_origin"] == {"0": 0, "1": 1}
 
 
 def test_opponents_change_only_at_game_starts_and_the_learner_owns_only_its_seats_moves():
@@ -209,7 +239,9 @@ def test_a_self_play_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(op
     "settings, names",
     [
         ({"env": "CartPole-v1", "opponents": "pool"}, "opponents: pool"),
-        ({"env": C4, "opponents": "pool", "policies": 2, "envs_per_actor": 4}, "policies:"),
+        # a population's pool: two-player games only (pettingzoo:tagged_game is a parallel env)
+        ({"env": GAME, "opponents": "pool", "policies": 2, "envs_per_actor": 4}, "policies:"),
+        ({"env": C4, "opponents": "pool", "policies": 3, "pool_size": 2}, "pool_size:"),
         ({"env": C4, "opponents": "pool", "pool_size": 0}, "pool_size:"),
         ({"env": C4, "opponents": "pool", "snapshot_every": 0}, "snapshot_every:"),
         ({"env": C4, "opponents": "pool", "snapshot_win_rate": 1.5}, "snapshot_win_rate:"),
@@ -299,3 +331,191 @@ def test_a_pool_runs_policy_is_evaluated_against_its_pools_snapshots(tmp_path, c
         evaluate(selfplay, episodes=4, opponent="pool")
     assert str(e.value).startswith("opponent: pool plays a run's past snapshots;")
     assert "\n" not in str(e.value)
+
+
+# a population of two sharing one pool of three (a snapshot of each policy at the start)
+POPULATION = dict(RUN, policies=2, pool_size=3)
+
+
+def test_a_population_plays_itself_and_its_pool_and_each_learner_gets_its_seats_only(
+    tmp_path, monkeypatch
+):
+    """--policies 2 --opponents pool, inline, sync, from the actors' own records (who played
+    each seat at each step, which seats were to move): every game has a live policy's seat,
+    and its opponent -- a live policy (itself or the other) or a snapshot of either policy --
+    changes only where every seat of the game has ended; each policy's slot marks exactly its
+    seats' moves, and reports only its seats' episodes; each learner trains on steps of its
+    own seats only (the tag: who played the seat); both policies are rated."""
+    from asyncrl.runtime import learners, pool
+
+    records: dict[int, list] = {}  # per actor: its rollouts' records, in order
+    active: dict[int, list] = {}  # per actor: the seats to move, at each step
+    ends: dict[int, list] = {}  # per actor: the seats whose episode ended, at each step
+    act, step, collect = Actor._act, Actor._step, Actor.collect
+
+    def act_(self, slots_, t, groups, actions):
+        active.setdefault(self.actor_id, []).append(self.envs.active.copy())
+        act(self, slots_, t, groups, actions)
+
+    def step_(self, actions):
+        out = step(self, actions)
+        ends.setdefault(self.actor_id, []).append(out[2] | out[3])
+        return out
+
+    def collect_(self, slot, waited=0.0):
+        collect(self, slot, waited)
+        fields = ("seat_player", "own", "ep_returns")
+        records.setdefault(self.actor_id, []).append(
+            [{f: getattr(s, f).copy() for f in fields} for s in slot]
+        )
+
+    origins: dict[int, int] = {}  # snapshot id: the policy it came from
+    snapshot = pool.OpponentPool._snapshot
+
+    def snapshot_(self, params, policy):
+        sid = snapshot(self, params, policy)
+        origins[sid] = policy
+        return sid
+
+    trained: dict[int, int] = {0: 0, 1: 0}  # per policy: the own steps its learner trained on
+    train = learners.LocalLearner.train
+
+    def train_(self, batch):
+        p = self.learner.cfg.seed - RUN["seed"]  # policy p's seed: the run's + p
+        for s in batch:
+            assert (s.seat_player[s.own] == -1 - p).all(), p  # its own seats' moves only
+            trained[p] += int(s.own.sum())
+        return train(self, batch)
+
+    monkeypatch.setattr(Actor, "_act", act_)
+    monkeypatch.setattr(Actor, "_step", step_)
+    monkeypatch.setattr(Actor, "collect", collect_)
+    monkeypatch.setattr(pool.OpponentPool, "_snapshot", snapshot_)
+    monkeypatch.setattr(learners.LocalLearner, "train", train_)
+    result = asyncrl.train(C4, total_steps=1024, run_dir=str(tmp_path / "r"), **POPULATION)
+    K = POPULATION["envs_per_actor"]
+    met, starts = set(), 0
+    for a, rollouts in records.items():
+
+        def join(p, f, rollouts=rollouts):  # policy p's slots' field f, rollouts in order
+            return np.concatenate([r[p][f] for r in rollouts])
+
+        player = join(0, "seat_player")
+        assert (join(1, "seat_player") == player).all()  # every slot records the same
+        ended, seats = np.array(ends[a]), np.array(active[a])
+        games = player.reshape(-1, K // 2, 2)
+        assert ((games < 0).sum(axis=2) >= 1).all()  # a live policy plays every game
+        finished = np.zeros(K, bool)
+        for t in range(1, len(player)):
+            finished |= ended[t - 1]
+            for g in range(K // 2):
+                s = slice(2 * g, 2 * g + 2)
+                if finished[s].all():  # the game started anew at step t
+                    finished[s] = False
+                    starts += 1
+                else:
+                    assert (player[t, s] == player[t - 1, s]).all(), (a, t, g)
+        for p in range(2):
+            mine = player == -1 - p
+            assert (join(p, "own") == (seats & mine)).all(), p
+            assert (mine[~np.isnan(join(p, "ep_returns"))]).all(), p
+        for g in games.reshape(-1, 2):
+            met.add(("live", *sorted(g.tolist())) if (g < 0).all() else ("pool", int(g.max())))
+    assert starts >= 20
+    played = {origins[sid] for kind, *who in met if kind == "pool" for sid in who}
+    assert played == {0, 1}  # snapshots of both policies
+    assert ("live", -2, -1) in met  # policy 0 against policy 1, live
+    assert trained[0] > 0 and trained[1] > 0
+    s = result.summary
+    assert len(origins) == s["pool_snapshots"] > 3 and s["pool_size"] == 3
+    assert set(s["pool_origin"].values()) <= {0, 1}
+    for row in s["population"]:
+        assert row["pool_games"] > 0 and row["live_games"] > 0 and row["elo"] != ELO_START
+    assert s["learner_elo"] == s["population"][s["best_policy"]]["elo"]
+    # asyncrl eval --opponent pool: a population's policy against the run's (shared) pool
+    from asyncrl.evaluate import evaluate
+
+    rates = evaluate(tmp_path / "r", episodes=4, opponent="pool", policy=1)
+    assert (
+        rates["games"] == 4
+        and sum(rates[f"{k}_rate_vs_pool"] for k in ("win", "draw", "loss")) == 1
+    )
+
+
+def test_a_population_pool_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(tmp_path):
+    """--policies 2 --opponents pool, inline, sync: S steps, then --resume to 2S, against 2S at
+    once: the run's checkpoint (actors: games in progress, their players and opponents'
+    copies, draws; the pool: snapshots, origins, every rating and count) and each policy's
+    learner are identical, and so are the summaries' figures."""
+    from asyncrl.rundir import policy_dir
+
+    S = 512
+    whole = asyncrl.train(C4, total_steps=2 * S, run_dir=str(tmp_path / "whole"), **POPULATION)
+    asyncrl.train(C4, total_steps=S, run_dir=str(tmp_path / "halves"), **POPULATION)
+    resumed = asyncrl.train(resume=tmp_path / "halves", total_steps=2 * S)
+    a, b = load_checkpoint(tmp_path / "whole"), load_checkpoint(tmp_path / "halves")
+    assert a["pool"]["next_id"] > 3 and set(a["pool"]["population"]["origins"]) == {0, 1}
+    for part in ("actors", "pool", "population"):
+        assert _differences(dict(a[part]), dict(b[part])) == [], part
+    for p in range(2):
+        x = load_checkpoint(policy_dir(tmp_path / "whole", p))["learner"]
+        y = load_checkpoint(policy_dir(tmp_path / "halves", p))["learner"]
+        x.pop("schedule", None), y.pop("schedule", None)
+        assert _differences(x, y) == [], p
+    keys = ("env_steps", "pool_games", "win_rate_vs_pool", "learner_elo", "pool_elo", "pool_origin")
+    assert {k: whole.summary[k] for k in keys} == {k: resumed.summary[k] for k in keys}
+
+    def rows(result):  # each policy's rating, games and steps
+        return [
+            (r["elo"], r["pool_games"], r["live_games"], r["env_steps"])
+            for r in result.summary["population"]
+        ]
+
+    assert rows(whole) == rows(resumed)
+
+
+def test_a_population_pool_run_on_processes_in_async_mode_rates_its_games(tmp_path):
+    """Learners in processes, actors in processes, async: each policy's loop reports its games
+    from a thread of its own into the one pool; the run ends, both policies played the pool and
+    each other, and were rated."""
+    settings = dict(POPULATION, backend="process", mode="async")
+    result = asyncrl.train(C4, total_steps=1024, run_dir=str(tmp_path / "r"), **settings)
+    s = result.summary
+    assert s["opponents"] == "pool" and s["pool_size"] == 3 and s["pool_snapshots"] > 3
+    assert s["pool_games"] > 10 and 0 <= s["win_rate_vs_pool"] <= 1
+    for row in s["population"]:
+        assert row["pool_games"] > 0 and row["live_games"] > 0
+        assert math.isfinite(row["elo"]) and row["elo"] != ELO_START
+    state = load_checkpoint(tmp_path / "r")["pool"]
+    assert sorted(int(i) for i in state["ids"]) == sorted(int(k) for k in s["pool_elo"])
+
+
+def test_a_policy_not_trained_plays_its_first_snapshot_only(tmp_path):
+    """--policies-to-train 0: policy 1 acts (live, and in the pool as its initial snapshot)
+    but never changes, so it adds no snapshot after that first one; policy 0 adds its own."""
+    settings = dict(POPULATION, policies_to_train=[0])
+    asyncrl.train(C4, total_steps=768, run_dir=str(tmp_path / "r"), **settings)
+    state = load_checkpoint(tmp_path / "r")["pool"]
+    held = dict(zip(state["ids"], state["population"]["origins"], strict=True))
+    assert state["next_id"] > 3 and state["population"]["updates"][1] == 0
+    # the snapshots made after the first two (one per policy) are all policy 0's
+    assert {o for sid, o in held.items() if sid >= 2} == {0}
+
+
+def test_a_population_pool_run_on_processes_in_sync_mode_ends_as_the_inline_one(tmp_path):
+    """Learners in processes report from a thread each; in sync mode each round's changes to
+    the pool are made in policy order (PoolTurns), so the run ends with the inline run's pool
+    (snapshot ids, places, origins, ratings) and learners, bit for bit. Without that order
+    they differ (3 runs of 3 before it was kept)."""
+    from asyncrl.rundir import policy_dir
+
+    for backend in ("inline", "process"):
+        settings = dict(POPULATION, backend=backend)
+        asyncrl.train(C4, total_steps=1024, run_dir=str(tmp_path / backend), **settings)
+    a, b = load_checkpoint(tmp_path / "inline"), load_checkpoint(tmp_path / "process")
+    assert a["pool"]["next_id"] > 3
+    assert _differences(dict(a["pool"]), dict(b["pool"])) == []
+    for p in range(2):
+        x = load_checkpoint(policy_dir(tmp_path / "inline", p))["learner"]
+        y = load_checkpoint(policy_dir(tmp_path / "process", p))["learner"]
+        assert _differences(x, y) == [], p

@@ -431,7 +431,7 @@ def load(
     if policy is not None and not 0 <= policy < cfg.policies:
         raise ConfigError(f"policy: {run_dir} holds policies 0 to {cfg.policies - 1}, got {policy}")
     spec = check_env(cfg.env, cfg.atari_preprocessing)
-    index = None
+    index, pool = None, None
     if checkpoint == "best" or path is not None:  # best: a population's best policy
         state = load_best_checkpoint(run_dir) if path is None else load_checkpoint_at(path)
         if cfg.policies > 1:  # which policy: the best one's "eval" names it, else its folder
@@ -443,10 +443,14 @@ def load(
                 f"{policy}; leave --policy out, or take its latest checkpoint"
             )
     elif cfg.policies > 1:
-        if policy is None:  # the population's best at the run's newest checkpoint
-            policy = int((load_checkpoint(run_dir).get("population") or {}).get("leader", 0))
+        # the run's newest checkpoint: the population's best, and its pool (the policies')
+        needed = policy is None or cfg.opponents == "pool"
+        run_state = load_checkpoint(run_dir) if needed else {}
+        if policy is None:
+            policy = int((run_state.get("population") or {}).get("leader", 0))
         index = policy
         state = load_checkpoint(policy_dir(run_dir, policy))
+        pool = run_state.get("pool")
     else:
         state = load_checkpoint(run_dir)
     if spec.seats:  # agents of different spaces: the policy's own
@@ -471,7 +475,7 @@ def load(
     else:
         policy_.env_steps = int(state.get("env_steps", 0))
     policy_.evaluation = state.get("eval")
-    policy_.pool = state.get("pool")
+    policy_.pool = state.get("pool", pool)
     return policy_
 
 

@@ -497,6 +497,19 @@ def _check_pool(cfg: TrainConfig, spec: EnvSpec) -> None:
             f"opponents: pool plays the learner against its past snapshots, which needs a "
             f"multi-agent env (pettingzoo:<module>); {cfg.env} has one agent (allowed: self)"
         )
+    if cfg.policies < 2:
+        return
+    # a population's pool (runtime.mapping.PopulationPoolSeats draws each game's players)
+    if callable(cfg.policy_mapping):
+        raise ConfigError(
+            "policy_mapping: --opponents pool draws each game's players itself (a policy for "
+            "the learning seat, a policy or a snapshot against it); allowed: fixed or random"
+        )
+    if cfg.pool_size < cfg.policies:
+        raise ConfigError(
+            f"pool_size: a population's pool starts with a snapshot of each of its "
+            f"{cfg.policies} policies; allowed: at least {cfg.policies} (got {cfg.pool_size})"
+        )
 
 
 def for_env(

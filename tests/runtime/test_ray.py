@@ -229,6 +229,30 @@ def test_self_play_against_a_pool_on_ray_trains_exactly_as_inline(cluster, tmp_p
     assert summaries["ray"]["actor_restarts"] == 0
 
 
+def test_a_population_and_its_pool_on_ray_train_exactly_as_inline(cluster, tmp_path):
+    """--policies 2 --opponents pool, sync mode: the workers' copies of the shared pool (the
+    one-policy path's), the learners in processes reporting in policy order, end with the
+    inline run's pool (snapshots, origins, ratings) and learners, bit for bit."""
+    pytest.importorskip("pettingzoo")
+    from test_resume import _differences
+
+    run = dict(
+        env="pettingzoo:pettingzoo.classic.connect_four_v3", mode="sync", actors=2,
+        envs_per_actor=4, rollout=16, minibatch_size=32, epochs=1, seed=3, opponents="pool",
+        snapshot_every=2, pool_size=3, policies=2, lr_schedule="constant",
+        clip_schedule="constant", total_steps=1024,
+    )  # fmt: skip
+    summaries = {b: train(_cfg(tmp_path / b, backend=b, **run)) for b in ("inline", "ray")}
+    inline, on_ray = (load_checkpoint(tmp_path / b / "run") for b in ("inline", "ray"))
+    assert inline["pool"]["next_id"] > 3
+    assert _differences(dict(inline["pool"]), dict(on_ray["pool"])) == []
+    for p in range(2):
+        x, y = (load_checkpoint(policy_dir(tmp_path / b / "run", p)) for b in ("inline", "ray"))
+        assert _differences(x["learner"], y["learner"]) == [], p
+    keys = ("pool_games", "learner_elo", "pool_elo", "pool_origin")
+    assert {k: summaries["inline"][k] for k in keys} == {k: summaries["ray"][k] for k in keys}
+
+
 @pytest.mark.slow
 def test_async_ppo_solves_cartpole_with_actors_on_two_nodes(cluster, tmp_path):
     """Async only: sync on Ray is the inline computation bit for bit (the test below), so its

@@ -144,15 +144,19 @@ def check_seats(cfg: Settings, spec: Any) -> Any:
     (before anything starts); returns ``spec`` with each policy's own where the agents' spaces
     differ (:func:`with_policy_specs`)."""
     population = cfg.policies > 1
+    pool = cfg.opponents == "pool"
     refusals = (
+        # a population's pool: one live policy per game's learning seat, its opponent a live
+        # policy or a snapshot (runtime.mapping.PopulationPoolSeats), on two-player games
         (
-            not population or cfg.opponents == "self",
+            not population or not pool or spec.games,
             "policies",
-            "1 with --opponents pool (one learning policy against its snapshots)",
+            "1 with --opponents pool (a population plays its pool on two-player games of "
+            "shared spaces)",
         ),
         # per agent: seat i of every game plays policy i mod P, so each policy needs a seat
         (
-            cfg.policy_mapping != "fixed" or cfg.policies <= spec.agents,
+            cfg.policy_mapping != "fixed" or pool or cfg.policies <= spec.agents,
             "policies",
             f"at most {spec.agents} under the fixed mapping (the agent in seat i plays policy "
             "i mod P; --policy-mapping random draws each game's seats among more)",

@@ -25,7 +25,14 @@ from asyncrl.envs import (
     set_env_state,
 )
 from asyncrl.nets import FlatParams
-from asyncrl.runtime.mapping import MAPPING_SEED, Group, PolicyMapping, PoolSeats, policy_mapping
+from asyncrl.runtime.mapping import (
+    MAPPING_SEED,
+    Group,
+    PolicyMapping,
+    PoolSeats,
+    PopulationPoolSeats,
+    policy_mapping,
+)
 from asyncrl.runtime.pool import OPPONENT_SEED, Opponents
 from asyncrl.runtime.supervisor import ActorStatus
 from asyncrl.runtime.transport import PolicyStore, PoolStore, Slot
@@ -99,9 +106,15 @@ class Actor:
             self.opponents = Opponents(
                 lambda: frozen_net(algo, cfg, spec), pool, first_seed + OPPONENT_SEED
             )
-            self.mapping: PolicyMapping = PoolSeats(
-                self.K, spec.agents, seats, self.opponents, first_seed + MAPPING_SEED
-            )
+            if len(self.stores) > 1:  # a population against itself and its snapshots
+                self.mapping: PolicyMapping = PopulationPoolSeats(
+                    self.K, spec.agents, len(self.stores), seats, self.opponents,
+                    first_seed + MAPPING_SEED,
+                )  # fmt: skip
+            else:
+                self.mapping = PoolSeats(
+                    self.K, spec.agents, seats, self.opponents, first_seed + MAPPING_SEED
+                )
         else:
             names = list(self.envs.names) if spec.agents > 1 else None  # a game's agent ids
             self.mapping = policy_mapping(
@@ -225,7 +238,8 @@ class Actor:
                     getattr(slot, name)[t, g.columns] = getattr(into, name)[0]
         if self.opponents is not None:  # the snapshots' seats: acted for, never trained on
             mapping = self.mapping
-            slots[0].seat_player[t] = mapping.player
+            for slot in slots:  # every policy's: who played each seat (its games' outcomes)
+                slot.seat_player[t] = mapping.player
             self.opponents.act(actable, mapping.opponent_rows(), mapping.player, actions)
 
     def _own(self, policy: int, obs: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:

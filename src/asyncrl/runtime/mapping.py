@@ -270,6 +270,69 @@ class PoolSeats(PerGame, SharedSeats):
             self.opponents.load_state_dict(state)
 
 
+class PopulationPoolSeats(PoolSeats):
+    """Seats of two-player games of a population against itself and its pool (``--policies P
+    --opponents pool``): at each game's start one seat drawn for a learning policy, drawn
+    uniformly among the P, and its opponent for the other seats, drawn uniformly among the P
+    live policies and the pool's snapshots, all from the mapping's own generator; held until
+    every seat of the game has ended. A live seat is its policy's (``player`` -1 - p): it acts
+    for its seats whose agent acts, its slot marks those steps ``own`` and holds its seats'
+    rewards and ends, and reports its seats' episodes -- a live opponent's moves are its own
+    learner's samples, as under the random mapping; a snapshot's are nobody's."""
+
+    def __init__(
+        self,
+        rows: int,
+        agents: int,
+        policies: int,
+        active: Callable[[], np.ndarray],
+        opponents: Any,
+        seed: int,
+    ):
+        self.live = policies  # set before PoolSeats draws the first games
+        super().__init__(rows, agents, active, opponents, seed)
+        self.policies = policies
+
+    def _draw(self, games: np.ndarray) -> None:
+        for g in games:
+            seat = int(self.rng.integers(self.agents))
+            learner = int(self.rng.integers(self.live))
+            while True:  # a snapshot replaced between the look and the copy: draw again
+                ids = self.opponents.ids()
+                k = int(self.rng.integers(self.live + ids.size))
+                if k < self.live:
+                    opponent = -1 - k
+                    break
+                opponent = int(ids[k - self.live])
+                if self.opponents.load(opponent):
+                    break
+            first = int(g) * self.agents
+            self.player[first : first + self.agents] = opponent
+            self.player[first + seat] = -1 - learner
+            self.finished[first : first + self.agents] = False
+        # the policy of each live seat (a snapshot's: unused, the seat is no policy's)
+        self.policy = np.maximum(-1 - self.player, 0)
+        self.opponents.keep(self.player[self.player >= 0])
+
+    def _held(self) -> list[np.ndarray]:
+        return [np.flatnonzero(self.player == -1 - p) for p in range(self.live)]
+
+    def groups(self) -> list[Group]:
+        active = self.active()
+        out = []
+        for p, rows in enumerate(self._held()):
+            ids = rows[active[rows]]
+            out.append(Group(p, ids, ids, ids, False))
+        return out
+
+    def outcomes(self, groups: list[Group]) -> list[Group]:
+        return [Group(p, r, r, r, False) for p, r in enumerate(self._held())]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.policy = np.maximum(-1 - self.player, 0)
+
+
 class PopulationSeats(HeldSeats, RandomMapping):
     """Seats of multi-agent games shared by a population (``--policies P``, ``--policy-mapping
     random``): the random mapping, drawn per game -- at each game's start a policy for every

@@ -22,7 +22,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from asyncrl.runtime.pool import OpponentPool
 from asyncrl.runtime.population import Population
 from asyncrl.runtime.processes import POLL
 from asyncrl.runtime.shell import RunShell
+from asyncrl.settings import trains
 
 if TYPE_CHECKING:
     from asyncrl.settings import Prepared, TrainConfig
@@ -45,6 +46,34 @@ __all__ = ["Pipeline", "check_backend"]
 Row = tuple[int, dict[str, Any]]  # a policy and the figures of one of its iterations
 
 
+class PoolTurns:
+    """Sync mode with learners in processes (a loop per thread): each round's changes to a
+    shared pool (games rated, snapshots numbered and placed) in policy order, as the inline
+    backend makes them, not in the order the learners happen to finish. ``policies`` 0:
+    none waits (one loop, or async mode, whose rounds have no order to keep)."""
+
+    def __init__(self, policies: int):
+        self.policies, self.next = policies, 0
+        self.turn = threading.Condition()
+
+    @contextlib.contextmanager
+    def of(self, policy: int, stop: Any) -> Iterator[None]:
+        """Policy ``policy``'s turn (a stop ends the wait: the run is ending)."""
+        if not self.policies:
+            yield
+            return
+        with self.turn:
+            while not self.turn.wait_for(lambda: self.next == policy or bool(stop), POLL):
+                pass
+        try:
+            yield
+        finally:
+            with self.turn:
+                if self.next == policy:
+                    self.next = (policy + 1) % self.policies
+                self.turn.notify_all()
+
+
 class PolicyLoop:
     """One policy's training loop on its own slots: work ahead, its next batch, train,
     publish, release; the figures of each iteration as a row."""
@@ -52,9 +81,11 @@ class PolicyLoop:
     def __init__(
         self, index: int, cfg: TrainConfig, learner: Any, backend: Any, end: RunEnd,
         meter: Throughput, pbt: PBT, pool: OpponentPool | None = None,
+        turns: PoolTurns | None = None,
     ):  # fmt: skip
         self.index, self.cfg, self.learner, self.backend = index, cfg, learner, backend
         self.end, self.meter, self.pbt, self.pool = end, meter, pbt, pool
+        self.turns = turns or PoolTurns(0)
         self.rounds = 0  # iterations done in this run (a resumed learner counts on from more)
         # its env steps after its latest rounds (those another loop may still ask about)
         self.steps_after = {0: learner.env_steps}
@@ -77,8 +108,10 @@ class PolicyLoop:
         learner.record(batch)  # a learner process's episodes, mirrored here
         self.pbt.record(p, batch)
         if self.pool is not None:  # the games' outcomes, then a snapshot if one is due
-            self.pool.record(batch)
-            self.pool.updated(learner.policy_vector)
+            with self.turns.of(p, stop):
+                self.pool.record(batch)
+                if trains(self.cfg, p):  # a frozen policy's snapshots would all be the same
+                    self.pool.updated(learner.policy_vector, p)
         backend.release(batch, p)
         self.rounds += 1
         self.steps_after[self.rounds] = learner.env_steps
@@ -265,8 +298,10 @@ class Pipeline:
     def drive(self, shell: RunShell, on_start: Callable[[Backend], None] | None) -> None:
         population = self.population
         population.attach(shell)
+        ordered = population.in_processes and population.cfg.mode == "sync"
+        turns = PoolTurns(len(population.handles) if ordered else 0)
         loops = [
-            PolicyLoop(p, c, h, self.backend, shell.end, m, population.pbt, population.pool)
+            PolicyLoop(p, c, h, self.backend, shell.end, m, population.pbt, population.pool, turns)
             for p, (c, h, m) in enumerate(
                 zip(population.configs, population.handles, population.meters, strict=True)
             )

@@ -9,11 +9,19 @@ its games play (:class:`Opponents`), read from the pool's store (transport.PoolS
 snapshot replaced meanwhile never changes a game in progress. Each game's outcome comes back in
 the learner's slot (its return, and who played each seat) and moves Elo ratings: one per
 snapshot and one for the learner (:class:`OpponentPool`, the driver's side).
+
+A population (``--policies P``) shares one pool: each policy adds snapshots of itself (every
+``--snapshot-every`` of its own updates, gated by its own win rate against the pool), each
+snapshot remembers the policy it came from, and each policy has its own rating. In its games a
+learning seat meets a live policy or a snapshot (runtime.mapping.PopulationPoolSeats); a
+seat's player (``seat_player``) is then ``-1 - p`` for live policy
+``p`` (so ``-1``, policy 0, is the one learner of a run of one policy), else a snapshot id.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,6 +36,7 @@ if TYPE_CHECKING:
 ELO_K = 32.0  # the rating change of a game the winner was expected to lose even odds: K / 2
 ELO_START = 1000.0  # the initial policy's rating and the learner's at the start
 LEARNER = -1  # who plays a seat (slot field ``seat_player``): the learner, else a snapshot id
+# (a population's: -1 - p is live policy p)
 OPPONENT_SEED = 7727  # an actor's opponents sample with generator seed: first env seed + this
 
 
@@ -44,116 +53,214 @@ def elo_update(learner: float, opponent: float, score: float) -> tuple[float, fl
 
 
 def game_outcomes(slot: Any, agents: int) -> list[tuple[int, float]]:
-    """(snapshot id, learner's score) of every game that ended in ``slot``, in step then seat
-    order: a learner seat's episode return (``ep_returns``: only the learner's seats report one)
-    and the snapshot that played the other seats of its game at that step. Score: the sign of
-    the return (a zero-sum game's win, draw or loss) as 1, 0.5, 0."""
+    """(snapshot id, learner's score) of every game that ended in ``slot`` against a snapshot,
+    in step then seat order: a learner seat's episode return (``ep_returns``: only the
+    learner's seats report one) and the snapshot that played the other seats of its game at
+    that step. Score: the sign of the return (a zero-sum game's win, draw or loss) as 1, 0.5,
+    0. (:func:`population_outcomes` gives a population's, which may meet live policies.)"""
+    return [(opponent, score) for _, opponent, score in population_outcomes(slot, agents)]
+
+
+def population_outcomes(slot: Any, agents: int) -> list[tuple[int, int, float]]:
+    """(policy, opponent, the policy's score) of every game that ended in ``slot``, in step
+    then seat order: the policy of a live seat that reported a return, and who played the
+    game's other seats (a snapshot id, or -1 - q for live policy q). A game of two
+    live seats reports in both their slots: only its first live seat's report counts, so each
+    game counts once."""
     ret = slot.ep_returns
     out = []
     for t, row in np.argwhere(~np.isnan(ret)):
         game = row - row % agents
-        snapshot = int(slot.seat_player[t, game : game + agents].max())
+        players = slot.seat_player[t, game : game + agents]
+        if (players[: row - game] < 0).any():  # an earlier live seat reports this game
+            continue
+        # the other seats' player (one snapshot, or one live policy, in all of them)
+        opponent = int(np.delete(players, row - game).max())
         value = float(ret[t, row])
-        out.append((snapshot, 1.0 if value > 0 else 0.5 if value == 0 else 0.0))
+        score = 1.0 if value > 0 else 0.5 if value == 0 else 0.0
+        out.append((-1 - int(players[row - game]), opponent, score))
     return out
 
 
 class OpponentPool:
-    """The driver's side of the pool: which snapshot each buffer of the store holds, the
-    ratings, when the next snapshot joins, and the figures of the games reported so far."""
+    """The driver's side of the pool: which snapshot each buffer of the store holds (and which
+    policy it came from), the ratings, when each policy's next snapshot joins, and the figures
+    of the games reported so far. A population's loops may report from threads of their own
+    (learners in processes): a lock keeps each change whole."""
 
     def __init__(self, cfg: TrainConfig, agents: int, store: PoolStore):
         self.store, self.agents = store, agents
         self.every, self.threshold = cfg.snapshot_every, cfg.snapshot_win_rate
+        self.policies = P = getattr(cfg, "policies", 1)
         capacity = cfg.pool_size
         self.ids = [LEARNER] * capacity  # snapshot id per buffer (-1: empty)
+        self.origins = [LEARNER] * capacity  # the policy each buffer's snapshot came from
         self.ratings = [math.nan] * capacity
-        self.learner_rating = ELO_START
+        self.learner_ratings = [ELO_START] * P  # each live policy's
         self.next_id = 0
-        self.updates = 0  # learner updates since the last snapshot
-        self.wins = self.games = 0  # since the last snapshot (the threshold's)
-        self.total = {"games": 0, "wins": 0, "draws": 0}
-        self.window: list[float] = []  # scores since the last metrics row
+        # per policy, since its last snapshot: its updates, and its wins and games against the
+        # pool (the threshold's)
+        self.updates_of, self.wins_of, self.games_of = [0] * P, [0] * P, [0] * P
+        self.totals = [{"games": 0, "wins": 0, "draws": 0} for _ in range(P)]  # vs snapshots
+        self.live_games = [0] * P  # games a policy played against a live one (itself too)
+        self.windows: list[list[float]] = [[] for _ in range(P)]  # scores since a metrics row
+        self.lock = threading.Lock()
 
-    def snapshot(self, params: np.ndarray) -> int:
-        """``params`` join the pool as a new snapshot rated as the learner is now, in an empty
-        buffer or the oldest snapshot's; returns its id."""
+    # a run of one policy: its learner's figures, under the names they always had
+    @property
+    def learner_rating(self) -> float:
+        return self.learner_ratings[0]
+
+    @learner_rating.setter
+    def learner_rating(self, value: float) -> None:
+        self.learner_ratings[0] = value
+
+    @property
+    def updates(self) -> int:
+        return self.updates_of[0]
+
+    @property
+    def games(self) -> int:
+        return self.games_of[0]
+
+    @property
+    def total(self) -> dict[str, int]:
+        return {k: sum(t[k] for t in self.totals) for k in ("games", "wins", "draws")}
+
+    def snapshot(self, params: np.ndarray, policy: int = 0) -> int:
+        """``params`` (policy ``policy``'s) join the pool as a new snapshot rated as that
+        policy is now, in an empty buffer or the oldest snapshot's; returns its id."""
+        with self.lock:
+            return self._snapshot(params, policy)
+
+    def _snapshot(self, params: np.ndarray, policy: int) -> int:
         empty = [b for b, i in enumerate(self.ids) if i == LEARNER]
         index = empty[0] if empty else int(np.argmin(self.ids))
         sid, self.next_id = self.next_id, self.next_id + 1
         self.store.write(index, sid, params)
-        self.ids[index], self.ratings[index] = sid, self.learner_rating
-        self.updates = self.wins = self.games = 0
+        self.ids[index], self.ratings[index] = sid, self.learner_ratings[policy]
+        self.origins[index] = policy
+        self.updates_of[policy] = self.wins_of[policy] = self.games_of[policy] = 0
         return sid
 
     def record(self, slots: list[Any]) -> None:
         """The games that ended in a batch's slots: ratings, win counts."""
-        where = {sid: b for b, sid in enumerate(self.ids) if sid != LEARNER}
-        for slot in slots:
-            for sid, score in game_outcomes(slot, self.agents):
-                b = where.get(sid)
-                if b is not None:  # a snapshot that left the pool meanwhile keeps no rating
-                    self.learner_rating, self.ratings[b] = elo_update(
-                        self.learner_rating, self.ratings[b], score
-                    )
-                self.games += 1
-                self.wins += score == 1.0
-                self.total["games"] += 1
-                self.total["wins"] += score == 1.0
-                self.total["draws"] += score == 0.5
-                self.window.append(score)
+        with self.lock:
+            where = {sid: b for b, sid in enumerate(self.ids) if sid != LEARNER}
+            for slot in slots:
+                for p, opponent, score in population_outcomes(slot, self.agents):
+                    if opponent < 0:  # a live policy: both rated, unless it is p itself
+                        q = -1 - opponent
+                        self.live_games[p] += 1
+                        self.live_games[q] += int(q != p)
+                        if q != p:
+                            r = self.learner_ratings
+                            r[p], r[q] = elo_update(r[p], r[q], score)
+                        continue
+                    b = where.get(opponent)
+                    if b is not None:  # a snapshot that left the pool meanwhile keeps no rating
+                        self.learner_ratings[p], self.ratings[b] = elo_update(
+                            self.learner_ratings[p], self.ratings[b], score
+                        )
+                    self.games_of[p] += 1
+                    self.wins_of[p] += score == 1.0
+                    self.totals[p]["games"] += 1
+                    self.totals[p]["wins"] += score == 1.0
+                    self.totals[p]["draws"] += score == 0.5
+                    self.windows[p].append(score)
 
-    def updated(self, params: Any) -> bool:
-        """After a learner update: a new snapshot (``params()``: the learner's parameters) if
-        one is due. True if one joined."""
-        self.updates += 1
-        if self.updates < self.every:
-            return False
-        if self.threshold > 0 and (not self.games or self.wins / self.games < self.threshold):
-            return False
-        self.snapshot(params())
-        return True
+    def updated(self, params: Any, policy: int = 0) -> bool:
+        """After an update of policy ``policy``: a new snapshot of it (``params()``: its
+        parameters) if one is due. True if one joined."""
+        with self.lock:
+            self.updates_of[policy] += 1
+            if self.updates_of[policy] < self.every:
+                return False
+            games, wins = self.games_of[policy], self.wins_of[policy]
+            if self.threshold > 0 and (not games or wins / games < self.threshold):
+                return False
+            self._snapshot(params(), policy)
+            return True
 
-    def figures(self) -> dict[str, float]:
-        """A metrics row's pool figures: win rate over the games since the last row, the
-        ratings, the pool's size."""
-        scores, self.window = self.window, []
-        held = [r for i, r in zip(self.ids, self.ratings, strict=True) if i != LEARNER]
-        return {
-            "pool/win_rate": sum(s == 1.0 for s in scores) / len(scores) if scores else math.nan,
-            "pool/games": len(scores),
-            "pool/learner_elo": self.learner_rating,
-            "pool/mean_elo": float(np.mean(held)) if held else math.nan,
-            "pool/size": len(held),
-        }
+    def adopted(self, policy: int, source: int) -> None:
+        """PBT copied policy ``source``'s weights into ``policy``: it takes the rating too."""
+        with self.lock:
+            self.learner_ratings[policy] = self.learner_ratings[source]
+
+    def figures(self, policy: int = 0) -> dict[str, float]:
+        """A metrics row's pool figures (policy ``policy``'s row): its win rate against the
+        pool over its games since its last row, the ratings, the pool's size."""
+        with self.lock:
+            scores, self.windows[policy] = self.windows[policy], []
+            held = [r for i, r in zip(self.ids, self.ratings, strict=True) if i != LEARNER]
+            return {
+                "pool/win_rate": sum(s == 1.0 for s in scores) / len(scores)
+                if scores
+                else math.nan,
+                "pool/games": len(scores),
+                "pool/learner_elo": self.learner_ratings[policy],
+                "pool/mean_elo": float(np.mean(held)) if held else math.nan,
+                "pool/size": len(held),
+            }
 
     def summary(self) -> dict[str, Any]:
-        games = self.total["games"]
+        total = self.total
+        games = total["games"]
         held = [(i, r) for i, r in zip(self.ids, self.ratings, strict=True) if i != LEARNER]
-        return {
+        out = {
             "opponents": "pool",
             "pool_games": games,
-            "win_rate_vs_pool": self.total["wins"] / games if games else math.nan,
-            "draw_rate_vs_pool": self.total["draws"] / games if games else math.nan,
+            "win_rate_vs_pool": total["wins"] / games if games else math.nan,
+            "draw_rate_vs_pool": total["draws"] / games if games else math.nan,
             "learner_elo": self.learner_rating,
             "pool_size": len(held),
             "pool_snapshots": self.next_id,
             "pool_elo": {str(i): r for i, r in sorted(held)},
         }
+        if self.policies > 1:  # the leader's rating is the run's; each policy's in its row
+            out["pool_origin"] = {
+                str(i): o for i, o in sorted(zip(self.ids, self.origins, strict=True)) if i >= 0
+            }
+        return out
+
+    def policy_summary(self, policy: int) -> dict[str, Any]:
+        """Policy ``policy``'s figures of a population's summary row."""
+        t = self.totals[policy]
+        return {
+            "elo": self.learner_ratings[policy],
+            "pool_games": t["games"],
+            "win_rate_vs_pool": t["wins"] / t["games"] if t["games"] else math.nan,
+            "live_games": self.live_games[policy],
+            "snapshots_held": sum(
+                o == policy for i, o in zip(self.ids, self.origins, strict=True) if i >= 0
+            ),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the pool is, for an exact resume: its snapshots' parameters too."""
-        return {
-            "ids": list(self.ids),
-            "ratings": list(self.ratings),
-            "params": [torch.from_numpy(self.store.params(b)) for b in range(len(self.ids))],
-            "learner_rating": self.learner_rating,
-            "next_id": self.next_id,
-            "updates": self.updates,
-            "wins": self.wins,
-            "games": self.games,
-            "total": dict(self.total),
-        }
+        with self.lock:
+            state = {
+                "ids": list(self.ids),
+                "ratings": list(self.ratings),
+                "params": [torch.from_numpy(self.store.params(b)) for b in range(len(self.ids))],
+                "learner_rating": self.learner_rating,
+                "next_id": self.next_id,
+                "updates": self.updates_of[0],
+                "wins": self.wins_of[0],
+                "games": self.games_of[0],
+                "total": dict(self.totals[0]),
+            }
+            if self.policies > 1:  # every policy's (the keys above: policy 0's)
+                state["population"] = {
+                    "origins": list(self.origins),
+                    "learner_ratings": list(self.learner_ratings),
+                    "updates": list(self.updates_of),
+                    "wins": list(self.wins_of),
+                    "games": list(self.games_of),
+                    "totals": [dict(t) for t in self.totals],
+                    "live_games": list(self.live_games),
+                }
+            return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.ids = [int(i) for i in state["ids"]]
@@ -161,10 +268,21 @@ class OpponentPool:
         for b, (sid, params) in enumerate(zip(self.ids, state["params"], strict=True)):
             if sid != LEARNER:
                 self.store.write(b, sid, torch.as_tensor(params).numpy())
-        self.learner_rating = float(state["learner_rating"])
-        self.next_id, self.updates = int(state["next_id"]), int(state["updates"])
-        self.wins, self.games = int(state["wins"]), int(state["games"])
-        self.total = {k: int(v) for k, v in state["total"].items()}
+        self.next_id = int(state["next_id"])
+        self.learner_ratings[0] = float(state["learner_rating"])
+        self.updates_of[0], self.wins_of[0] = int(state["updates"]), int(state["wins"])
+        self.games_of[0] = int(state["games"])
+        self.totals[0] = {k: int(v) for k, v in state["total"].items()}
+        self.origins = [0 if i >= 0 else LEARNER for i in self.ids]
+        if "population" in state:
+            pop = state["population"]
+            self.origins = [int(o) for o in pop["origins"]]
+            self.learner_ratings = [float(r) for r in pop["learner_ratings"]]
+            self.updates_of = [int(u) for u in pop["updates"]]
+            self.wins_of = [int(w) for w in pop["wins"]]
+            self.games_of = [int(g) for g in pop["games"]]
+            self.totals = [{k: int(v) for k, v in t.items()} for t in pop["totals"]]
+            self.live_games = [int(n) for n in pop["live_games"]]
 
 
 class Opponents:

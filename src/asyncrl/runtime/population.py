@@ -72,7 +72,7 @@ class Population:
         self.best = 0
         self.memory = MemoryWatch()
         self.replay_mb: dict[int, float] = {}  # each policy's, from its newest row
-        self.pool: OpponentPool | None = None  # --opponents pool (one policy): see start
+        self.pool: OpponentPool | None = None  # --opponents pool (shared by the policies)
 
     def _pbt_values(self) -> tuple[list[dict[str, float]], dict[str, Any] | None]:
         """Each policy's values of its algorithm's mutable settings, and PBT's saved state."""
@@ -128,12 +128,13 @@ class Population:
                 handle.ready()  # built, resumed and version 0 published
         for learner in local:  # learners in processes come with backends that save no actors
             learner.episodes_continue(backend.continuing_actors())
-        if getattr(backend, "pool", None) is not None:  # self-play: the first snapshot is v0
-            self.pool = OpponentPool(self.cfg, self.spec.agents, backend.pool)
+        if getattr(backend, "pool", None) is not None:  # self-play: the first snapshots, each
+            self.pool = OpponentPool(self.cfg, self.spec.agents, backend.pool)  # policy's v0
             if "pool" in self.state:
                 self.pool.load_state_dict(self.state["pool"])
             else:
-                self.pool.snapshot(self.handles[0].policy_vector())
+                for p, h in enumerate(self.handles):
+                    self.pool.snapshot(h.policy_vector(), p)
         backend.learner_pids = self.learner_pids
 
     def attach(self, shell: RunShell) -> None:
@@ -169,6 +170,8 @@ class Population:
         # without the source's replay (and ratio): it keeps its own, and none is sent
         learner_state = self.handles[source].state(replay=False)["learner"]
         h.adopt(learner_state, new, self.backend.sink(p))
+        if self.pool is not None:  # its weights are the source's now: so is its rating
+            self.pool.adopted(p, source)
         self.pbt.exploited(p, source, new, h.env_steps, self.env_steps())
 
     def counters(self, p: int) -> dict[str, Any]:
@@ -199,7 +202,7 @@ class Population:
             self.replay_mb[p] = row["memory/replay_mb"]
         row.update(self.memory.sample(self.env_steps(), self.processes()))
         if self.pool is not None:
-            row.update(self.pool.figures())
+            row.update(self.pool.figures(p))
         self.shell.log.write(self.env_steps(), row, self.files.row_policy(p))
 
     def write_rows(self) -> None:
@@ -374,7 +377,10 @@ class PolicyFolders:
             "leader": pop.best,
             "env_steps": [h.env_steps for h in pop.handles],
         }
-        return pop.shell.checkpoint({"actors": pop.backend.actor_state(), "population": population})
+        state = {"actors": pop.backend.actor_state(), "population": population}
+        if pop.pool is not None:
+            state["pool"] = pop.pool.state_dict()
+        return pop.shell.checkpoint(state)
 
     def save_best(self, pop: Population, p: int, policy_state: dict[str, Any]) -> None:
         """The population's best policy (by its final return) as the run's best."""
@@ -442,6 +448,7 @@ def population_summary(pop: Population, new_steps: int) -> dict[str, Any]:
                 "hyperparameters": pbt.values[p],
                 "exploits": pbt.exploits[p],
                 "lost": h.lost is not None,
+                **(pop.pool.policy_summary(p) if pop.pool is not None else {}),
                 **{k: v for k, v in fields.items() if isinstance(v, int | float)},
             }
         )
@@ -468,8 +475,16 @@ def population_summary(pop: Population, new_steps: int) -> dict[str, Any]:
         "best_policy": pop.best,
         "pbt_exploits": sum(pbt.exploits),
         **{k: sum(int(row.get(k, 0)) for row in rows) for k in NONFINITE_COUNTS},
+        # a shared pool: its snapshots' ratings and origins (each policy's own in its row)
+        **(pool_fields(pop.pool, pop.best) if pop.pool is not None else {}),
         "population": rows,
     }
+
+
+def pool_fields(pool: OpponentPool, best: int) -> dict[str, Any]:
+    """A population's pool in its summary: the pool's figures, the leader's rating as the
+    run's ``learner_elo``."""
+    return {**pool.summary(), "learner_elo": pool.learner_ratings[best]}
 
 
 def population_table(summary: dict[str, Any]) -> str:
