@@ -71,6 +71,23 @@ def test_a_full_pool_replaces_its_oldest_snapshot_and_rates_newcomers_as_the_lea
     assert sorted(int(i) for i in store.ids()) == [2, 3, 4]
 
 
+def test_a_pool_saved_in_the_one_policy_layout_of_before_loads_as_it_was():
+    """A one-policy run's pool as checkpoints held it before populations had pools (one
+    learner's figures under names of their own) resumes to the same pool."""
+    pool = OpponentPool(_pool_cfg(), agents=2, store=PoolStore(4, 3, shared=False))
+    for k in range(4):
+        pool.snapshot(np.full(4, k, np.float32))
+    pool.learner_rating, pool.updates_of[0], pool.wins_of[0], pool.games_of[0] = 1210.5, 1, 2, 3
+    pool.totals[0] = {"games": 9, "wins": 5, "draws": 1}
+    now = pool.state_dict()
+    before = {k: now[k] for k in ("ids", "ratings", "params", "next_id")}
+    before |= {"learner_rating": 1210.5, "updates": 1, "wins": 2, "games": 3}
+    before["total"] = {"games": 9, "wins": 5, "draws": 1}
+    again = OpponentPool(_pool_cfg(), agents=2, store=PoolStore(4, 3, shared=False))
+    again.load_state_dict(before)
+    assert _differences(again.state_dict(), now) == []
+
+
 def test_a_reader_keeps_no_snapshot_being_written():
     store = PoolStore(4, 1, shared=False)
     store.write(0, 7, np.ones(4, np.float32))
@@ -139,7 +156,7 @@ def test_a_populations_games_are_counted_once_and_rated_by_who_played():
     assert not pool.updated(lambda: np.ones(2, np.float32), 0)  # policy 0: 1 update of 2
     assert pool.updated(lambda: np.ones(2, np.float32), 1)
     assert pool.origins[:2] == [0, 1] and pool.ratings[1] == one
-    assert pool.summary()["pool_origin"] == {"0": 0, "1": 1}
+    assert pool.origins_by_id() == {"0": 0, "1": 1}
 
 
 def test_opponents_change_only_at_game_starts_and_the_learner_owns_only_its_seats_moves():
@@ -454,7 +471,7 @@ def test_a_population_pool_run_resumed_ends_bit_for_bit_where_the_unbroken_one_e
     asyncrl.train(C4, total_steps=S, run_dir=str(tmp_path / "halves"), **POPULATION)
     resumed = asyncrl.train(resume=tmp_path / "halves", total_steps=2 * S)
     a, b = load_checkpoint(tmp_path / "whole"), load_checkpoint(tmp_path / "halves")
-    assert a["pool"]["next_id"] > 3 and set(a["pool"]["population"]["origins"]) == {0, 1}
+    assert a["pool"]["next_id"] > 3 and set(a["pool"]["origins"]) == {0, 1}
     for part in ("actors", "pool", "population"):
         assert _differences(dict(a[part]), dict(b[part])) == [], part
     for p in range(2):
@@ -496,8 +513,8 @@ def test_a_policy_not_trained_plays_its_first_snapshot_only(tmp_path):
     settings = dict(POPULATION, policies_to_train=[0])
     asyncrl.train(C4, total_steps=768, run_dir=str(tmp_path / "r"), **settings)
     state = load_checkpoint(tmp_path / "r")["pool"]
-    held = dict(zip(state["ids"], state["population"]["origins"], strict=True))
-    assert state["next_id"] > 3 and state["population"]["updates"][1] == 0
+    held = dict(zip(state["ids"], state["origins"], strict=True))
+    assert state["next_id"] > 3 and state["updates"][1] == 0
     # the snapshots made after the first two (one per policy) are all policy 0's
     assert {o for sid, o in held.items() if sid >= 2} == {0}
 

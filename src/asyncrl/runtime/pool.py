@@ -217,11 +217,11 @@ class OpponentPool:
             "pool_snapshots": self.next_id,
             "pool_elo": {str(i): r for i, r in sorted(held)},
         }
-        if self.policies > 1:  # the leader's rating is the run's; each policy's in its row
-            out["pool_origin"] = {
-                str(i): o for i, o in sorted(zip(self.ids, self.origins, strict=True)) if i >= 0
-            }
         return out
+
+    def origins_by_id(self) -> dict[str, int]:
+        """The policy each snapshot held came from, by snapshot id."""
+        return {str(i): o for i, o in sorted(zip(self.ids, self.origins, strict=True)) if i >= 0}
 
     def policy_summary(self, policy: int) -> dict[str, Any]:
         """Policy ``policy``'s figures of a population's summary row."""
@@ -237,52 +237,50 @@ class OpponentPool:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything the pool is, for an exact resume: its snapshots' parameters too."""
+        """Everything the pool is, for an exact resume: its snapshots' parameters too, and
+        each policy's figures (one policy's: a population of one)."""
         with self.lock:
-            state = {
+            return {
                 "ids": list(self.ids),
                 "ratings": list(self.ratings),
                 "params": [torch.from_numpy(self.store.params(b)) for b in range(len(self.ids))],
-                "learner_rating": self.learner_rating,
                 "next_id": self.next_id,
-                "updates": self.updates_of[0],
-                "wins": self.wins_of[0],
-                "games": self.games_of[0],
-                "total": dict(self.totals[0]),
+                "origins": list(self.origins),
+                "learner_ratings": list(self.learner_ratings),
+                "updates": list(self.updates_of),
+                "wins": list(self.wins_of),
+                "games": list(self.games_of),
+                "totals": [dict(t) for t in self.totals],
+                "live_games": list(self.live_games),
             }
-            if self.policies > 1:  # every policy's (the keys above: policy 0's)
-                state["population"] = {
-                    "origins": list(self.origins),
-                    "learner_ratings": list(self.learner_ratings),
-                    "updates": list(self.updates_of),
-                    "wins": list(self.wins_of),
-                    "games": list(self.games_of),
-                    "totals": [dict(t) for t in self.totals],
-                    "live_games": list(self.live_games),
-                }
-            return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A pool as :meth:`state_dict` gives it, or as one-policy runs saved it before
+        populations had pools (one learner's figures, under names of their own)."""
+        if "learner_rating" in state:  # the earlier one-policy layout
+            state = {
+                **state,
+                "origins": [0 if int(i) >= 0 else LEARNER for i in state["ids"]],
+                "learner_ratings": [state["learner_rating"]],
+                "updates": [state["updates"]],
+                "wins": [state["wins"]],
+                "games": [state["games"]],
+                "totals": [state["total"]],
+                "live_games": [0],
+            }
         self.ids = [int(i) for i in state["ids"]]
         self.ratings = [float(r) for r in state["ratings"]]
         for b, (sid, params) in enumerate(zip(self.ids, state["params"], strict=True)):
             if sid != LEARNER:
                 self.store.write(b, sid, torch.as_tensor(params).numpy())
         self.next_id = int(state["next_id"])
-        self.learner_ratings[0] = float(state["learner_rating"])
-        self.updates_of[0], self.wins_of[0] = int(state["updates"]), int(state["wins"])
-        self.games_of[0] = int(state["games"])
-        self.totals[0] = {k: int(v) for k, v in state["total"].items()}
-        self.origins = [0 if i >= 0 else LEARNER for i in self.ids]
-        if "population" in state:
-            pop = state["population"]
-            self.origins = [int(o) for o in pop["origins"]]
-            self.learner_ratings = [float(r) for r in pop["learner_ratings"]]
-            self.updates_of = [int(u) for u in pop["updates"]]
-            self.wins_of = [int(w) for w in pop["wins"]]
-            self.games_of = [int(g) for g in pop["games"]]
-            self.totals = [{k: int(v) for k, v in t.items()} for t in pop["totals"]]
-            self.live_games = [int(n) for n in pop["live_games"]]
+        self.origins = [int(o) for o in state["origins"]]
+        self.learner_ratings = [float(r) for r in state["learner_ratings"]]
+        self.updates_of = [int(u) for u in state["updates"]]
+        self.wins_of = [int(w) for w in state["wins"]]
+        self.games_of = [int(g) for g in state["games"]]
+        self.totals = [{k: int(v) for k, v in t.items()} for t in state["totals"]]
+        self.live_games = [int(n) for n in state["live_games"]]
 
 
 class Opponents:

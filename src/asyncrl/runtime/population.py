@@ -482,9 +482,13 @@ def population_summary(pop: Population, new_steps: int) -> dict[str, Any]:
 
 
 def pool_fields(pool: OpponentPool, best: int) -> dict[str, Any]:
-    """A population's pool in its summary: the pool's figures, the leader's rating as the
-    run's ``learner_elo``."""
-    return {**pool.summary(), "learner_elo": pool.learner_ratings[best]}
+    """A population's pool in its summary: the pool's figures, where each snapshot came from,
+    and the leader's rating as the run's ``learner_elo``."""
+    return {
+        **pool.summary(),
+        "pool_origin": pool.origins_by_id(),
+        "learner_elo": pool.learner_ratings[best],
+    }
 
 
 def population_table(summary: dict[str, Any]) -> str:
