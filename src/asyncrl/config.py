@@ -221,17 +221,20 @@ class RunConfig(ConfigMethods):
         "self",
         "a multi-agent game's opponents: self (one policy plays every seat, against its current "
         "self) or pool (in each game one seat is the learner, the others a frozen snapshot of "
-        "its past drawn from a pool at the game's start)",
+        "its past drawn from a pool at the game's start; with --policies P, a learning policy "
+        "drawn among the P against one of the P or a snapshot of any of them)",
         choices=OPPONENTS,
     )
-    pool_size: int = setting(8, "--opponents pool: snapshots the pool holds (the oldest leaves)")
+    pool_size: int = setting(
+        8, "--opponents pool: snapshots the pool holds (the oldest leaves; at least P)"
+    )
     snapshot_every: int = setting(
-        10, "--opponents pool: learner updates between snapshots (at least; >= 1)"
+        10, "--opponents pool: a policy's updates between its snapshots (at least; >= 1)"
     )
     snapshot_win_rate: float = setting(
         0.0,
-        "--opponents pool: a snapshot joins only once the learner has won this share of its "
-        "games against the pool since the last one (0: every --snapshot-every updates)",
+        "--opponents pool: a policy's snapshot joins only once it has won this share of its "
+        "games against the pool since its last one (0: every --snapshot-every updates)",
     )
     # --- faults
     actor_restarts: int = setting(
