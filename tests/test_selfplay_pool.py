@@ -159,6 +159,24 @@ def test_a_populations_games_are_counted_once_and_rated_by_who_played():
     assert pool.origins_by_id() == {"0": 0, "1": 1}
 
 
+def _players_hold_between_game_starts(player: np.ndarray, ended: np.ndarray) -> tuple[int, int]:
+    """Asserts that who plays each seat of a two-player game (``player``, [steps, seats])
+    changes only where both seats had ended (a game's start); returns the game starts seen
+    and at how many of them the players changed."""
+    finished, starts, changes = np.zeros(player.shape[1], bool), 0, 0
+    for t in range(1, len(player)):
+        finished |= ended[t - 1]
+        for g in range(player.shape[1] // 2):
+            seats = slice(2 * g, 2 * g + 2)
+            if finished[seats].all():  # the game started anew at step t
+                finished[seats] = False
+                starts += 1
+                changes += (player[t, seats] != player[t - 1, seats]).any()
+            else:
+                assert (player[t, seats] == player[t - 1, seats]).all(), (t, g)
+    return starts, changes
+
+
 def test_opponents_change_only_at_game_starts_and_the_learner_owns_only_its_seats_moves():
     """An actor on connect four against a pool of three snapshots, three rollouts: from its
     records (who played each seat at each step), every game has one learner seat and one
@@ -198,17 +216,7 @@ def test_opponents_change_only_at_game_starts_and_the_learner_owns_only_its_seat
     games = player.reshape(3 * T, K // 2, 2)
     assert ((games == -1).sum(axis=2) == 1).all()  # one learner seat per game, always
     assert ((games >= 0).sum(axis=2) == 1).all()
-    finished, starts, changes = np.zeros(K, bool), 0, 0
-    for t in range(1, 3 * T):
-        finished |= ended[t - 1]
-        for g in range(K // 2):
-            seats = slice(2 * g, 2 * g + 2)
-            if finished[seats].all():  # the game started anew at step t
-                finished[seats] = False
-                starts += 1
-                changes += (player[t, seats] != player[t - 1, seats]).any()
-            else:
-                assert (player[t, seats] == player[t - 1, seats]).all(), (t, g)
+    starts, changes = _players_hold_between_game_starts(player, ended)
     assert starts >= 10 and changes >= 3  # draws happened and varied
     assert set(np.unique(player[player >= 0]).tolist()) == {0, 1, 2}
     # the learner's samples: exactly its seats' moves
@@ -422,16 +430,7 @@ def test_a_population_plays_itself_and_its_pool_and_each_learner_gets_its_seats_
         ended, seats = np.array(ends[a]), np.array(active[a])
         games = player.reshape(-1, K // 2, 2)
         assert ((games < 0).sum(axis=2) >= 1).all()  # a live policy plays every game
-        finished = np.zeros(K, bool)
-        for t in range(1, len(player)):
-            finished |= ended[t - 1]
-            for g in range(K // 2):
-                s = slice(2 * g, 2 * g + 2)
-                if finished[s].all():  # the game started anew at step t
-                    finished[s] = False
-                    starts += 1
-                else:
-                    assert (player[t, s] == player[t - 1, s]).all(), (a, t, g)
+        starts += _players_hold_between_game_starts(player, ended)[0]
         for p in range(2):
             mine = player == -1 - p
             assert (join(p, "own") == (seats & mine)).all(), p

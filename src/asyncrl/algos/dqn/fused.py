@@ -114,11 +114,7 @@ class QStep(PackedAdam):
         layer's addmm and ReLU are one call. Per-op overhead, not arithmetic, bounds this step
         at a preset's sizes: docs/benchmarks/learner-floor.md."""
         cfg, B = self.cfg, obs.shape[0]
-        x, nx = self.encoder(obs), self.encoder(next_obs)
-        illegal = None
-        if self.n_mask:  # the layers read the observation without its mask (QNetwork.legal)
-            illegal = ~legal_actions(nx[:, -self.n_mask :])
-            x, nx = x[:, : -self.n_mask], nx[:, : -self.n_mask]
+        x, nx, illegal = self._inputs(obs, next_obs)
         k = self._plan(x, nx, flat_p, flat_t)
         if cfg.double:  # the online network's forward over obs and next_obs at once
             x = torch.cat([x, nx], out=k.x)
@@ -228,15 +224,20 @@ class QStep(PackedAdam):
             h.append(a.relu_() if i < self.layers - 1 else a)
         return h
 
+    def _inputs(self, obs: torch.Tensor, next_obs: torch.Tensor) -> tuple:
+        """The layers' inputs (the observations encoded, without an action mask: the layers
+        read none, QNetwork.legal) and the illegal next actions (None without a mask)."""
+        x, nx = self.encoder(obs), self.encoder(next_obs)
+        if not self.n_mask:
+            return x, nx, None
+        illegal = ~legal_actions(nx[:, -self.n_mask :])
+        return x[:, : -self.n_mask], nx[:, : -self.n_mask], illegal
+
     def _body(self, flat_p, flat_m, flat_v, steps, flat_t, lr, obs, action, reward, next_obs, disc):
         # the networks as views of the packed vectors (compiled, of the graph's inputs)
         w, tw = self._layers("online", flat_p), self._layers("target", flat_t)
         cfg, B = self.cfg, obs.shape[0]
-        x, nx = self.encoder(obs), self.encoder(next_obs)
-        illegal = None
-        if self.n_mask:  # the layers read the observation without its mask (QNetwork.legal)
-            illegal = ~legal_actions(nx[:, -self.n_mask :])
-            x, nx = x[:, : -self.n_mask], nx[:, : -self.n_mask]
+        x, nx, illegal = self._inputs(obs, next_obs)
         # double DQN: the online network's forward over obs and next_obs at once
         h = self._forward(w, torch.cat([x, nx]) if cfg.double else x)
         next_q = self._forward(tw, nx)[-1]
