@@ -246,16 +246,8 @@ def prepare_settings(given: TrainConfig) -> Prepared:
     process, segment or file exists: the algorithm looked up once, the settings resolved once
     (twice for an env whose images change its family). A setting that cannot work raises
     ConfigError here."""
-    from asyncrl.envs import env_family
-
     algo = plugin(given)
-    family = env_family(given.env)
-    cfg = resolve(given, family, algo=algo)
-    _checked(cfg, algo)
-    spec = env_spec(cfg, algo)
-    if env_family(cfg.env, spec) != family:  # image observations: known once the env is made
-        cfg = resolve(given, env_family(cfg.env, spec), algo=algo)
-        _checked(cfg, algo)
+    cfg, _, spec = resolve_for_env(given, algo)
     cfg, env_lines = for_env(cfg, spec, given, algo)  # what depends on the observations
     line = preset_line(given, cfg, algo)
     lines = ([line] if line else []) + env_lines
@@ -264,6 +256,28 @@ def prepare_settings(given: TrainConfig) -> Prepared:
         given, cfg, spec, algo, lines, policies, learners_in_processes(cfg), marks_own(cfg, spec),
         learner_threads(cfg),
     )  # fmt: skip
+
+
+def resolve_for_env(
+    given: TrainConfig, algo: Algorithm | None = None
+) -> tuple[TrainConfig, str, EnvSpec]:
+    """``given`` resolved and validated with the family of its env (for preset ``auto``), that
+    family and the env's spec: the one place a run (:func:`prepare_settings`) and a study
+    (compare, tune, sweep: to resolve its variants of ``given`` on the same env) decide it.
+    From the env's id first, then, the env made once, from its spec: image observations
+    outside ALE are pixels, and ``given`` is resolved again with that."""
+    from asyncrl.envs import env_family
+
+    algo = algo or plugin(given)
+    family = env_family(given.env)
+    cfg = resolve(given, family, algo=algo)
+    _checked(cfg, algo)
+    spec = env_spec(cfg, algo)
+    if env_family(cfg.env, spec) != family:  # image observations: known once the env is made
+        family = env_family(cfg.env, spec)
+        cfg = resolve(given, family, algo=algo)
+        _checked(cfg, algo)
+    return cfg, family, spec
 
 
 def agreed(cfg: TrainConfig, filled: frozenset[str], algo: Algorithm) -> dict[str, Any]:

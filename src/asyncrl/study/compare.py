@@ -19,12 +19,22 @@ import csv
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asyncrl.config import MODES, ConfigError
 from asyncrl.rundir import default_study_dir
-from asyncrl.settings import TrainConfig, for_env, load_run_config, resolve, validate
+from asyncrl.settings import (
+    TrainConfig,
+    for_env,
+    load_run_config,
+    resolve,
+    resolve_for_env,
+    validate,
+)
 from asyncrl.study.runs import StudyRun, read_curve, read_summary
+
+if TYPE_CHECKING:
+    from asyncrl.envs import EnvSpec
 
 RUN_FIELDS = (
     "k",
@@ -53,6 +63,14 @@ def plan(
     base: TrainConfig, ks: list[int], modes: list[str], steps: int, minutes: float, out: Path
 ) -> list[TrainConfig]:
     """The configuration of every run, validated before anything is trained."""
+    return _planned(base, ks, modes, steps, minutes, out)[0]
+
+
+def _planned(
+    base: TrainConfig, ks: list[int], modes: list[str], steps: int, minutes: float, out: Path
+) -> tuple[list[TrainConfig], EnvSpec]:
+    """:func:`plan`, and the env's spec: the env made once, for the first run, whose family
+    (as ``asyncrl train`` decides it) resolves the others."""
     modes = _parse_modes(modes)
     if not ks or any(k < 1 for k in ks):
         raise ConfigError(f"ks: must be a list of env counts >= 1, got {ks}")
@@ -60,10 +78,8 @@ def plan(
         raise ConfigError(f"steps: must be >= 1, got {steps}")
     if minutes < 0:
         raise ConfigError(f"minutes: must be >= 0 (0: no time limit), got {minutes}")
-    from asyncrl.envs import env_family
-
-    family = env_family(base.env)
-    cfgs = []
+    cfgs: list[TrainConfig] = []
+    family = spec = None
     for k in dict.fromkeys(ks):
         for mode in modes:
             cfg = dataclasses.replace(
@@ -75,12 +91,16 @@ def plan(
                 run_dir=str(out / "runs" / f"{mode}-K{k}"),
             )
             try:
-                cfg = resolve(cfg, family)
-                validate(cfg)
+                if spec is None:
+                    cfg, family, spec = resolve_for_env(cfg)
+                else:  # the same env, the same family
+                    cfg = resolve(cfg, family)
+                    validate(cfg)
             except ConfigError as e:
                 raise ConfigError(f"{mode} K={k}: {e}") from None
             cfgs.append(cfg)
-    return cfgs
+    assert spec is not None  # ks and modes are not empty
+    return cfgs, spec
 
 
 def _finished_same_run(cfg: TrainConfig, spec: Any) -> dict[str, Any] | None:
@@ -109,11 +129,9 @@ def compare(
 ) -> list[StudyRun]:
     """Train (or reuse) every configuration in turn; write the table, CSV and plots to out."""
     from asyncrl.runtime.trainer import train
-    from asyncrl.settings import env_spec
 
     out = Path(out) if out else default_study_dir("compare", base)
-    cfgs = plan(base, ks, modes, steps, minutes, out)
-    spec = env_spec(base)
+    cfgs, spec = _planned(base, ks, modes, steps, minutes, out)
     if not reuse:
         taken = [c.run_dir for c in cfgs if Path(c.run_dir).exists()]
         if taken:

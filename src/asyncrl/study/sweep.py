@@ -34,7 +34,7 @@ import yaml
 from asyncrl.config import ConfigError, as_field_type, format_value, load_yaml, need
 from asyncrl.rundir import METRICS, default_study_dir
 from asyncrl.runtime.processes import die_with_parent
-from asyncrl.settings import FIELDS, KINDS, from_dict, resolve, validate
+from asyncrl.settings import FIELDS, KINDS, from_dict, resolve_for_env, validate
 from asyncrl.study.runs import read_summary
 
 KEYS = ("base", "space", "objective", "direction", "prune", "enqueue")
@@ -258,13 +258,14 @@ def parse(data: dict[str, Any]) -> Sweep:
     need(bool(space), "space: a sweep needs at least one setting to search")
     both = sorted(set(base) & set(space))
     need(not both, f"space: {', '.join(both)}: given in base too; give it in one of them")
-    from asyncrl.envs import env_family
-
     cfg = from_dict(base)
-    family = env_family(cfg.env)
-    for values in [{}] + [{p.name: v} for p in space.values() for v in _ends(p)]:
+    resolved, family, _ = resolve_for_env(cfg)  # the family as a run decides it
+    for values in [{p.name: v} for p in space.values() for v in _ends(p)]:
         try:
-            validate(from_dict(values, cfg), family)
+            if "env" in values:  # another env: its own family
+                resolve_for_env(from_dict(values, cfg))
+            else:
+                validate(from_dict(values, cfg), family)
         except ConfigError as e:
             shown = ", ".join(f"{k} {format_value(v)}" for k, v in values.items())
             raise ConfigError(f"{e}" + (f" (with {shown} from space)" if shown else "")) from None
@@ -272,7 +273,7 @@ def parse(data: dict[str, Any]) -> Sweep:
     need(direction in DIRECTIONS, f"direction: {direction!r} is not one of {DIRECTIONS}")
     objective = _objective(data.get("objective", "final_return"), cfg)
     budget = space.get("total_steps")
-    steps = min(_ends(budget)) if budget else resolve(cfg, family).total_steps
+    steps = min(_ends(budget)) if budget else resolved.total_steps
     prune = _keys(data.get("prune") or {}, "prune")
     unknown = sorted(set(prune) - set(PRUNE_KEYS))
     need(not unknown, f"prune: unknown key(s) {', '.join(unknown)}; use {PRUNE_KEYS}")

@@ -24,7 +24,7 @@ from typing import Any
 
 from asyncrl.config import BACKENDS, ConfigError
 from asyncrl.rundir import default_study_dir
-from asyncrl.settings import TrainConfig, resolve, validate
+from asyncrl.settings import TrainConfig, resolve_for_env, validate
 
 MIN_PROBE_SECONDS = 8.0  # process start-up plus a few iterations
 NEAR_BEST = 0.95
@@ -106,14 +106,11 @@ def tune(
     out: Path | str = "",
     echo=print,
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    from asyncrl.envs import env_family
     from asyncrl.runtime.trainer import train
-    from asyncrl.settings import env_spec
 
-    base = resolve(base, env_family(base.env))
+    base = resolve_for_env(base)[0]  # the family as a run decides it: the env made once
     out = Path(out) if out else default_study_dir("tune", base)
     cfgs = plan(base, ns, ks, backends, seconds, out)
-    env_spec(base)
     start = time.perf_counter()
     rows = []
     for i, cfg in enumerate(cfgs, 1):
