@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from asyncrl.config import ConfigError
 from asyncrl.settings import PRESETS, TrainConfig, from_dict, prepare_settings
 from asyncrl.study.compare import compare
 from asyncrl.study.sweep import parse
@@ -74,3 +75,11 @@ def test_a_sweep_on_a_pixel_env_budgets_with_the_pixels_preset():
     assert steps == PRESETS["pixels"]["ppo"]["total_steps"]
     # reported every 1/20 of the budget the trials run with, prunable after its first fifth
     assert (sweep.every, sweep.warmup) == (steps // 20, steps // 5)
+
+
+def test_a_sweep_checks_each_env_of_its_space_as_train_would():
+    """An env drawn from the space is made (once) and checked with its own family: one its
+    algorithm cannot train stops the sweep before any trial, as ``asyncrl train`` would."""
+    space = {"env": {"choices": ["Acrobot-v1", "Pendulum-v1"]}}
+    with pytest.raises(ConfigError, match=r"^algo: .*\(with env Pendulum-v1 from space\)$"):
+        parse({"base": {"algo": "dqn"}, "space": space})
