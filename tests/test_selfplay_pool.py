@@ -42,7 +42,7 @@ from test_resume import _differences  # noqa: E402
 
 
 def _pool_cfg(**kw) -> SimpleNamespace:
-    values = dict(pool_size=3, snapshot_every=2, snapshot_win_rate=0.0) | kw
+    values = dict(policies=1, pool_size=3, snapshot_every=2, snapshot_win_rate=0.0) | kw
     return SimpleNamespace(**values)
 
 

@@ -91,7 +91,7 @@ class OpponentPool:
     def __init__(self, cfg: TrainConfig, agents: int, store: PoolStore):
         self.store, self.agents = store, agents
         self.every, self.threshold = cfg.snapshot_every, cfg.snapshot_win_rate
-        self.policies = P = getattr(cfg, "policies", 1)
+        P = cfg.policies
         capacity = cfg.pool_size
         self.ids = [LEARNER] * capacity  # snapshot id per buffer (-1: empty)
         self.origins = [LEARNER] * capacity  # the policy each buffer's snapshot came from
