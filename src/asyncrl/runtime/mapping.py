@@ -310,27 +310,30 @@ class PopulationPoolSeats(PoolSeats):
             self.player[first : first + self.agents] = opponent
             self.player[first + seat] = -1 - learner
             self.finished[first : first + self.agents] = False
-        # the policy of each live seat (a snapshot's: unused, the seat is no policy's)
-        self.policy = np.maximum(-1 - self.player, 0)
+        self._seated()
         self.opponents.keep(self.player[self.player >= 0])
 
-    def _held(self) -> list[np.ndarray]:
-        return [np.flatnonzero(self.player == -1 - p) for p in range(self.live)]
+    def _seated(self) -> None:
+        """What follows from ``player`` until the next draw: the policy of each live seat (a
+        snapshot's: unused, the seat is no policy's) and each policy's seats, so that a step
+        does not search ``player`` again."""
+        self.policy = np.maximum(-1 - self.player, 0)
+        self.held = [np.flatnonzero(self.player == -1 - p) for p in range(self.live)]
 
     def groups(self) -> list[Group]:
         active = self.active()
         out = []
-        for p, rows in enumerate(self._held()):
+        for p, rows in enumerate(self.held):
             ids = rows[active[rows]]
             out.append(Group(p, ids, ids, ids, False))
         return out
 
     def outcomes(self, groups: list[Group]) -> list[Group]:
-        return [Group(p, r, r, r, False) for p, r in enumerate(self._held())]
+        return [Group(p, r, r, r, False) for p, r in enumerate(self.held)]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.policy = np.maximum(-1 - self.player, 0)
+        self._seated()
 
 
 class PopulationSeats(HeldSeats, RandomMapping):
