@@ -94,6 +94,24 @@ def test_the_api_solves_cartpole_from_a_helper_thread(tmp_path):
     assert evaluation.episodes == 5 and evaluation.mean_return >= 195, evaluation
 
 
+def test_a_run_trains_with_the_learners_threads_and_gives_back_the_callers(tmp_path):
+    """The learner in the run's own process (inline, sync: the caller's thread) runs with
+    ``threads_learner`` torch threads while the run lasts, whatever the caller had, and the
+    caller's count comes back after it."""
+    seen = []
+    torch.set_num_threads(1)
+    try:
+        asyncrl.train(
+            total_steps=512, run_dir=str(tmp_path / "run"), backend="inline", mode="sync",
+            threads_learner=2, callback=lambda row: seen.append(torch.get_num_threads()),
+            **SMALL,
+        )  # fmt: skip
+        assert seen and set(seen) == {2}
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(1)
+
+
 def _global_state() -> dict:
     return {
         "torch_rng": torch.get_rng_state(),

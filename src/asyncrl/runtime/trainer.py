@@ -48,14 +48,14 @@ def process_state_kept(threads: int) -> Iterator[StopSignals]:
     states are never used. (Restoring them afterwards would rewind the draws a caller's other
     threads made meanwhile.)
     """
-    threads = torch.get_num_threads()
+    before = torch.get_num_threads()
     stop = StopSignals()
     try:
         with stop.installed():
             torch.set_num_threads(threads)
             yield stop
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
 
 
 def prepare(cfg: TrainConfig) -> Prepared:
