@@ -135,22 +135,23 @@ def test_a_populations_games_are_counted_once_and_rated_by_who_played():
     """Two policies (seat players -1 and -2) and snapshot 0, one step, three games: policy 1
     wins against snapshot 0 (seat 1); policy 0 loses to policy 1 live -- both seats report,
     in their own slots, and only the first seat's report counts; policy 1 draws against
-    itself (counted, rated not)."""
+    snapshot 0 (seat 4)."""
     pool = OpponentPool(_pool_cfg(policies=2), agents=2, store=PoolStore(2, 3, False))
     pool.snapshot(np.zeros(2, np.float32), 0)  # id 0, policy 0's
     nan = math.nan
-    players = [[0, -2, -1, -2, -2, -2]]
+    players = [[0, -2, -1, -2, -2, 0]]
     mine = _slot([[nan, nan, -1.0, nan, nan, nan]], players)  # policy 0's slot: its seats
-    theirs = _slot([[nan, 1.0, nan, 1.0, 0.0, 0.0]], players)  # policy 1's
+    theirs = _slot([[nan, 1.0, nan, 1.0, 0.0, nan]], players)  # policy 1's
     assert population_outcomes(mine, 2) == [(0, -2, 0.0)]
-    assert population_outcomes(theirs, 2) == [(1, 0, 1.0), (1, -2, 0.5)]  # game 1: seat 0's
+    assert population_outcomes(theirs, 2) == [(1, 0, 1.0), (1, 0, 0.5)]  # game 1: seat 0's
     pool.record([theirs])
     pool.record([mine])
     one, snap = elo_update(ELO_START, ELO_START, 1.0)  # policy 1 beat snapshot 0
+    one, snap = elo_update(one, snap, 0.5)  # and drew with it
     zero, one = elo_update(ELO_START, one, 0.0)  # then policy 0 lost to policy 1
     assert pool.learner_ratings == [zero, one] and pool.ratings[0] == snap
-    assert pool.live_games == [1, 2] and [t["games"] for t in pool.totals] == [0, 1]
-    assert (pool.games_of, pool.wins_of) == ([0, 1], [0, 1])
+    assert pool.live_games == [1, 1] and [t["games"] for t in pool.totals] == [0, 2]
+    assert (pool.games_of, pool.wins_of) == ([0, 2], [0, 1])
     # a snapshot of policy 1 joins rated as policy 1 is, and remembers where it came from
     pool.updated(lambda: np.ones(2, np.float32), 1)
     assert not pool.updated(lambda: np.ones(2, np.float32), 0)  # policy 0: 1 update of 2
@@ -367,10 +368,11 @@ def test_a_population_plays_itself_and_its_pool_and_each_learner_gets_its_seats_
 ):
     """--policies 2 --opponents pool, inline, sync, from the actors' own records (who played
     each seat at each step, which seats were to move): every game has a live policy's seat,
-    and its opponent -- a live policy (itself or the other) or a snapshot of either policy --
-    changes only where every seat of the game has ended; each policy's slot marks exactly its
-    seats' moves, and reports only its seats' episodes; each learner trains on steps of its
-    own seats only (the tag: who played the seat); both policies are rated."""
+    and its opponent -- the other live policy (never itself: that is --opponents self) or a
+    snapshot of either policy -- changes only where every seat of the game has ended; each
+    policy's slot marks exactly its seats' moves, and reports only its seats' episodes; each
+    learner trains on steps of its own seats only (the tag: who played the seat); both
+    policies are rated."""
     from asyncrl.runtime import learners, pool
 
     records: dict[int, list] = {}  # per actor: its rollouts' records, in order
@@ -437,6 +439,8 @@ def test_a_population_plays_itself_and_its_pool_and_each_learner_gets_its_seats_
             assert (mine[~np.isnan(join(p, "ep_returns"))]).all(), p
         for g in games.reshape(-1, 2):
             met.add(("live", *sorted(g.tolist())) if (g < 0).all() else ("pool", int(g.max())))
+        live = games[(games < 0).all(axis=2)]
+        assert (live[:, 0] != live[:, 1]).all()  # no policy met itself live
     assert starts >= 20
     played = {origins[sid] for kind, *who in met if kind == "pool" for sid in who}
     assert played == {0, 1}  # snapshots of both policies

@@ -513,7 +513,7 @@ def _check_pool(cfg: TrainConfig, spec: EnvSpec) -> None:
         )
     if cfg.policies < 2:
         return
-    # a population's pool (runtime.mapping.PopulationPoolSeats draws each game's players)
+    # a population's pool (runtime.mapping.PoolSeats draws each game's players)
     if callable(cfg.policy_mapping):
         raise ConfigError(
             "policy_mapping: --opponents pool draws each game's players itself (a policy for "

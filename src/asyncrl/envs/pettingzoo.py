@@ -147,7 +147,7 @@ def check_seats(cfg: Settings, spec: Any) -> Any:
     pool = cfg.opponents == "pool"
     refusals = (
         # a population's pool: one live policy per game's learning seat, its opponent a live
-        # policy or a snapshot (runtime.mapping.PopulationPoolSeats), on two-player games
+        # policy or a snapshot (runtime.mapping.PoolSeats), on two-player games
         (
             not population or not pool or spec.games,
             "policies",

@@ -30,7 +30,6 @@ from asyncrl.runtime.mapping import (
     Group,
     PolicyMapping,
     PoolSeats,
-    PopulationPoolSeats,
     policy_mapping,
 )
 from asyncrl.runtime.pool import OPPONENT_SEED, Opponents
@@ -106,15 +105,10 @@ class Actor:
             self.opponents = Opponents(
                 lambda: frozen_net(algo, cfg, spec), pool, first_seed + OPPONENT_SEED
             )
-            if len(self.stores) > 1:  # a population against itself and its snapshots
-                self.mapping: PolicyMapping = PopulationPoolSeats(
-                    self.K, spec.agents, len(self.stores), seats, self.opponents,
-                    first_seed + MAPPING_SEED,
-                )  # fmt: skip
-            else:
-                self.mapping = PoolSeats(
-                    self.K, spec.agents, seats, self.opponents, first_seed + MAPPING_SEED
-                )
+            self.mapping: PolicyMapping = PoolSeats(
+                self.K, spec.agents, len(self.stores), seats, self.opponents,
+                first_seed + MAPPING_SEED,
+            )  # fmt: skip
         else:
             names = list(self.envs.names) if spec.agents > 1 else None  # a game's agent ids
             self.mapping = policy_mapping(

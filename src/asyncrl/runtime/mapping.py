@@ -211,41 +211,72 @@ class HeldSeats(PerGame):
 
 
 class PoolSeats(PerGame, SharedSeats):
-    """Seats of two-player (or N-player) games against frozen snapshots (``--opponents
-    pool``): at each game's start, one seat drawn for the learner and one snapshot from the
-    pool for the others, both from the mapping's own generator; they hold until every seat of
-    the game has ended (the env then starts it anew). The learner acts for its seats only, its
-    slot marks those steps ``own`` and holds every seat's rewards and ends; only its seats'
-    episodes are reported (:meth:`of`). ``player[r]``: who plays row ``r`` (-1: the learner,
-    else a snapshot id); ``opponents``: the actor's :class:`asyncrl.runtime.pool.Opponents`."""
+    """Seats of two-player (or N-player) games of ``policies`` learning policies against each
+    other and a pool of frozen snapshots (``--opponents pool``; one policy: against its
+    snapshots only). At each game's start, one seat is drawn for a learning policy, drawn
+    uniformly among the P, and the other seats for its opponent, drawn uniformly among the
+    other P - 1 live policies and the pool's snapshots (a policy never meets itself live: that
+    is ``--opponents self``), all from the mapping's own generator; held until every seat of
+    the game has ended (the env then starts it anew). ``player[r]``: who plays row ``r``
+    (-1 - p: policy p, live; else a snapshot id); ``opponents``: the actor's
+    :class:`asyncrl.runtime.pool.Opponents`. A live policy acts for its seats whose agent
+    acts; every policy's slot marks its steps ``own`` and holds every seat's rewards and ends
+    (``seat_player`` says whose they were), so a live opponent's moves are its own learner's
+    samples; a snapshot's are nobody's. Only live seats' episodes are reported (:meth:`of`)."""
 
     def __init__(
-        self, rows: int, agents: int, active: Callable[[], np.ndarray], opponents: Any, seed: int
+        self,
+        rows: int,
+        agents: int,
+        policies: int,
+        active: Callable[[], np.ndarray],
+        opponents: Any,
+        seed: int,
     ):
         super().__init__(rows, active)
-        self.agents, self.opponents = agents, opponents
+        self.policies, self.agents, self.opponents = policies, agents, opponents
         self.rng = np.random.default_rng(seed)
         self.player = np.full(rows, -1, np.int64)
         self.finished = np.zeros(rows, bool)  # seats whose episode ended in the current game
+        every = np.arange(rows)
+        self._every = [Group(p, slice(None), slice(None), every, True) for p in range(policies)]
         self._draw(np.arange(rows // agents))
 
     def _draw(self, games: np.ndarray) -> None:
+        others = self.policies - 1  # the live opponents a learning seat may meet
         for g in games:
             seat = int(self.rng.integers(self.agents))
+            learner = int(self.rng.integers(self.policies))  # one policy: no draw is made
             while True:  # a snapshot replaced between the look and the copy: draw again
                 ids = self.opponents.ids()
-                sid = int(ids[self.rng.integers(ids.size)])
-                if self.opponents.load(sid):
+                k = int(self.rng.integers(others + ids.size))
+                if k < others:  # the k-th live policy but the learner
+                    opponent = -1 - (k + (k >= learner))
+                    break
+                opponent = int(ids[k - others])
+                if self.opponents.load(opponent):
                     break
             first = int(g) * self.agents
-            self.player[first : first + self.agents] = sid
-            self.player[first + seat] = -1
+            self.player[first : first + self.agents] = opponent
+            self.player[first + seat] = -1 - learner
             self.finished[first : first + self.agents] = False
+        self._seated()
         self.opponents.keep(self.player[self.player >= 0])
 
+    def _seated(self) -> None:
+        """What follows from ``player`` until the next draw: the policy of each live seat (a
+        snapshot's: unused, the seat is no policy's) and each policy's seats, so that a step
+        does not search ``player`` again."""
+        self.policy = np.maximum(-1 - self.player, 0)
+        self.held = [np.flatnonzero(self.player == -1 - p) for p in range(self.policies)]
+
     def groups(self) -> list[Group]:
-        ids = np.flatnonzero(self.active() & (self.player < 0))
-        return [Group(0, ids, ids, ids, False)]
+        active = self.active()
+        out = []
+        for p, rows in enumerate(self.held):
+            ids = rows[active[rows]]
+            out.append(Group(p, ids, ids, ids, False))
+        return out
 
     def opponent_rows(self) -> np.ndarray:
         """The snapshots' seats that act at this step."""
@@ -268,72 +299,7 @@ class PoolSeats(PerGame, SharedSeats):
             self.finished = torch.as_tensor(state["pool_finished"]).numpy().astype(bool)
             self.rng.bit_generator.state = state["mapping_rng"]
             self.opponents.load_state_dict(state)
-
-
-class PopulationPoolSeats(PoolSeats):
-    """Seats of two-player games of a population against itself and its pool (``--policies P
-    --opponents pool``): at each game's start one seat drawn for a learning policy, drawn
-    uniformly among the P, and its opponent for the other seats, drawn uniformly among the P
-    live policies and the pool's snapshots, all from the mapping's own generator; held until
-    every seat of the game has ended. A live seat is its policy's (``player`` -1 - p): it acts
-    for its seats whose agent acts, its slot marks those steps ``own`` and holds its seats'
-    rewards and ends, and reports its seats' episodes -- a live opponent's moves are its own
-    learner's samples, as under the random mapping; a snapshot's are nobody's."""
-
-    def __init__(
-        self,
-        rows: int,
-        agents: int,
-        policies: int,
-        active: Callable[[], np.ndarray],
-        opponents: Any,
-        seed: int,
-    ):
-        self.live = policies  # set before PoolSeats draws the first games
-        super().__init__(rows, agents, active, opponents, seed)
-        self.policies = policies
-
-    def _draw(self, games: np.ndarray) -> None:
-        for g in games:
-            seat = int(self.rng.integers(self.agents))
-            learner = int(self.rng.integers(self.live))
-            while True:  # a snapshot replaced between the look and the copy: draw again
-                ids = self.opponents.ids()
-                k = int(self.rng.integers(self.live + ids.size))
-                if k < self.live:
-                    opponent = -1 - k
-                    break
-                opponent = int(ids[k - self.live])
-                if self.opponents.load(opponent):
-                    break
-            first = int(g) * self.agents
-            self.player[first : first + self.agents] = opponent
-            self.player[first + seat] = -1 - learner
-            self.finished[first : first + self.agents] = False
-        self._seated()
-        self.opponents.keep(self.player[self.player >= 0])
-
-    def _seated(self) -> None:
-        """What follows from ``player`` until the next draw: the policy of each live seat (a
-        snapshot's: unused, the seat is no policy's) and each policy's seats, so that a step
-        does not search ``player`` again."""
-        self.policy = np.maximum(-1 - self.player, 0)
-        self.held = [np.flatnonzero(self.player == -1 - p) for p in range(self.live)]
-
-    def groups(self) -> list[Group]:
-        active = self.active()
-        out = []
-        for p, rows in enumerate(self.held):
-            ids = rows[active[rows]]
-            out.append(Group(p, ids, ids, ids, False))
-        return out
-
-    def outcomes(self, groups: list[Group]) -> list[Group]:
-        return [Group(p, r, r, r, False) for p, r in enumerate(self.held)]
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self._seated()
+            self._seated()
 
 
 class PopulationSeats(HeldSeats, RandomMapping):

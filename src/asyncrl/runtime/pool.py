@@ -13,7 +13,7 @@ snapshot and one for the learner (:class:`OpponentPool`, the driver's side).
 A population (``--policies P``) shares one pool: each policy adds snapshots of itself (every
 ``--snapshot-every`` of its own updates, gated by its own win rate against the pool), each
 snapshot remembers the policy it came from, and each policy has its own rating. In its games a
-learning seat meets a live policy or a snapshot (runtime.mapping.PopulationPoolSeats); a
+learning seat meets another live policy or a snapshot (runtime.mapping.PoolSeats); a
 seat's player (``seat_player``) is then ``-1 - p`` for live policy
 ``p`` (so ``-1``, policy 0, is the one learner of a run of one policy), else a snapshot id.
 """
@@ -102,7 +102,7 @@ class OpponentPool:
         # pool (the threshold's)
         self.updates_of, self.wins_of, self.games_of = [0] * P, [0] * P, [0] * P
         self.totals = [{"games": 0, "wins": 0, "draws": 0} for _ in range(P)]  # vs snapshots
-        self.live_games = [0] * P  # games a policy played against a live one (itself too)
+        self.live_games = [0] * P  # games a policy played against another live one
         self.windows: list[list[float]] = [[] for _ in range(P)]  # scores since a metrics row
         self.lock = threading.Lock()
 
@@ -149,13 +149,12 @@ class OpponentPool:
             where = {sid: b for b, sid in enumerate(self.ids) if sid != LEARNER}
             for slot in slots:
                 for p, opponent, score in population_outcomes(slot, self.agents):
-                    if opponent < 0:  # a live policy: both rated, unless it is p itself
+                    if opponent < 0:  # another live policy: both rated
                         q = -1 - opponent
                         self.live_games[p] += 1
-                        self.live_games[q] += int(q != p)
-                        if q != p:
-                            r = self.learner_ratings
-                            r[p], r[q] = elo_update(r[p], r[q], score)
+                        self.live_games[q] += 1
+                        r = self.learner_ratings
+                        r[p], r[q] = elo_update(r[p], r[q], score)
                         continue
                     b = where.get(opponent)
                     if b is not None:  # a snapshot that left the pool meanwhile keeps no rating
