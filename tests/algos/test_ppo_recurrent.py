@@ -227,6 +227,70 @@ def test_packed_unroll_equals_one_call_where_no_episode_starts(kind):
     assert not torch.allclose(packed[5:, 1], plain[5:, 1])
 
 
+class _Spy(torch.nn.Module):
+    """A core that records torch's thread count in its forward and at its backward's end."""
+
+    def __init__(self, core: torch.nn.Module):
+        super().__init__()
+        self.core, self.seen = core, []
+
+    def forward(self, x, hx):
+        self.seen.append(("forward", torch.get_num_threads()))
+        return self.core(_Seen.apply(x, self.seen), hx)
+
+
+class _Seen(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, seen):
+        ctx.seen = seen
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.seen.append(("backward", torch.get_num_threads()))
+        return grad, None
+
+
+def test_torchs_lstm_runs_on_one_thread_with_the_bits_of_all_threads(monkeypatch):
+    """oneDNN's LSTM splits each time step across threads (slow on shared cores): run_core
+    runs it, forward and backward, on one thread, and the learner's count comes back after
+    each. Atari's sizes (512 in, 128 units), where oneDNN splits the steps."""
+    import asyncrl.algos.ppo.networks as networks
+
+    torch.manual_seed(0)
+    core = _Spy(torch.nn.LSTM(512, 128))
+    g = torch.Generator().manual_seed(1)
+    z0 = torch.randn(24, 4, 512, generator=g)
+    state = torch.randn(4, 2, 128, generator=g)
+    first = torch.zeros(24, 4, dtype=torch.bool)
+    first[5, 0] = first[17, 2] = True
+
+    def run():
+        z = z0.clone().requires_grad_()
+        core.zero_grad()
+        out, _ = unroll_segments(core, "lstm", z, state, first, final_state=False)
+        (out.square().sum() + out[:, 1].sum()).backward()
+        return [out.detach(), z.grad, *(p.grad for p in core.parameters())]
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        one = run()
+        assert core.seen == [("forward", 1), ("backward", 1)]
+        assert torch.get_num_threads() == 2
+        with torch.no_grad():  # targets: no marks, the count back after the forward
+            unroll_segments(core, "lstm", z0, state, first, final_state=False)
+        assert core.seen[-1] == ("forward", 1) and torch.get_num_threads() == 2
+        monkeypatch.setattr(networks, "run_core", lambda core, x, hx: core(x, hx))
+        core.seen.clear()
+        both = run()
+        assert core.seen == [("forward", 2), ("backward", 2)]
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(one, both, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_the_written_out_gru_equals_torchs_in_outputs_and_gradients():
     """masked_gru (what unroll_core runs for a GRU on the CPU) against torch's nn.GRU cut into
     segments at the episode starts: outputs, final states and every gradient."""

@@ -262,7 +262,7 @@ class RecurrentActorCritic(ActorCritic):
     def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of B envs: features [B, ...] and states [B, S, H] to the core's output
         [B, H] and the next states."""
-        out, hx = self.core(self.encode(x)[None], _hx(state, self.kind))
+        out, hx = run_core(self.core, self.encode(x)[None], _hx(state, self.kind))
         return out[0], _state(hx, self.kind)
 
     @torch.no_grad()
@@ -344,7 +344,7 @@ def unroll_segments(
     starts = first.clone()
     starts[0] = True
     if not bool(first[1:].any()):
-        out, hx = core(z, _hx(state, kind))
+        out, hx = run_core(core, z, _hx(state, kind))
         return out, _state(hx, kind) if final_state else None
     by_env = starts.t().reshape(-1)  # [B * L], env-major: segments in order
     seg_b, seg_t = by_env.view(B, L).nonzero(as_tuple=True)
@@ -361,16 +361,55 @@ def unroll_segments(
     h0 = state[seg_b] * (seg_t == 0).to(state.dtype)[:, None, None]  # zeros after a reset
     if final_state:
         packed = pack_padded_sequence(padded, lengths.cpu(), enforce_sorted=False)
+        # at the learner's threads: torch's packed CPU LSTM (not oneDNN's) rounds by their count
         out, hx = core(packed, _hx(h0, kind))
         out, _ = pad_packed_sequence(out, total_length=longest)  # [longest, n, H]
     else:  # padding follows each segment's steps, so it cannot reach their outputs
-        out, hx = core(padded, _hx(h0, kind))
+        out, hx = run_core(core, padded, _hx(h0, kind))
     t = torch.arange(L, device=z.device)
     pos = (t[None, :] - seg_t[seg_of]) * n + seg_of  # [B, L] into out's [longest * n] rows
     result = out.reshape(longest * n, -1)[pos.t().reshape(-1)].view(L, B, -1)
     if not final_state:
         return result, None
     return result, _state(hx, kind)[seg_of[:, -1]]
+
+
+def run_core(core: nn.Module, x: torch.Tensor, hx):
+    """``core(x, hx)`` on one torch thread, forward and backward (the learner's other layers
+    keep theirs). oneDNN's CPU LSTM splits every time step's small matmuls across threads, one
+    barrier per step: on 2 shared cores an LSTM(512, 128) over 128 x 2 steps took 3-30x the
+    wall time it takes on one (docs/benchmarks/learner-floor.md). Same bits on any count (not
+    so for packed sequences, which do not come here)."""
+    threads = torch.get_num_threads()
+    if threads == 1 or x.device.type != "cpu":
+        return core(x, hx)
+    # both marks or neither: one whose input needs no gradient would never run its backward
+    grad = torch.is_grad_enabled() and x.requires_grad
+    if grad:
+        x = _SetThreads.apply(x, threads)  # its backward: after the core's, back to all
+    torch.set_num_threads(1)
+    try:
+        out, hx = core(x, hx)
+    finally:
+        torch.set_num_threads(threads)
+    if grad:
+        out = _SetThreads.apply(out, 1)  # its backward: before the core's, one thread
+    return out, hx
+
+
+class _SetThreads(torch.autograd.Function):
+    """The identity, whose backward sets torch's thread count to ``threads`` (the backward of
+    what follows it in the forward runs before that, of what precedes it after)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, threads: int) -> torch.Tensor:
+        ctx.threads = threads
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        torch.set_num_threads(ctx.threads)
+        return grad, None
 
 
 def _hx(state: torch.Tensor, kind: str):
