@@ -10,6 +10,11 @@ Cases, each at its preset's sizes (issue 35):
   mujoco   PPO, HalfCheetah-v5: 64x64 tanh MLPs, minibatch 64, value clipping, 10 epochs of 2,048
   atari    PPO, Breakout: Nature CNN + 512, minibatch 256, 4 epochs of 1,024 frames, the preset's
            learner threads (all CPUs)
+  atari-lstm  PPO on Breakout with ``--recurrent lstm`` beside the feed-forward step, one rollout
+           of 8 envs x 128 steps with life losses inside, as the learner takes it: rows ``ff``
+           (the atari case's update), ``lstm`` (Nature CNN -> LSTM(512, 128), sequences of 128,
+           2 per minibatch of 256 frames) and ``lstm-threads`` (the same with torch's LSTM on all
+           the learner's threads, as before ``run_core``); "vs old" is against ``ff``
   sac      SAC, HalfCheetah-v5: 256x256 actor and twin critics, batch 256 (one gradient step of
            critics, actor and temperature)
   sac-small  SAC, Pendulum-v1 at the learning tests' 64x64, batch 256 (issue 57)
@@ -82,6 +87,7 @@ ENVS = {
     "classic": ("ppo", "CartPole-v1"),
     "mujoco": ("ppo", "HalfCheetah-v5"),
     "atari": ("ppo", "ALE/Breakout-v5"),
+    "atari-lstm": ("ppo", "ALE/Breakout-v5"),
     "sac": ("sac", "HalfCheetah-v5"),
     "sac-small": ("sac", "Pendulum-v1"),
     "dqn": ("dqn", "CartPole-v1"),
@@ -188,6 +194,70 @@ def ppo_case(
     step_hp = step_hyperparameters(hp, cfg.lr)  # [clip, lr, ent_coef], as an update passes it
     flops = flops_of(lambda: ref._minibatch_step(step_hp, *mb))
     return made, flops, learner_threads(cfg, 1)
+
+
+def recurrent_atari_case(env: str) -> tuple[list[Variant], int, int]:
+    """Feed-forward and recurrent PPO updates on one Breakout rollout (see the docstring)."""
+    from asyncrl.algos.ppo import networks
+    from asyncrl.algos.ppo.config import recurrence
+    from asyncrl.algos.ppo.recurrent import RecurrentPPO
+
+    spec = check_env(env)
+    g = torch.Generator().manual_seed(1)
+    made, flops = [], 0
+    for kind in ("none", "lstm"):
+        cfg = resolve(TrainConfig(env=env, algo="ppo", recurrent=kind), env_family(env))
+        hp, T, B = PPOConfig.of(cfg), cfg.rollout, cfg.envs_per_actor
+        if kind == "none":  # one rollout for both: frames, actions, life losses
+            rollout = {
+                "obs": torch.randint(0, 256, (T + 1, B, *spec.obs_shape), generator=g).byte(),
+                "actions": torch.randint(0, spec.n_actions, (T, B), generator=g),
+                "logp": torch.full((T, B), -float(np.log(spec.n_actions))),
+                "rewards": (torch.rand(T, B, generator=g) < 0.05).float(),
+                "terminated": torch.rand(T, B, generator=g) < 1 / 40,
+                "truncated": torch.zeros(T, B, dtype=torch.bool),
+                "trunc_values": torch.zeros(T, B),
+            }
+        torch.manual_seed(0)
+        policy = build_policy(spec, cfg.hidden, cfg.activation, False, "auto", kind, cfg.rnn_size)
+        steps = hp.epochs * (T * B // hp.minibatch_size)
+        if kind == "none":
+            algo = PPO(policy, hp, cfg.lr, fused=False)
+            batch = algo.targets(rollout)
+            made.append(Variant("ff", _updating(algo, batch, cfg.lr, steps)))
+            continue
+        r = {**rollout, "rnn_states": torch.zeros(T // recurrence(cfg), B, 2, cfg.rnn_size)}
+        for name, core in (("lstm", networks.run_core), ("lstm-threads", _all_threads)):
+            algo = RecurrentPPO(copy.deepcopy(policy), hp, cfg.lr, recurrence(cfg))
+            batch = algo.targets(r)
+            made.append(Variant(name, _updating(algo, batch, cfg.lr, steps, core)))
+        mb = [batch[k][:, :2] for k in ("features", "actions", "logp", "weight", "adv")]
+        mb += [batch[k][:, :2] for k in ("returns", "values", "first")] + [batch["states"][:2]]
+        hp_t = step_hyperparameters(hp, cfg.lr)
+        flops = flops_of(lambda: algo._autograd_step(hp_t, *mb))  # noqa: B023
+    return made, flops, learner_threads(cfg, 1)
+
+
+def _all_threads(core, x, hx):
+    return core(x, hx)  # networks.run_core as it was: the learner's thread count
+
+
+def _updating(algo, batch, lr: float, steps: int, core=None) -> Callable[[], int]:
+    """A variant's run: one update of ``algo`` on ``batch`` (``core``: networks.run_core)."""
+    from asyncrl.algos.ppo import networks
+
+    gen = torch.Generator().manual_seed(2)
+
+    def run() -> int:
+        kept = networks.run_core
+        networks.run_core = core or kept
+        try:
+            algo.update(batch, lr, gen)
+        finally:
+            networks.run_core = kept
+        return steps
+
+    return run
 
 
 def _fused_applies(policy) -> bool:
@@ -334,7 +404,12 @@ def main() -> None:
         algo, env = ENVS[case]
         made = []
         for precision in precisions:
-            if algo == "ppo":
+            if case == "atari-lstm":
+                if precision != "fp32":
+                    print(f"  ({case}: no {precision} rows: a recurrent policy trains in fp32)")
+                    continue
+                mine, flops, threads = recurrent_atari_case(env)
+            elif algo == "ppo":
                 mine, flops, threads = ppo_case(case, env, variants, precision)
             elif algo == "dqn":
                 if precision != "fp32":
@@ -349,13 +424,15 @@ def main() -> None:
             v.first()
             v.timed()  # a second untimed-in-effect warm-up: caches, allocator
             v.per_step.clear()
+            v.cpu_per_step.clear()  # the warm-up's CPU time is no round's either
         for _ in range(args.rounds):
             for v in made:
                 v.timed()
         rate, cpu_rate = matmul_rate(threads)
         floor, cpu_floor = flops / rate, flops / cpu_rate
         bf16 = bf16_floor(threads, flops) if "bf16" in precisions else None
-        old = next((v for v in made if v.name == "old"), None)
+        base = "ff" if case == "atari-lstm" else "old"  # what "vs old" compares with
+        old = next((v for v in made if v.name == base), None)
         old_ms = statistics.median(old.per_step) if old else float("nan")
         old_cpu = statistics.median(old.cpu_per_step) if old else float("nan")
         out = {
