@@ -10,7 +10,7 @@ import pytest
 import asyncrl
 from asyncrl.cli import main
 from asyncrl.config import ConfigError
-from asyncrl.envs import check_env, make_vector_env
+from asyncrl.envs import check_env, env_family, make_vector_env
 from asyncrl.envs.pettingzoo import (
     SeatVectorEnv,
     check_opponent,
@@ -21,7 +21,7 @@ from asyncrl.envs.pettingzoo import (
 )
 from asyncrl.evaluate import evaluate
 from asyncrl.runtime.trainer import prepare
-from asyncrl.settings import TrainConfig
+from asyncrl.settings import FIELDS, PRESET_FIELDS, TrainConfig
 
 pytest.importorskip("pettingzoo")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -213,6 +213,7 @@ def test_a_training_run_never_takes_an_illegal_move(tmp_path, monkeypatch):
         tensorboard=False,
         checkpoint_every=0,
         seed=3,
+        opponents="self",  # every seat the learner's: the budget counts every move
     )
     assert seen["illegal"] == 0
     # samples are the moves seats made: one per game and step (half the rows)
@@ -253,6 +254,39 @@ def test_a_population_plays_itself_each_policy_learning_from_its_own_seats(tmp_p
     steps = [p["env_steps"] for p in s["population"]]
     assert all(n > 1000 for n in steps) and sum(steps) == s["env_steps"]
     assert 0 <= s["win_rate_vs_random"] <= 1  # the population's best plays the random player
+
+
+def test_a_two_player_game_takes_the_game_preset_and_what_is_given_wins():
+    """Connect four is told a game once its env is made (spec.games): PPO's preset plays it
+    against a pool of its snapshots, in async with the least lag; a parallel env is not a
+    game. A setting given wins; a population plays itself by its mapping (a pool of a
+    population is one asked for: --opponents pool)."""
+    assert env_family(C4) == "generic"  # from the registration alone
+    assert env_family(C4, check_env(C4)) == "game"
+    assert env_family("pettingzoo:parallel_game", check_env("pettingzoo:parallel_game")) != "game"
+    run = prepare(TrainConfig(env=C4, progress=False))
+    values = {n: getattr(run.cfg, n) for n in ("opponents", "pool_size", "snapshot_every")}
+    assert run.cfg.preset == "game" and values == {
+        "opponents": "pool",
+        "pool_size": 64,
+        "snapshot_every": 5,
+    }
+    assert (run.cfg.mode, run.cfg.max_batches_waiting, run.cfg.total_steps) == ("async", 0, 100_000)
+    assert (run.cfg.gamma, run.cfg.ent_coef, run.cfg.rollouts_per_batch) == (0.8, 0.01, 1)
+    assert run.lines[0].startswith("asyncrl: preset game (auto: " + C4)
+    assert "opponents pool" in run.lines[0] and "max_batches_waiting 0" in run.lines[0]
+    given = TrainConfig(env=C4, opponents="self", max_batches_waiting=1, gamma=0.99, progress=False)
+    cfg = prepare(given).cfg
+    assert (cfg.opponents, cfg.max_batches_waiting, cfg.gamma) == ("self", 1, 0.99)
+    population = prepare(TrainConfig(env=C4, policies=2, progress=False)).cfg
+    assert population.opponents == "self" and population.rollouts_per_batch == 2
+    asked = TrainConfig(env=C4, policies=2, opponents="pool", progress=False)
+    assert prepare(asked).cfg.opponents == "pool"
+    dqn = prepare(TrainConfig(env=C4, algo="dqn", progress=False)).cfg
+    generic = prepare(TrainConfig(env=C4, algo="dqn", preset="generic", progress=False)).cfg
+    assert dqn.preset == "game"
+    read = [n for n in PRESET_FIELDS if {"dqn", "run"} & set(FIELDS[n].metadata["owners"])]
+    assert {n: getattr(dqn, n) for n in read} == {n: getattr(generic, n) for n in read}
 
 
 def test_dqn_resolves_on_connect_four_with_its_generic_preset():
@@ -337,20 +371,28 @@ def test_a_parallel_env_trains_to_the_end_with_no_games_against_a_player(tmp_pat
     assert not any(k.startswith("win_rate_vs") for k in result.summary)
 
 
+# the lowest win rate against the random player to hold, per mode (below)
+GAME_PRESET_FLOOR = {"sync": 0.9, "async": 0.85}
+
+
 @pytest.mark.slow
-def test_self_play_on_connect_four_beats_a_random_player_most_of_the_time(tmp_path):
-    """What this slice reaches, not issue #55's goal (>= 95% of 200 games within 200k steps,
-    not reached: its guide's table). No flag but the env, a budget and the seed: seed 1
-    measured 0.865 at 51,200 steps and stayed near it up to 200k (docs: Guides, multi-agent);
-    0.8 is 2.7 standard errors of 200 games below it. Half the games as the second player."""
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_game_preset_beats_a_random_player_most_of_the_time(tmp_path, mode):
+    """No flag but the env, the mode and the seed: the game preset's self-play against its
+    pool, 100k of the learner's moves (about 200k moves in all, the issue's budget). What it
+    reaches, not issue #55's goal (>= 95% of 200 games on every seed), which it misses on
+    some seeds (its guide's table, 2026-11-30): sync seeds 1-5 won 0.95, 0.96, 0.96, 0.935,
+    0.945; async (the process backend's timing sets its lag, so a seed does not repeat) 0.88
+    to 0.955 over 8 runs, a mean of 0.93. Each floor is about 2 standard errors of a 200-game
+    rate (0.017) under its mode's lowest. Half the games as the second player."""
     result = asyncrl.train(
         C4,
-        total_steps=50_000,
-        mode="sync",
+        mode=mode,
         seed=1,
         run_dir=str(tmp_path / "run"),
         progress=False,
         tensorboard=False,
         checkpoint_every=0,
     )
-    assert result.summary["win_rate_vs_random"] >= 0.8
+    assert result.config.preset == "game" and result.config.opponents == "pool"
+    assert result.summary["win_rate_vs_random"] >= GAME_PRESET_FLOOR[mode]

@@ -351,7 +351,7 @@ def test_bad_preset_in_yaml_is_one_line_naming_the_field(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == (
         "asyncrl: error: preset: 'robots' is not one of auto, generic, classic, box2d, mujoco, "
-        "atari, pixels"
+        "atari, pixels, game"
     )
     assert not (tmp_path / "r").exists()
 

@@ -35,7 +35,7 @@ SAVED_FUNCTION = "function"  # a saved config's mark of a Python function given 
 POPULATION_INITS = ("given", "perturb")
 OPPONENTS = ("self", "pool")
 # the presets: one per env family (envs.env_family); generic for an env no family claims
-FAMILIES = ("generic", "classic", "box2d", "mujoco", "atari", "pixels")
+FAMILIES = ("generic", "classic", "box2d", "mujoco", "atari", "pixels", "game")
 
 
 class ConfigError(ValueError):
@@ -127,12 +127,17 @@ class RunConfig(ConfigMethods):
         "auto",
         "where unset settings take their values: generic (the field's defaults, for any env), "
         "classic (classic control), box2d (Box2D), mujoco (MuJoCo and PyBullet robots), atari "
-        "(ALE ids), pixels (other image observations), or auto (chosen from the env's family; "
-        "values tuned on one env only for that env)",
+        "(ALE ids), pixels (other image observations), game (PettingZoo two-player "
+        "turn-based games with action masks), or auto (chosen from the env's family; values "
+        "tuned on one env only for that env)",
         choices=("auto", *FAMILIES),
     )
     seed: int = setting(1, "seed of envs, networks and sampling")
-    total_steps: int = preset_setting(150_000, "env steps to train for (summed over all envs)")
+    total_steps: int = preset_setting(
+        150_000,
+        "env steps to train for (summed over all envs; --opponents pool: the learner's moves "
+        "only, about half of a two-player game's)",
+    )
     max_seconds: float = setting(
         0.0, "also stop after this many seconds of wall-clock time (0: no limit)"
     )
@@ -155,7 +160,7 @@ class RunConfig(ConfigMethods):
     actors: int = preset_setting(2, "N, the number of actors")
     envs_per_actor: int = preset_setting(8, "K, the envs each actor steps as one batched env")
     rollout: int = preset_setting(32, "T, env steps per env in one rollout")
-    max_batches_waiting: int = setting(
+    max_batches_waiting: int = preset_setting(
         1,
         "async: filled batches that may wait for the learner ahead of an actor's last one "
         "before that actor blocks (>= 0; 0: an actor starts its next rollout only once the "
@@ -217,7 +222,7 @@ class RunConfig(ConfigMethods):
         "multiplied by 0.8 or 1.2",
     )
     # --- self-play on a two-player game (docs: Guides, multi-agent)
-    opponents: str = setting(
+    opponents: str = preset_setting(
         "self",
         "a multi-agent game's opponents: self (one policy plays every seat, against its current "
         "self) or pool (in each game one seat is the learner, the others a frozen snapshot of "
@@ -225,10 +230,10 @@ class RunConfig(ConfigMethods):
         "drawn among the P against one of the P or a snapshot of any of them)",
         choices=OPPONENTS,
     )
-    pool_size: int = setting(
+    pool_size: int = preset_setting(
         8, "--opponents pool: snapshots the pool holds (the oldest leaves; at least P)"
     )
-    snapshot_every: int = setting(
+    snapshot_every: int = preset_setting(
         10, "--opponents pool: a policy's updates between its snapshots (at least; >= 1)"
     )
     snapshot_win_rate: float = setting(

@@ -244,7 +244,7 @@ class Prepared:
 def prepare_settings(given: TrainConfig) -> Prepared:
     """``given`` resolved, validated and fitted to its env's spec in one pass, before any
     process, segment or file exists: the algorithm looked up once, the settings resolved once
-    (twice for an env whose images change its family). A setting that cannot work raises
+    (twice for an env whose images or game change its family). A setting that cannot work raises
     ConfigError here."""
     algo = plugin(given)
     cfg, _, spec = resolve_for_env(given, algo)
@@ -265,7 +265,8 @@ def resolve_for_env(
     family and the env's spec: the one place a run (:func:`prepare_settings`) and a study
     (compare, tune, sweep: to resolve its variants of ``given`` on the same env) decide it.
     From the env's id first, then, the env made once, from its spec: image observations
-    outside ALE are pixels, and ``given`` is resolved again with that."""
+    outside ALE are pixels, a two-player turn-based game with action masks the game family,
+    and ``given`` is resolved again with that."""
     from asyncrl.envs import env_family
 
     algo = algo or plugin(given)
@@ -273,10 +274,11 @@ def resolve_for_env(
     cfg = resolve(given, family, algo=algo)
     _checked(cfg, algo)
     spec = env_spec(cfg, algo)
-    if env_family(cfg.env, spec) != family:  # image observations: known once the env is made
+    if env_family(cfg.env, spec) != family:  # images or a game: known once the env is made
         family = env_family(cfg.env, spec)
         cfg = resolve(given, family, algo=algo)
         _checked(cfg, algo)
+        spec = env_spec(cfg, algo)  # checked again with the family's settings (its opponents)
     return cfg, family, spec
 
 
@@ -286,12 +288,16 @@ def agreed(cfg: TrainConfig, filled: frozenset[str], algo: Algorithm) -> dict[st
     were tuned without it), then
     those that would contradict others of ``cfg``, so that only settings given can conflict:
     the fixed mapping's envs per actor, at least one per policy (SAC's presets have one env);
-    then the algorithm's own (see Algorithm.agree)."""
+    a population's opponents, itself (its agents go to its policies by --policy-mapping; a
+    preset's pool would override that, so a population plays a pool only when it is asked
+    for); then the algorithm's own (see Algorithm.agree)."""
     changes = algo.switch_values(cfg, filled)[1]
     cfg = dataclasses.replace(cfg, **changes)
     if "envs_per_actor" in filled and acting_mapping(cfg) == "fixed":
         if cfg.envs_per_actor < cfg.policies:
             changes["envs_per_actor"] = cfg.policies
+    if "opponents" in filled and cfg.opponents == "pool" and cfg.policies > 1:
+        changes["opponents"] = "self"
     own = algo.agree(dataclasses.replace(cfg, **changes), filled)
     return {**changes, **own}
 

@@ -35,6 +35,7 @@ ENV_FAMILIES = (
 )
 GENERIC = "generic"  # the family of an env no other claims
 PIXELS = "pixels"  # image observations outside ALE: told by the spec, once the env is made
+GAME = "game"  # a two-player turn-based PettingZoo game with action masks: told by the spec
 
 
 def resolve_id(env_id: str) -> str:
@@ -90,7 +91,7 @@ def registered_family(env_id: str) -> str:
     a ConfigError naming ``env``."""
     env_id = resolve_id(env_id)
     if is_pettingzoo(env_id):
-        return GENERIC  # no game preset yet (docs: Guides, multi-agent)
+        return GENERIC  # a game is told by its spec, once the env is made (spec.env_family)
     module = entry_module(env_id)
     for package, name in ENV_FAMILIES:
         if module == package or module.startswith(package + "."):

@@ -15,7 +15,7 @@ from asyncrl.envs.atari import ATARI_STACK
 from asyncrl.envs.envpool import envpool_task
 from asyncrl.envs.make import make_env
 from asyncrl.envs.pettingzoo import SeatSpace, is_pettingzoo, seat_spaces, two_player_game
-from asyncrl.envs.registry import PIXELS, is_atari, registered_family, resolve_id
+from asyncrl.envs.registry import GAME, PIXELS, is_atari, registered_family, resolve_id
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,12 @@ def is_image(spec: EnvSpec) -> bool:
 def env_family(env_id: str, spec: EnvSpec | None = None) -> str:
     """The family of ``env_id`` (a key of settings.PRESETS): from its registration alone, so no
     env is made; an id nothing registers is a ConfigError naming ``env``. With the env's
-    ``spec`` (as check_env gives it), image observations outside ALE are the pixels family."""
+    ``spec`` (as check_env gives it), image observations outside ALE are the pixels family,
+    and a PettingZoo two-player turn-based game with action masks (``spec.games``) the game
+    family."""
     family = registered_family(env_id)
+    if spec is not None and spec.games:
+        return GAME
     if spec is not None and family != "atari" and is_image(spec):
         return PIXELS
     return family

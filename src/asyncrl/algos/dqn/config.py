@@ -84,6 +84,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "mujoco": dict(_CLEANRL_CLASSIC),
     "atari": dict(_CLEANRL_ATARI),
     "pixels": dict(_CLEANRL_ATARI),
+    "game": dict(_CLEANRL_CLASSIC),  # its generic values (no game screened for DQN)
 }
 # Values tuned on one env, per family: auto gives them to that env alone (docs, Guides:
 # presets). CartPole's: RL Zoo's tuned DQN for CartPole-v1 with CleanRL's squared error, a rate

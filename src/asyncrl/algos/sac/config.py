@@ -56,6 +56,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # ALE actions are discrete, which SAC refuses: the table only completes the presets
     "atari": dict(GENERIC),
     "pixels": dict(GENERIC),
+    "game": dict(GENERIC),  # masked discrete actions, which SAC refuses: completes the presets
 }
 TUNED: dict[str, tuple[str, dict[str, Any]]] = {}
 
