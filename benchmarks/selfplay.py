@@ -1,6 +1,8 @@
 """Connect four by parameter-shared self-play (PPO, the generic preset, no flag but the env, the
 budget and the seed): the policy's win rate against a uniform random player as a function of
-env steps, in sync and async mode (docs: Guides, multi-agent).
+env steps, in sync and async mode (docs: Guides, multi-agent). ``--preset game`` takes the
+game preset's values instead (with ``--opponents pool``, its own opponents; the budget then
+counts the learner's moves).
 
     python benchmarks/selfplay.py                       # seed 1, sync and async, 200k steps
     python benchmarks/selfplay.py --seeds 1 2 3 --modes sync
@@ -70,6 +72,7 @@ def timed_run(env: str, envs: int, mode: str, steps: int, run_dir: Path) -> tupl
     microseconds (its own and its actors') per agent step."""
     cmd = [sys.executable, "-m", "asyncrl", "train", "--env", env, "--mode", mode]
     cmd += ["--envs-per-actor", str(envs), "--total-steps", str(steps), "--seed", "1"]
+    cmd += ["--preset", "generic"]  # the game's and the single-agent env's runs alike
     cmd += ["--no-progress", "--no-tensorboard", "--checkpoint-every", "0"]
     cmd += ["--run-dir", str(run_dir), "--overwrite"]
     path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
@@ -107,6 +110,7 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["sync", "async"])
     ap.add_argument("--games", type=int, default=200)
     ap.add_argument("--opponents", nargs="+", default=["self"], choices=["self", "pool"])
+    ap.add_argument("--preset", default="generic", choices=["generic", "game"])
     ap.add_argument("--checkpoint-seconds", type=float, default=10.0)
     ap.add_argument("--out", default=None, help="run directories here (default: a temp dir)")
     ap.add_argument("--throughput", action="store_true", help="agent steps/s (see above)")
@@ -126,6 +130,7 @@ def main() -> None:
             total_steps=args.steps,
             mode=mode,
             seed=seed,
+            preset=args.preset,
             opponents=opponents,
             run_dir=str(run_dir),
             checkpoint_every=args.checkpoint_seconds,
