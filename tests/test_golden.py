@@ -33,7 +33,7 @@ import pytest
 import torch
 
 import asyncrl
-from asyncrl.settings import TrainConfig
+from asyncrl.settings import ADDED_SINCE, TrainConfig
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 CPU = torch.backends.cpu.get_cpu_capability().lower()  # e.g. avx2, avx512
@@ -200,9 +200,14 @@ def results(name: str, tmp: Path) -> dict[str, Any]:
 
 
 def _setting_defaults() -> dict[str, Any]:
-    """Each setting's default as a checkpoint's config holds it (``config.<name>`` leaves)."""
+    """Each setting's default as a checkpoint's config holds it (``config.<name>`` leaves); a
+    preset setting's, the value runs saved before it existed ran with (ADDED_SINCE)."""
     out: dict[str, Any] = {}
+    for name, value in ADDED_SINCE.items():
+        _flatten(value, f"config.{name}", out)
     for field in dataclasses.fields(TrainConfig):
+        if field.name in ADDED_SINCE:
+            continue
         if field.default is not dataclasses.MISSING:
             _flatten(field.default, f"config.{field.name}", out)
         elif field.default_factory is not dataclasses.MISSING:

@@ -754,7 +754,15 @@ def _policy_value(name: str, policy: int, value: Any) -> Any:
 
 # Preset-governed settings that runs saved before they existed did not have, with the value
 # those runs ran with: left unset, a preset would fill them and change the run on resume.
-ADDED_SINCE = {"norm_reward": False, "norm_obs_keep_sparse": False}
+ADDED_SINCE = {
+    "norm_reward": False,
+    "norm_obs_keep_sparse": False,
+    # plain settings before the game preset governed them: their defaults then
+    "opponents": "self",
+    "pool_size": 8,
+    "snapshot_every": 10,
+    "max_batches_waiting": 1,
+}
 CONFIG_FILE = "config.yaml"
 
 
