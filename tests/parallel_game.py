@@ -7,7 +7,7 @@ import numpy as np
 from gymnasium.spaces import Box, Discrete
 from pettingzoo import ParallelEnv
 
-LENGTHS = {"a": 5, "b": 2}
+LENGTHS = {"a": 5, "b": 2, "c": 3}  # "c": tests/trio_game.py's third agent
 
 
 class Game(ParallelEnv):

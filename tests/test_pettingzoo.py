@@ -289,6 +289,20 @@ def test_a_two_player_game_takes_the_game_preset_and_what_is_given_wins():
     assert {n: getattr(dqn, n) for n in read} == {n: getattr(generic, n) for n in read}
 
 
+def test_seats_filled_by_a_preset_make_whole_games_and_seats_given_must():
+    """A preset's 8 envs per actor on an env of three agents: 9 seats (3 games), said on the
+    start-up line; 8 given is refused in one line before anything starts."""
+    trio = "pettingzoo:trio_game"  # tests/trio_game.py
+    run = prepare(TrainConfig(env=trio, progress=False))
+    assert run.cfg.envs_per_actor == 9
+    assert "envs_per_actor 9 (whole games of 3 agents)" in run.lines[0]
+    assert prepare(TrainConfig(env=trio, envs_per_actor=6, progress=False)).cfg.envs_per_actor == 6
+    with pytest.raises(ConfigError) as e:
+        prepare(TrainConfig(env=trio, envs_per_actor=8, progress=False))
+    assert str(e.value).startswith("envs_per_actor: ") and "multiples of 3" in str(e.value)
+    assert prepare(TrainConfig(env=C4, progress=False)).cfg.envs_per_actor == 8  # whole already
+
+
 def test_dqn_resolves_on_connect_four_with_its_generic_preset():
     prepared = prepare(TrainConfig(env=C4, algo="dqn", total_steps=1000, progress=False))
     assert prepared.spec.action_mask and prepared.spec.agents == 2

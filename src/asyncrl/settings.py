@@ -181,12 +181,13 @@ def resolve(
     family: str | None = None,
     agree: bool = True,
     algo: Algorithm | None = None,
+    agents: int = 1,
 ) -> TrainConfig:
     """Fill what was left unset (see the module doc; ``family``: the env's, from
     ``asyncrl.envs.env_family``, for preset ``auto``), make the values filled agree with the
-    others (``agree``; see :func:`agreed`), then the settings derived from others. A resolved
-    config resolves to itself (its preset is a name, not auto). ``algo``: ``cfg.algo``'s
-    plug-in, if the caller holds it."""
+    others (``agree``; see :func:`agreed`; ``agents``: the env's agents, once it was made),
+    then the settings derived from others. A resolved config resolves to itself (its preset is
+    a name, not auto). ``algo``: ``cfg.algo``'s plug-in, if the caller holds it."""
     lists = {n: getattr(cfg, n) for n in FIELDS if n != "population" and _listed(n, cfg)}
     if lists:  # per-policy values given to TrainConfig itself: as from_dict takes them
         cfg = from_dict(lists, cfg)
@@ -212,7 +213,8 @@ def resolve(
     cfg = dataclasses.replace(cfg, **changes)
     algo = algo or plugin(cfg)
     if agree:
-        cfg = dataclasses.replace(cfg, **agreed(cfg, frozenset(changes) - {"preset"}, algo))
+        filled = frozenset(changes) - {"preset"}
+        cfg = dataclasses.replace(cfg, **agreed(cfg, filled, algo, agents))
     changes = {}
     if cfg.actor_restarts == -1:
         changes["actor_restarts"] = 3 * (cfg.hogwild or cfg.actors)
@@ -249,7 +251,7 @@ def prepare_settings(given: TrainConfig) -> Prepared:
     algo = plugin(given)
     cfg, _, spec = resolve_for_env(given, algo)
     cfg, env_lines = for_env(cfg, spec, given, algo)  # what depends on the observations
-    line = preset_line(given, cfg, algo)
+    line = preset_line(given, cfg, algo, spec.agents)
     lines = ([line] if line else []) + env_lines
     policies = tuple(policy_configs(cfg))
     return Prepared(
@@ -266,28 +268,34 @@ def resolve_for_env(
     (compare, tune, sweep: to resolve its variants of ``given`` on the same env) decide it.
     From the env's id first, then, the env made once, from its spec: image observations
     outside ALE are pixels, a two-player turn-based game with action masks the game family,
-    and ``given`` is resolved again with that."""
-    from asyncrl.envs import env_family
+    and ``given`` is resolved again with that and the env's agents (whole games of seats)."""
+    from asyncrl.envs import check_env, env_family
 
     algo = algo or plugin(given)
     family = env_family(given.env)
     cfg = resolve(given, family, algo=algo)
     _checked(cfg, algo)
-    spec = env_spec(cfg, algo)
-    if env_family(cfg.env, spec) != family:  # images or a game: known once the env is made
-        family = env_family(cfg.env, spec)
-        cfg = resolve(given, family, algo=algo)
+    made = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
+    # images or a game (known once the env is made), or seats to fill: resolved again with those
+    if env_family(cfg.env, made) != family or made.agents > 1:
+        family = env_family(cfg.env, made)
+        making = (cfg.atari_preprocessing, cfg.vectorizer)
+        cfg = resolve(given, family, algo=algo, agents=made.agents)
         _checked(cfg, algo)
-        spec = env_spec(cfg, algo)  # checked again with the family's settings (its opponents)
-    return cfg, family, spec
+        if (cfg.atari_preprocessing, cfg.vectorizer) != making:  # the env made otherwise
+            made = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
+    return cfg, family, checked_spec(cfg, made, algo)
 
 
-def agreed(cfg: TrainConfig, filled: frozenset[str], algo: Algorithm) -> dict[str, Any]:
+def agreed(
+    cfg: TrainConfig, filled: frozenset[str], algo: Algorithm, agents: int = 1
+) -> dict[str, Any]:
     """New values of settings in ``filled`` (a preset's or a default's, not the user's): those a
     switch gives (``Algorithm.switch_values``; also in place of values tuned on the env, which
     were tuned without it), then
     those that would contradict others of ``cfg``, so that only settings given can conflict:
-    the fixed mapping's envs per actor, at least one per policy (SAC's presets have one env);
+    the fixed mapping's envs per actor, at least one per policy (SAC's presets have one env),
+    and on an env of ``agents`` agents a multiple of them (rounded up: whole games);
     a population's opponents, itself (its agents go to its policies by --policy-mapping; a
     preset's pool would override that, so a population plays a pool only when it is asked
     for); then the algorithm's own (see Algorithm.agree)."""
@@ -296,6 +304,9 @@ def agreed(cfg: TrainConfig, filled: frozenset[str], algo: Algorithm) -> dict[st
     if "envs_per_actor" in filled and acting_mapping(cfg) == "fixed":
         if cfg.envs_per_actor < cfg.policies:
             changes["envs_per_actor"] = cfg.policies
+    seats = changes.get("envs_per_actor", cfg.envs_per_actor)
+    if "envs_per_actor" in filled and seats % agents:
+        changes["envs_per_actor"] = -(-seats // agents) * agents
     if "opponents" in filled and cfg.opponents == "pool" and cfg.policies > 1:
         changes["opponents"] = "self"
     own = algo.agree(dataclasses.replace(cfg, **changes), filled)
@@ -484,7 +495,11 @@ def env_spec(cfg: TrainConfig, algo: Algorithm | None = None) -> EnvSpec:
     train: a ConfigError naming the setting (and the algorithms that can) otherwise."""
     from asyncrl.envs import check_env
 
-    spec = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
+    return checked_spec(cfg, check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer), algo)
+
+
+def checked_spec(cfg: TrainConfig, spec: EnvSpec, algo: Algorithm | None = None) -> EnvSpec:
+    """:func:`env_spec` of an env already made (``spec``: ``asyncrl.envs.check_env``'s)."""
     why = (algo or plugin(cfg)).accepts(spec)
     if why is not None:
         others = [a.name for a in algorithms() if a.accepts(spec) is None]
@@ -583,11 +598,11 @@ def check_resume(saved: TrainConfig, new: TrainConfig) -> None:
 
 
 def preset_line(
-    given: TrainConfig, resolved: TrainConfig, algo: Algorithm | None = None
+    given: TrainConfig, resolved: TrainConfig, algo: Algorithm | None = None, agents: int = 1
 ) -> str | None:
     """The one line a run prints at its start: the preset and the values it filled for the
     algorithm, those tuned on one env apart and named with it (None if it filled none, as when
-    a saved run resumes)."""
+    a saved run resumes; ``agents``: the env's)."""
     algo_name = resolved.algo
     env = tuned_env(resolved.preset, algo_name, given.env if given.preset == "auto" else None)
     tuned = TUNED[resolved.preset][algo_name][1] if env else {}
@@ -597,7 +612,7 @@ def preset_line(
     unset = frozenset(name for name in FIELDS if getattr(given, name) is None)
     owner = algo or plugin(resolved)
     unagreed = resolve(given, resolved.preset, agree=False, algo=owner)
-    made_to_agree = agreed(unagreed, unset, owner) if unset else {}
+    made_to_agree = agreed(unagreed, unset, owner, agents) if unset else {}
     switch, by_switch = owner.switch_values(unagreed, unset)
     filled = [name for name in table if name in unset and name not in made_to_agree]
     if not filled and not made_to_agree:
@@ -615,7 +630,10 @@ def preset_line(
         line += f"; for {switch}: " + values([n for n in made_to_agree if n in by_switch])
     agreeing = [n for n in made_to_agree if n not in by_switch]
     if agreeing:  # e.g. a minibatch of whole recurrent sequences
-        line += "; derived to agree with the others: " + values(agreeing)
+        whole = f" (whole games of {agents} agents)" if agents > 1 else ""
+        line += "; derived to agree with the others: " + ", ".join(
+            values([n]) + (whole if n == "envs_per_actor" else "") for n in agreeing
+        )
     return line
 
 
