@@ -303,6 +303,17 @@ def test_seats_filled_by_a_preset_make_whole_games_and_seats_given_must():
     assert prepare(TrainConfig(env=C4, progress=False)).cfg.envs_per_actor == 8  # whole already
 
 
+def test_a_value_a_named_preset_filled_is_refused_as_the_presets_and_a_given_one_as_given():
+    with pytest.raises(ConfigError) as e:
+        prepare(TrainConfig(env="CartPole-v1", preset="game", progress=False))
+    said = str(e.value)
+    assert said.startswith("preset: game sets opponents pool, and pool plays the learner")
+    assert said.endswith("; give --opponents or another preset") and "\n" not in said
+    with pytest.raises(ConfigError) as e:
+        prepare(TrainConfig(env="CartPole-v1", opponents="pool", progress=False))
+    assert str(e.value).startswith("opponents: pool plays the learner")
+
+
 def test_dqn_resolves_on_connect_four_with_its_generic_preset():
     prepared = prepare(TrainConfig(env=C4, algo="dqn", total_steps=1000, progress=False))
     assert prepared.spec.action_mask and prepared.spec.agents == 2

@@ -274,17 +274,33 @@ def resolve_for_env(
     algo = algo or plugin(given)
     family = env_family(given.env)
     cfg = resolve(given, family, algo=algo)
-    _checked(cfg, algo)
-    made = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
-    # images or a game (known once the env is made), or seats to fill: resolved again with those
-    if env_family(cfg.env, made) != family or made.agents > 1:
-        family = env_family(cfg.env, made)
-        making = (cfg.atari_preprocessing, cfg.vectorizer)
-        cfg = resolve(given, family, algo=algo, agents=made.agents)
+    try:
         _checked(cfg, algo)
-        if (cfg.atari_preprocessing, cfg.vectorizer) != making:  # the env made otherwise
-            made = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
-    return cfg, family, checked_spec(cfg, made, algo)
+        made = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
+        # images or a game (known once the env is made), or seats to fill: resolved again
+        if env_family(cfg.env, made) != family or made.agents > 1:
+            family = env_family(cfg.env, made)
+            making = (cfg.atari_preprocessing, cfg.vectorizer)
+            cfg = resolve(given, family, algo=algo, agents=made.agents)
+            _checked(cfg, algo)
+            if (cfg.atari_preprocessing, cfg.vectorizer) != making:  # the env made otherwise
+                made = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
+        return cfg, family, checked_spec(cfg, made, algo)
+    except ConfigError as e:
+        raise _named_preset(e, given, cfg) from None
+
+
+def _named_preset(e: ConfigError, given: TrainConfig, cfg: TrainConfig) -> ConfigError:
+    """A refusal of a value the preset the user named filled (not one given): said as the
+    preset's, so that the line names what the user wrote."""
+    name, _, why = str(e).partition(": ")
+    if given.preset == "auto" or name not in FIELDS or getattr(given, name) is not None:
+        return e
+    flag = "--" + name.replace("_", "-")
+    return ConfigError(
+        f"preset: {given.preset} sets {name} {format_value(getattr(cfg, name))}, and {why}; "
+        f"give {flag} or another preset"
+    )
 
 
 def agreed(
