@@ -26,7 +26,6 @@ from asyncrl.runtime.pool import (
     OpponentPool,
     elo_expected,
     elo_update,
-    game_outcomes,
     population_outcomes,
 )
 from asyncrl.runtime.transport import PolicyStore, PoolStore, SlotStore, rollout_layout
@@ -114,7 +113,7 @@ def test_outcomes_and_snapshots_follow_the_games_reported():
     # two games of two seats, two steps: the learner (-1) wins game 0 at step 0 against 0, and
     # draws game 1 at step 1; the opponent's seats report no return
     slot = _slot([[1.0, nan, nan, nan], [nan, nan, nan, 0.0]], [[-1, 0, 0, -1], [-1, 0, 0, -1]])
-    assert game_outcomes(slot, 2) == [(0, 1.0), (0, 0.5)]
+    assert population_outcomes(slot, 2) == [(0, 0, 1.0), (0, 0, 0.5)]  # (policy, opponent, score)
     pool.record([slot])
     learner, snap = elo_update(ELO_START, ELO_START, 1.0)
     learner, snap = elo_update(learner, snap, 0.5)

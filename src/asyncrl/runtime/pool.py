@@ -52,21 +52,13 @@ def elo_update(learner: float, opponent: float, score: float) -> tuple[float, fl
     return learner + change, opponent - change
 
 
-def game_outcomes(slot: Any, agents: int) -> list[tuple[int, float]]:
-    """(snapshot id, learner's score) of every game that ended in ``slot`` against a snapshot,
-    in step then seat order: a learner seat's episode return (``ep_returns``: only the
-    learner's seats report one) and the snapshot that played the other seats of its game at
-    that step. Score: the sign of the return (a zero-sum game's win, draw or loss) as 1, 0.5,
-    0. (:func:`population_outcomes` gives a population's, which may meet live policies.)"""
-    return [(opponent, score) for _, opponent, score in population_outcomes(slot, agents)]
-
-
 def population_outcomes(slot: Any, agents: int) -> list[tuple[int, int, float]]:
     """(policy, opponent, the policy's score) of every game that ended in ``slot``, in step
     then seat order: the policy of a live seat that reported a return, and who played the
     game's other seats (a snapshot id, or -1 - q for live policy q). A game of two
     live seats reports in both their slots: only its first live seat's report counts, so each
-    game counts once."""
+    game counts once. Score: the sign of the return (a zero-sum game's win, draw or loss) as
+    1, 0.5, 0."""
     ret = slot.ep_returns
     out = []
     for t, row in np.argwhere(~np.isnan(ret)):
