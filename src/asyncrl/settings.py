@@ -278,8 +278,9 @@ def resolve_for_env(
         _checked(cfg, algo)
         made = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
         # images or a game (known once the env is made), or seats to fill: resolved again
-        if env_family(cfg.env, made) != family or made.agents > 1:
-            family = env_family(cfg.env, made)
+        known = env_family(cfg.env, made)
+        if known != family or made.agents > 1:
+            family = known
             making = (cfg.atari_preprocessing, cfg.vectorizer)
             cfg = resolve(given, family, algo=algo, agents=made.agents)
             _checked(cfg, algo)
