@@ -4,6 +4,8 @@ play against a uniform random player and the look-ahead player; DQN on seats."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -224,6 +226,32 @@ def test_a_training_run_never_takes_an_illegal_move(tmp_path, monkeypatch):
     played = evaluate(result.run_dir, episodes=20, seed=7)
     assert played["games"] == 20 and played["env_steps"] == result.summary["env_steps"]
     assert played == evaluate(result.run_dir, episodes=20, seed=7)  # seeded: it repeats
+
+
+def test_eval_video_records_the_games_it_counts(tmp_path, capsys):
+    """asyncrl eval --video on a game: the same games as without it, as a GIF of a frame after
+    each game's start and each move (connect four renders 2 frames a second)."""
+    from PIL import Image, ImageSequence
+
+    run = tmp_path / "run"
+    asyncrl.train(
+        C4, total_steps=512, mode="sync", backend="inline", actors=1, envs_per_actor=4,
+        rollout=32, epochs=1, run_dir=str(run), progress=False, tensorboard=False, seed=3,
+    )  # fmt: skip
+    video = tmp_path / "games.gif"
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "2", "--seed", "7", "--video", str(video)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert json.loads(out[-1]) == evaluate(run, episodes=2, seed=7)  # the same games
+    with Image.open(video) as gif:
+        assert gif.format == "GIF" and gif.info["duration"] == 500
+        frames = [np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(gif)]
+    assert out[-2] == f"video: {video} ({len(frames)} frames)"
+    # two games of 7 to 42 moves; the second starts on the first's empty board
+    assert 2 * (7 + 1) <= len(frames) <= 2 * (42 + 1)
+    starts = [k for k, f in enumerate(frames) if np.array_equal(f, frames[0])]
+    assert len(starts) == 2 and starts[1] >= 8
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file
 
 
 def test_a_population_plays_itself_each_policy_learning_from_its_own_seats(tmp_path, monkeypatch):

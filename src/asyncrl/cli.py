@@ -284,8 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--video",
         metavar="FILE",
-        help="also record the episodes, rendered off-screen, as an animated GIF (MuJoCo envs "
-        "need MUJOCO_GL=egl or osmesa; classic-control envs need pygame)",
+        help="also record the episodes (a game's: its games), rendered off-screen, as an "
+        "animated GIF (MuJoCo envs need MUJOCO_GL=egl or osmesa; classic-control envs and "
+        "PettingZoo's classic games need pygame)",
     )
     ev.add_argument(
         "--wandb",
@@ -491,7 +492,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"over {result['episodes']} episodes (mean length {result['mean_length']:.1f})"
             )
         if args.video:
-            frames = sum(result["lengths"]) + result["episodes"]
+            if "games" in result:
+                from PIL import Image
+
+                with Image.open(args.video) as gif:
+                    frames = gif.n_frames
+            else:
+                frames = sum(result["lengths"]) + result["episodes"]
             print(f"video: {args.video} ({frames} frames)")
         print(json.dumps(result))
         return 0

@@ -34,7 +34,8 @@ def evaluate(
     video, to the run's W&B run (a new one if it has none) at the policy's env steps.
     ``opponent``: a game's (random, the default; lookahead: connect four only; pool: a
     ``--opponents pool`` run's snapshots at the checkpoint); the result then holds
-    ``win/draw/loss_rate_vs_<opponent>`` over ``episodes`` games."""
+    ``win/draw/loss_rate_vs_<opponent>`` over ``episodes`` games (and ``video`` records
+    them, a frame after each game's start and each move)."""
     if wandb:  # before anything runs
         need_wandb()
     if video is not None:  # before this process loads the OpenGL library, which may hang
@@ -47,10 +48,10 @@ def evaluate(
         check_opponent(cfg.env, opponent, pool=cfg.opponents == "pool")
     loaded = load(run_dir, checkpoint, policy=policy)
     if loaded.spec.agents > 1:  # a game: ``episodes`` games against an opponent
-        if video is not None or wandb:
-            raise ConfigError("video: a multi-agent run is evaluated without --video or --wandb")
+        if wandb:
+            raise ConfigError("wandb: a multi-agent run is evaluated without --wandb")
         opponent = opponent or "random"
-        rates = loaded.play_vs(opponent, episodes, seed, deterministic)
+        rates = loaded.play_vs(opponent, episodes, seed, deterministic, video)
         result: dict[str, Any] = {f"{k}_rate_vs_{opponent}": v for k, v in rates.items()}
         result.update(games=episodes, env_steps=loaded.env_steps)
         return result

@@ -8,13 +8,14 @@ through it, so they agree action for action on the same observations.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
 import subprocess
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,19 +188,27 @@ class Policy:
         games: int = 200,
         seed: int = 10_000,
         deterministic: bool = True,
+        video: str | Path | None = None,
     ) -> dict[str, float]:
         """Win, draw and loss rates in ``games`` games of the run's two-player game against
         ``opponent``: ``random`` (uniform over the legal moves), ``lookahead`` (connect
         four's one-step look-ahead: wins if it can, blocks if it must, else random) or
         ``pool`` (the snapshots of a ``--opponents pool`` run's pool at this checkpoint, in
         turn, each sampling its moves as in training), half as the first player and half as
-        the second (:func:`asyncrl.envs.pettingzoo.play_vs`; game ``i`` seeded ``seed + i``)."""
+        the second (:func:`asyncrl.envs.pettingzoo.play_vs`; game ``i`` seeded ``seed + i``).
+        ``video``: also record the games (the same games) as an animated GIF at that path, a
+        frame after each game's start and each move."""
         from asyncrl.envs.pettingzoo import play_vs
 
         players = self._snapshots(seed) if opponent == "pool" else None
         self.generator.manual_seed(seed)
         choose = lambda row: self.act(row, deterministic=deterministic)  # noqa: E731
-        return play_vs(self.config.env, choose, opponent, games, seed, players)
+        env_id = self.config.env
+        if video is None:
+            return play_vs(env_id, choose, opponent, games, seed, players)
+        check_video(video, env_id)
+        with recording(video, env_id) as record:
+            return play_vs(env_id, choose, opponent, games, seed, players, record)
 
     def _snapshots(self, seed: int) -> list[Callable[[np.ndarray], int]]:
         """The pool's snapshots as players, each with a generator of its own."""
@@ -257,12 +266,8 @@ class Policy:
         return self._record(Path(video), seeds, deterministic)
 
     def _record(self, path: Path, seeds: Sequence[int], deterministic: bool) -> EvalResult:
-        from asyncrl.video import GifWriter
-
         env_id = self.config.env
-        if not path.parent.is_dir():
-            raise VideoError(f"video: the directory {path.parent} does not exist")
-        probe_rendering(env_id, self.config.atari_preprocessing)
+        check_video(path, env_id, self.config.atari_preprocessing)
         try:  # the run's env made without rendering (load() did); what fails now is rendering
             env = make_env(
                 env_id,
@@ -271,29 +276,9 @@ class Policy:
             )
         except Exception as e:
             raise VideoError(_render_problem(env_id, e)) from None
-        writer = GifWriter(path, env.metadata.get("render_fps") or 30)
-
-        def record(env: Any) -> None:
-            try:
-                with warnings.catch_warnings():  # GLFW warns about a missing display, then fails
-                    warnings.filterwarnings("ignore", module="glfw")
-                    frame = env.render()
-            except Exception as e:  # what rendering needs is missing: say it in one line
-                raise VideoError(_render_problem(env_id, e)) from None
-            if frame is None:
-                raise VideoError(f"video: {env_id} rendered no rgb_array frame")
-            writer.add(frame)
-
         try:
-            result = run_episodes(self, env, seeds, deterministic, record)
-            writer.close()
-            return result
-        except OSError as e:  # the file cannot be written (permissions, a full disk)
-            writer.abort()
-            raise VideoError(f"video: cannot write {path}: {e.strerror or e}") from e
-        except BaseException:
-            writer.abort()
-            raise
+            with recording(path, env_id) as record:
+                return run_episodes(self, env, seeds, deterministic, record)
         finally:
             env.close()
 
@@ -376,6 +361,53 @@ def _render_problem(env_id: str, err: BaseException) -> str:
             'pip install "gymnasium[classic-control]"'
         )
     return f"video: {env_id} cannot render off-screen ({detail})"
+
+
+def check_video(path: str | Path, env_id: str, atari_preprocessing: bool = True) -> None:
+    """What a recording needs, before its env is made: a directory to write in, and (MuJoCo)
+    an OpenGL library that draws (:func:`probe_rendering`)."""
+    if not Path(path).parent.is_dir():
+        raise VideoError(f"video: the directory {Path(path).parent} does not exist")
+    probe_rendering(env_id, atari_preprocessing)
+
+
+@contextlib.contextmanager
+def recording(path: str | Path, env_id: str) -> Iterator[Callable[[Any], None]]:
+    """A GIF at ``path`` for the duration of the block, which records with ``record(env)``
+    (the env's rgb_array frame appended; the first env's ``render_fps`` sets the GIF's):
+    complete once the block ends, removed if it fails; a frame that cannot be drawn, or a file
+    that cannot be written, is one :class:`VideoError` line. (:func:`check_video` first.)"""
+    from asyncrl.video import GifWriter
+
+    path = Path(path)
+    writers: list[GifWriter] = []
+
+    def record(env: Any) -> None:
+        try:
+            with warnings.catch_warnings():  # GLFW warns about a missing display, then fails
+                warnings.filterwarnings("ignore", module="glfw")
+                frame = env.render()
+        except Exception as e:  # what rendering needs is missing: say it in one line
+            raise VideoError(_render_problem(env_id, e)) from None
+        if frame is None:
+            raise VideoError(f"video: {env_id} rendered no rgb_array frame")
+        if not writers:
+            writers.append(GifWriter(path, env.metadata.get("render_fps") or 30))
+        writers[0].add(frame)
+
+    try:
+        yield record
+        if not writers:
+            raise VideoError(f"video: no frame was recorded for {path}")
+        writers[0].close()
+    except OSError as e:  # the file cannot be written (permissions, a full disk)
+        for writer in writers:
+            writer.abort()
+        raise VideoError(f"video: cannot write {path}: {e.strerror or e}") from e
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
 
 
 def run_episodes(

@@ -560,6 +560,7 @@ def play_vs(
     games: int = 200,
     seed: int = 0,
     players: list[Callable[[np.ndarray], int]] | None = None,
+    record: Callable[[Any], None] | None = None,
 ) -> dict[str, float]:
     """Win, draw and loss rates of ``choose`` (a flat, masked observation to an action) in a
     two-player turn-based game against ``opponent``: ``random``, uniform over the legal moves,
@@ -567,7 +568,8 @@ def play_vs(
     the ``players`` given (a run's snapshots), in turn, two games each (one as either
     player). Half of the games as the first player, half as the second; game ``i`` seeded
     ``seed + i``; the random and look-ahead players' draws from one generator seeded
-    ``seed``."""
+    ``seed``. ``record(env)``: called after every reset and move, on envs made to render
+    ``rgb_array`` frames (the same games)."""
     check_opponent(env_id, opponent)
     if (opponent == "pool") != bool(players):
         raise ValueError("play_vs: the pool's players are given with opponent 'pool' only")
@@ -592,12 +594,14 @@ def play_vs(
     for i in range(games):
         if players:
             other = players[(i // 2) % len(players)]
-        env = module.env()
+        env = module.env() if record is None else module.env(render_mode="rgb_array")
         env.reset(seed=seed + i)
         if len(env.possible_agents) != 2:
             raise ConfigError(f"env: {env_id} has {len(env.possible_agents)} agents; allowed: 2")
         me = env.possible_agents[i % 2]
         total = 0.0
+        if record is not None:
+            record(env)
         for agent in env.agent_iter():
             obs, rew, term, trunc, _ = env.last()
             if agent == me:
@@ -608,6 +612,8 @@ def play_vs(
                 row = flat_obs(obs, True)
                 action = choose(row) if agent == me else other(row)
             env.step(action)
+            if record is not None and action is not None:  # a move (not a finished agent's)
+                record(env)
         env.close()
         wins, draws, losses = wins + (total > 0), draws + (total == 0), losses + (total < 0)
     return {"win": wins / games, "draw": draws / games, "loss": losses / games}
