@@ -10,13 +10,15 @@ say so in its commit::
     PYTHONPATH=src python tests/test_golden.py            # all
     PYTHONPATH=src python tests/test_golden.py ppo sac    # some
 
-The bits of some runs depend on the CPU's vector instructions (the LSTM's and the CNN's kernels
-take other paths with AVX-512 than with AVX2; the MLP runs do not): the files in GOLDEN were
-recorded on an AVX2 machine, and GOLDEN/<capability>/ holds, for another capability as
-``torch.backends.cpu.get_cpu_capability()`` names it, the runs whose files differ there --
-recorded from the same commit, never to absorb a change of results::
+The bits of some runs depend on the CPU: its vector instructions (the LSTM's and the CNN's
+kernels take other paths with AVX-512 than with AVX2) and its maker (MKL's matrix products take
+AVX-512 paths on Intel's CPUs that it does not take on AMD's, so even the MLP runs' last bits
+differ there). The files in GOLDEN were recorded on an AVX2 machine, and GOLDEN/<kind>/ holds,
+for another kind of CPU (``torch.backends.cpu.get_cpu_capability()``, and its maker where it
+matters: ``avx512`` was recorded on AMD EPYC, ``intel-avx512`` on Intel Xeon), the runs whose
+files differ there -- recorded from the same commit, never to absorb a change of results::
 
-    PYTHONPATH=src python tests/test_golden.py --this-cpu ppo-lstm ppo-atari
+    PYTHONPATH=src python tests/test_golden.py --this-cpu          # all, where they differ
 """
 
 from __future__ import annotations
@@ -36,11 +38,25 @@ import asyncrl
 from asyncrl.settings import ADDED_SINCE, TrainConfig
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
-CPU = torch.backends.cpu.get_cpu_capability().lower()  # e.g. avx2, avx512
+
+
+def _cpu_kind() -> str:
+    """The capability (avx2, avx512, ...), prefixed with ``intel-`` on Intel's CPUs (whose
+    MKL paths differ from AMD's, on which the unprefixed files were recorded)."""
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    try:
+        with open("/proc/cpuinfo") as info:
+            intel = any(line.split(":")[-1].strip() == "GenuineIntel" for line in info)
+    except OSError:
+        intel = False
+    return f"intel-{capability}" if intel and capability != "avx2" else capability
+
+
+CPU = _cpu_kind()
 
 
 def golden_file(name: str) -> Path:
-    """The run's golden file for this CPU's capability, else the one recorded on AVX2."""
+    """The run's golden file for this kind of CPU, else the one recorded on AVX2."""
     own = GOLDEN / CPU / f"{name}.json"
     return own if own.exists() else GOLDEN / f"{name}.json"
 
@@ -239,8 +255,8 @@ def test_results_match_the_golden_files_bit_for_bit(name, tmp_path):
 
 
 def record(names: list[str], this_cpu: bool = False) -> None:
-    """Record ``names`` into GOLDEN, or with ``this_cpu`` into GOLDEN/<capability>/ (only the
-    runs whose results differ from GOLDEN's in their checkpoints' bits alone)."""
+    """Record ``names`` into GOLDEN, or with ``this_cpu`` into GOLDEN/<kind>/ (only the runs
+    whose results differ from GOLDEN's)."""
     folder = GOLDEN / CPU if this_cpu else GOLDEN
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
