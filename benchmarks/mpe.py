@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -79,11 +80,19 @@ def score(policy: asyncrl.Policy, episodes: int, deterministic: bool) -> float:
     return float(np.mean(scores))
 
 
-def curve(run_dir: Path, episodes: int) -> list[tuple[int, float, float]]:
-    """(agent steps, greedy score, stochastic score) of every checkpoint of the run."""
+def at_marks(run_dir: Path, marks: list[int], episodes: int) -> list[tuple[int, float, float]]:
+    """(agent steps, greedy score, stochastic score) of the run's first checkpoint at or past
+    each mark (agent steps), or None where the run ended before it."""
+    policies = [
+        asyncrl.load(run_dir, checkpoint=path.name, seed=1)
+        for path in sorted(run_dir.glob("checkpoint-*.pt"))
+    ]
     out = []
-    for path in sorted(run_dir.glob("checkpoint-*.pt")):
-        policy = asyncrl.load(run_dir, checkpoint=path.name, seed=1)
+    for mark in marks:
+        policy = next((p for p in policies if p.env_steps >= mark), None)
+        if policy is None:
+            out.append(None)
+            continue
         greedy = score(policy, episodes, deterministic=True)
         out.append((policy.env_steps, greedy, score(policy, episodes, deterministic=False)))
     return out
@@ -112,6 +121,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--checkpoint-seconds", type=float, default=10.0)
     ap.add_argument("--out", default=None, help="run directories here (default: a temp dir)")
+    ap.add_argument("--reuse", action="store_true", help="evaluate runs kept in --out again")
     ap.add_argument("--throughput", action="store_true", help="agent steps/s (see above)")
     ap.add_argument("--rounds", type=int, default=3, help="--throughput: runs of each case")
     args = ap.parse_args()
@@ -135,27 +145,28 @@ def main() -> None:
     finals: dict[int, list[tuple[float, float]]] = {m: [] for m in args.marks}
     for mode, seed in itertools.product(args.modes, args.seeds):
         run_dir = root / f"{mode}-{seed}"
-        result = asyncrl.train(
-            ENV,
-            total_steps=args.steps,
-            mode=mode,
-            seed=seed,
-            envs_per_actor=ENVS_PER_ACTOR,
-            run_dir=str(run_dir),
-            checkpoint_every=args.checkpoint_seconds,
-            keep_checkpoints=1000,
-            progress=False,
-        )
-        points = curve(run_dir, args.episodes)
+        if args.reuse and (run_dir / "summary.json").exists():
+            s = json.loads((run_dir / "summary.json").read_text())
+        else:
+            s = asyncrl.train(
+                ENV,
+                total_steps=args.steps,
+                mode=mode,
+                seed=seed,
+                envs_per_actor=ENVS_PER_ACTOR,
+                run_dir=str(run_dir),
+                checkpoint_every=args.checkpoint_seconds,
+                keep_checkpoints=1000,
+                progress=False,
+            ).summary
+        points = at_marks(run_dir, [AGENTS * m for m in args.marks], args.episodes)
         cells = []
-        for mark in args.marks:
-            at = next((p for p in points if p[0] >= AGENTS * mark), None)
+        for mark, at in zip(args.marks, points, strict=True):
             if at is None:
                 cells.append("-")
                 continue
             finals[mark].append((at[1], at[2]))
             cells.append(f"{at[1]:.2f} / {at[2]:.2f} ({at[0] // AGENTS:,})")
-        s = result.summary
         print(
             f"| {mode} | {seed} | " + " | ".join(cells) + f" | {s['wall_seconds']:.0f} | "
             f"{s['env_steps_per_second_overall']:.0f} |",
