@@ -17,7 +17,8 @@ step of the 16 parallel envs counts 1 per env, so an env step is 3 agent steps),
 episodes, each episode's score the mean over the agents of each agent's return, and
 ``avg_return`` the mean over the 5 episodes. asyncrl's figure here is the same score, the mean
 over 100 episodes (seeded 10,000 + i) of the run's checkpoint first at or past each mark
-(asyncrl counts agent steps: a mark of E env steps is 3E), greedy and stochastic.
+(asyncrl counts agent steps: a mark of E env steps is 3E), greedy and stochastic. For scale,
+the same 100 episodes' score of agents that stand still and of uniformly random ones.
 
 ``--throughput`` measures agent steps per second instead: runs of simple spread (PPO, the
 generic preset: 2 actors x 9 seats, 3 games each) beside runs of a single-agent env of the same
@@ -33,6 +34,7 @@ import itertools
 import json
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -60,8 +62,9 @@ REFERENCE = {
 }  # fmt: skip
 
 
-def score(policy: asyncrl.Policy, episodes: int, deterministic: bool) -> float:
-    """The mean over episodes of the agents' mean episode return (the reference's score)."""
+def score(act: Callable[[np.ndarray], np.ndarray], episodes: int) -> float:
+    """The mean over episodes of the agents' mean episode return (the reference's score), the
+    agents acting by ``act`` (their observations stacked -> their actions)."""
     from mpe2 import simple_spread_v3
 
     env = simple_spread_v3.parallel_env()
@@ -71,7 +74,7 @@ def score(policy: asyncrl.Policy, episodes: int, deterministic: bool) -> float:
         names = list(env.agents)
         total = dict.fromkeys(names, 0.0)
         while env.agents:
-            acts = policy.act(np.stack([obs[a] for a in env.agents]), deterministic=deterministic)
+            acts = act(np.stack([obs[a] for a in env.agents]))
             obs, rewards, _, _, _ = env.step(dict(zip(env.agents, acts.tolist(), strict=True)))
             for a, r in rewards.items():
                 total[a] += r
@@ -93,9 +96,19 @@ def at_marks(run_dir: Path, marks: list[int], episodes: int) -> list[tuple[int, 
         if policy is None:
             out.append(None)
             continue
-        greedy = score(policy, episodes, deterministic=True)
-        out.append((policy.env_steps, greedy, score(policy, episodes, deterministic=False)))
+        greedy = score(lambda x, p=policy: p.act(x, deterministic=True), episodes)
+        sampled = score(lambda x, p=policy: p.act(x, deterministic=False), episodes)
+        out.append((policy.env_steps, greedy, sampled))
     return out
+
+
+def baselines(episodes: int) -> dict[str, float]:
+    """The score of agents that stand still (action 0) and of uniformly random ones."""
+    rng = np.random.default_rng(0)
+    return {
+        "no-op (all agents stand still)": score(lambda x: np.zeros(len(x), np.int64), episodes),
+        "uniform random actions": score(lambda x: rng.integers(0, 5, len(x)), episodes),
+    }
 
 
 def reference_rows(marks: list[int]) -> list[str]:
@@ -186,6 +199,8 @@ def main() -> None:
                 )
     for row in reference_rows(sorted(set(args.marks) | {1_000_000, 10_000_000})):
         print(row)
+    for name, value in baselines(args.episodes).items():
+        print(f"| {name} | - | - | {value:.2f} | - |")
 
 
 if __name__ == "__main__":
