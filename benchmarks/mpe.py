@@ -155,7 +155,7 @@ def main() -> None:
     head = " | ".join(f"at {m:,} env steps" for m in args.marks)
     print(f"| mode | seed | {head} | wall s | agent steps/s |")
     print("|---" * (len(args.marks) + 4) + "|")
-    finals: dict[int, list[tuple[float, float]]] = {m: [] for m in args.marks}
+    finals: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for mode, seed in itertools.product(args.modes, args.seeds):
         run_dir = root / f"{mode}-{seed}"
         if args.reuse and (run_dir / "summary.json").exists():
@@ -178,7 +178,7 @@ def main() -> None:
             if at is None:
                 cells.append("-")
                 continue
-            finals[mark].append((at[1], at[2]))
+            finals.setdefault((mode, mark), []).append((at[1], at[2]))
             cells.append(f"{at[1]:.2f} / {at[2]:.2f} ({at[0] // AGENTS:,})")
         print(
             f"| {mode} | {seed} | " + " | ".join(cells) + f" | {s['wall_seconds']:.0f} | "
@@ -188,15 +188,13 @@ def main() -> None:
     print("\nCells: greedy / stochastic score (the env steps of the checkpoint, agent steps / 3).")
     print("\n| run | env steps | seeds | mean score | range |")
     print("|---|---:|---:|---:|---|")
-    for mark in args.marks:
-        got = finals[mark]
-        if got:
-            for i, kind in enumerate(("greedy", "stochastic")):
-                vals = [g[i] for g in got]
-                print(
-                    f"| asyncrl PPO ({kind}) | {mark:,} | {len(vals)} | "
-                    f"{statistics.mean(vals):.2f} | {min(vals):.2f} to {max(vals):.2f} |"
-                )
+    for (mode, mark), got in finals.items():
+        for i, kind in enumerate(("greedy", "stochastic")):
+            vals = [g[i] for g in got]
+            print(
+                f"| asyncrl PPO, {mode} ({kind}) | {mark:,} | {len(vals)} | "
+                f"{statistics.mean(vals):.2f} | {min(vals):.2f} to {max(vals):.2f} |"
+            )
     for row in reference_rows(sorted(set(args.marks) | {1_000_000, 10_000_000})):
         print(row)
     for name, value in baselines(args.episodes).items():
