@@ -1,5 +1,5 @@
-"""Single-agent counterparts of PettingZoo games for the throughput part of selfplay.py,
-registered on import (actor processes import this module for the "one_seat:" ids).
+"""Single-agent counterparts of PettingZoo envs for the throughput parts of selfplay.py and
+mpe.py, registered on import (actor processes import this module for the "one_seat:" ids).
 
 ``ConnectFourOneSeat-v0`` is PettingZoo's connect four as a Gymnasium env: one agent plays both
 sides, each env step one move of the player whose turn it is (its observation, with the legal
@@ -48,4 +48,41 @@ class ConnectFourOneSeat(gym.Env):
         self.game.close()
 
 
+class SpreadOneSeat(gym.Env):
+    """MPE's simple_spread_v3 (mpe2, its defaults: 3 agents, 25 cycles, discrete actions) as a
+    Gymnasium env: one agent acts for the three in turn, each env step one agent's action, and
+    every third step the parallel env steps with the three actions gathered. So an env step costs
+    what an agent step of the multi-agent env costs, without the seats or the mapping. The
+    reward of a round (the three agents' mean) comes at its third step, 0 at the two others."""
+
+    def __init__(self) -> None:
+        from mpe2 import simple_spread_v3
+
+        self.game = simple_spread_v3.parallel_env()
+        self.names = list(self.game.possible_agents)
+        self.observation_space = self.game.observation_space(self.names[0])
+        self.action_space = self.game.action_space(self.names[0])
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.seen, _ = self.game.reset(seed=seed)
+        self.turn, self.actions = 0, {}
+        return self.seen[self.names[0]], {}
+
+    def step(self, action: int):
+        self.actions[self.names[self.turn]] = int(action)
+        self.turn += 1
+        if self.turn < len(self.names):
+            return self.seen[self.names[self.turn]], 0.0, False, False, {}
+        self.seen, rewards, _, truncations, _ = self.game.step(self.actions)
+        self.turn, self.actions = 0, {}
+        over = not self.game.agents or all(truncations.values())
+        reward = float(np.mean([rewards[name] for name in self.names]))
+        return self.seen[self.names[0]], reward, False, over, {}
+
+    def close(self) -> None:
+        self.game.close()
+
+
 gym.register("ConnectFourOneSeat-v0", entry_point=ConnectFourOneSeat)
+gym.register("SpreadOneSeat-v0", entry_point=SpreadOneSeat)

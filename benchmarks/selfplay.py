@@ -84,16 +84,18 @@ def timed_run(env: str, envs: int, mode: str, steps: int, run_dir: Path) -> tupl
     return summary["env_steps_per_second_overall"], cpu / summary["env_steps"] * 1e6
 
 
-def throughput(args: argparse.Namespace, root: Path) -> None:
+def throughput(args: argparse.Namespace, root: Path, cases: dict = THROUGHPUT_CASES) -> None:
+    """The cases' medians over args.rounds rounds, the first case the one the others' ratios
+    divide (mpe.py passes its own)."""
     print("| mode | case | agent steps/s (median) | CPU µs per agent step (median) | "
           "x the game's steps/s |")  # fmt: skip
     print("|---|---|---:|---:|---:|")
     for mode in args.modes:
-        got: dict[str, list[tuple[float, float]]] = {name: [] for name in THROUGHPUT_CASES}
-        names = list(THROUGHPUT_CASES)
+        got: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+        names = list(cases)
         for r in range(args.rounds):
             for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order
-                env, envs = THROUGHPUT_CASES[name]
+                env, envs = cases[name]
                 got[name].append(timed_run(env, envs, mode, args.steps, root / "throughput"))
         game = statistics.median(rate for rate, _ in got[names[0]])
         for name, runs in got.items():

@@ -407,6 +407,24 @@ def test_a_parallel_envs_agents_act_together_and_a_done_one_waits_for_the_next_g
     envs.close()
 
 
+def test_mpe_simple_spread_is_three_seats_acting_together_until_its_25_cycles_end():
+    """MPE (mpe2, in the multiagent extra), the parallel env benchmarks/mpe.py measures: its
+    three agents act at every step and their episodes end together at max_cycles."""
+    pytest.importorskip("mpe2")
+    env = "pettingzoo:mpe2.simple_spread_v3"
+    spec = check_env(env)
+    assert (spec.agents, spec.action_mask, spec.n_actions, spec.obs_shape) == (3, False, 5, (18,))
+    assert not spec.games  # cooperative: no opponent to play against
+    envs = make_vector_env(env, 6)  # 2 games
+    envs.reset(seed=list(range(6)))
+    for t in range(1, 26):
+        assert envs.active.all()
+        _, reward, terminated, truncated, _ = envs.step(np.zeros(6, dtype=np.int64))
+        assert (reward < 0).all()  # the landmarks' distances to their nearest agents
+        assert (terminated | truncated).tolist() == [t == 25] * 6
+    envs.close()
+
+
 def test_a_parallel_env_trains_to_the_end_with_no_games_against_a_player(tmp_path):
     """A parallel env has no turns to play against a random or look-ahead player: its run ends
     as any run does (it raised at the end, after its checkpoint, when the games were played)."""
