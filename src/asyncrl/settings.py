@@ -276,16 +276,15 @@ def resolve_for_env(
     cfg = resolve(given, family, algo=algo)
     try:
         _checked(cfg, algo)
+        # the env made once (no preset sets how it is made: atari_preprocessing, vectorizer)
         made = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
-        # images or a game (known once the env is made), or seats to fill: resolved again
+        # images or a game (known once the env is made), or seats short of whole games:
+        # resolved again with those
         known = env_family(cfg.env, made)
-        if known != family or made.agents > 1:
+        if known != family or cfg.envs_per_actor % made.agents:
             family = known
-            making = (cfg.atari_preprocessing, cfg.vectorizer)
             cfg = resolve(given, family, algo=algo, agents=made.agents)
             _checked(cfg, algo)
-            if (cfg.atari_preprocessing, cfg.vectorizer) != making:  # the env made otherwise
-                made = check_env(cfg.env, cfg.atari_preprocessing, cfg.vectorizer)
         return cfg, family, checked_spec(cfg, made, algo)
     except ConfigError as e:
         raise _named_preset(e, given, cfg) from None
