@@ -380,9 +380,10 @@ def recording(path: str | Path, env_id: str) -> Iterator[Callable[[Any], None]]:
     from asyncrl.video import GifWriter
 
     path = Path(path)
-    writers: list[GifWriter] = []
+    writer: GifWriter | None = None
 
     def record(env: Any) -> None:
+        nonlocal writer
         try:
             with warnings.catch_warnings():  # GLFW warns about a missing display, then fails
                 warnings.filterwarnings("ignore", module="glfw")
@@ -391,22 +392,20 @@ def recording(path: str | Path, env_id: str) -> Iterator[Callable[[Any], None]]:
             raise VideoError(_render_problem(env_id, e)) from None
         if frame is None:
             raise VideoError(f"video: {env_id} rendered no rgb_array frame")
-        if not writers:
-            writers.append(GifWriter(path, env.metadata.get("render_fps") or 30))
-        writers[0].add(frame)
+        if writer is None:
+            writer = GifWriter(path, env.metadata.get("render_fps") or 30)
+        writer.add(frame)
 
     try:
         yield record
-        if not writers:
+        if writer is None:
             raise VideoError(f"video: no frame was recorded for {path}")
-        writers[0].close()
-    except OSError as e:  # the file cannot be written (permissions, a full disk)
-        for writer in writers:
+        writer.close()
+    except BaseException as e:
+        if writer is not None:
             writer.abort()
-        raise VideoError(f"video: cannot write {path}: {e.strerror or e}") from e
-    except BaseException:
-        for writer in writers:
-            writer.abort()
+        if isinstance(e, OSError):  # the file cannot be written (permissions, a full disk)
+            raise VideoError(f"video: cannot write {path}: {e.strerror or e}") from e
         raise
 
 
