@@ -1,8 +1,8 @@
 """A simultaneous-move (Parallel API) env beside a published figure: MPE's simple_spread_v3
 (mpe2, its defaults: 3 agents, 3 landmarks, 25 cycles, local_ratio 0.5, discrete actions),
 PPO with the generic preset and parameter sharing (one policy for the three agents, the default
-mapping), no flag but the env, --envs-per-actor 9, the budget and the seed (docs: Guides,
-multi-agent).
+mapping), no flag but the env, the budget and the seed (the preset's 8 seats per actor round
+up to 9, 3 games; the runs in the guide gave --envs-per-actor 9; docs: Guides, multi-agent).
 
     python benchmarks/mpe.py                               # seeds 1 2 3, sync, 1.5M agent steps
     python benchmarks/mpe.py --modes sync async
@@ -43,7 +43,7 @@ import asyncrl
 
 ENV = "pettingzoo:mpe2.simple_spread_v3"
 AGENTS = 3
-ENVS_PER_ACTOR = 9  # a multiple of the 3 agents: 3 games per actor
+ENVS_PER_ACTOR = 9  # what the preset's 8 seats round up to (3 games); the throughput cases' K
 
 # XuanCe MAPPO, simple_spread_v3 (continuous actions), avg_return at env steps, seeds 1 to 5
 REFERENCE = {
@@ -166,7 +166,6 @@ def main() -> None:
                 total_steps=args.steps,
                 mode=mode,
                 seed=seed,
-                envs_per_actor=ENVS_PER_ACTOR,
                 run_dir=str(run_dir),
                 checkpoint_every=args.checkpoint_seconds,
                 keep_checkpoints=1000,
