@@ -13,8 +13,8 @@ LENGTHS = {"a": 5, "b": 2, "c": 3}  # "c": tests/trio_game.py's third agent
 class Game(ParallelEnv):
     metadata = {"name": "parallel_game_v0"}
 
-    def __init__(self):
-        self.possible_agents = ["a", "b"]
+    def __init__(self, agents=("a", "b")):
+        self.possible_agents = list(agents)
 
     def observation_space(self, agent):
         return Box(-10.0, 10.0, (2,), np.float32)

@@ -4,7 +4,9 @@ play against a uniform random player and the look-ahead player; DQN on seats."""
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -469,3 +471,142 @@ def test_the_game_preset_beats_a_random_player_most_of_the_time(tmp_path, mode):
     )
     assert result.config.preset == "game" and result.config.opponents == "pool"
     assert result.summary["win_rate_vs_random"] >= GAME_PRESET_FLOOR[mode]
+
+
+# env factories: tests/factory_games.py, named as pettingzoo:factory_games:<function>
+TRIO = "pettingzoo:factory_games:trio"
+C4_FACTORY = "pettingzoo:factory_games:connect_four"
+SHORT = dict(
+    total_steps=256, mode="sync", actors=1, envs_per_actor=6, rollout=32, epochs=1, seed=1,
+    progress=False, tensorboard=False, checkpoint_every=0,
+)  # fmt: skip
+
+
+def test_a_factory_named_by_its_module_and_function_trains_its_env_made_with_its_arguments(
+    tmp_path,
+):
+    """The trio factory makes tests/parallel_game.py's env with three agents, an argument no
+    module's parallel_env() could be given: three seats per game."""
+    assert check_env(TRIO).agents == 3 and not check_env(TRIO).games
+    result = asyncrl.train(env=TRIO, backend="inline", run_dir=str(tmp_path / "run"), **SHORT)
+    assert result.config.env == TRIO
+    assert result.summary["env_steps"] >= 256 and result.summary["episodes"] > 0
+
+
+def test_a_function_given_from_python_is_kept_by_its_name_and_loads_again(tmp_path):
+    import factory_games
+
+    result = asyncrl.train(
+        env=factory_games.trio, backend="inline", run_dir=str(tmp_path / "run"), **SHORT
+    )
+    assert result.config.env == TRIO  # config.yaml, checkpoints and load hold the string
+    assert "env: pettingzoo:factory_games:trio" in (result.run_dir / "config.yaml").read_text()
+    policy = asyncrl.load(result.run_dir)
+    assert policy.config.env == TRIO and policy.spec.agents == 3
+
+
+def test_the_process_backends_actors_import_a_factory_of_connect_four_by_its_name(tmp_path):
+    """Spawned actors make the game by importing the factory; the run's summary plays the final
+    policy against the random player (a factory of connect four gets no look-ahead player)."""
+    import factory_games
+
+    result = asyncrl.train(
+        env=factory_games.connect_four,
+        backend="process",
+        run_dir=str(tmp_path / "run"),
+        **{**SHORT, "total_steps": 384, "envs_per_actor": 4},
+    )
+    s = result.summary
+    assert result.config.env == C4_FACTORY and s["env_steps"] >= 384
+    assert sum(s[f"{k}_rate_vs_random"] for k in ("win", "draw", "loss")) == pytest.approx(1.0)
+    assert not any(k.endswith("_vs_lookahead") for k in s)
+
+
+def test_a_factory_of_connect_four_is_played_against_the_random_player_not_the_look_ahead():
+    assert check_env(C4_FACTORY).games  # a two-player AEC game: the game preset, play_vs
+    rng = np.random.default_rng(3)
+    rates = play_vs_random(C4_FACTORY, lambda row: int(rng.choice(legal(row, 7))), 20, seed=1)
+    assert sum(rates.values()) == pytest.approx(1.0)
+    with pytest.raises(ConfigError) as e:
+        check_opponent(C4_FACTORY, "lookahead")
+    assert str(e.value).startswith("opponent: lookahead plays connect four only")
+    assert str(e.value).endswith("allowed here: random")
+
+
+def test_a_factory_that_takes_render_mode_is_drawn_and_one_that_does_not_is_refused():
+    frames = []
+    rng = np.random.default_rng(0)
+    choose = lambda row: int(rng.choice(legal(row, 7)))  # noqa: E731
+    draw = lambda env: frames.append(env.render())  # noqa: E731
+    play_vs("pettingzoo:factory_games:drawn_connect_four", choose, games=1, record=draw)
+    assert len(frames) >= 8 and frames[0].ndim == 3  # rgb frames: the start and 7+ moves
+    with pytest.raises(ConfigError) as e:
+        play_vs(C4_FACTORY, choose, games=1, record=draw)
+    assert str(e.value).startswith(f"video: {C4_FACTORY} is called without arguments and takes")
+
+
+def _nested():
+    def make():
+        return None
+
+    return make
+
+
+def _in_a_session(monkeypatch):
+    """A function of an interactive session: its module ``__main__`` has no file."""
+    import types
+
+    session = types.ModuleType("__main__")
+    exec("def make():\n    return None\n", session.__dict__)
+    monkeypatch.setitem(sys.modules, "__main__", session)
+    return session.make
+
+
+@pytest.mark.parametrize(
+    "env, says",
+    [
+        (lambda: None, "env: a lambda cannot be imported by name in another process"),
+        (_nested(), "env: <function _nested.<locals>.make at"),
+        (functools.partial(print), "env: functools.partial(<built-in function print>) cannot"),
+        (_in_a_session, "env: <function make at"),
+        (3, "env: 3 is neither an env id nor a function; allowed:"),
+        ("factory_games.cartpole", "env: pettingzoo:factory_games:cartpole returned a Gymnasium"),
+        ("factory_games.a_number", "env: pettingzoo:factory_games:a_number returned int;"),
+        (
+            "pettingzoo:factory_games:nope",
+            "env: pettingzoo:factory_games:nope: module 'factory_games' has no attribute 'nope'",
+        ),
+        (
+            "pettingzoo:factory_games:NOT_A_FUNCTION",
+            "env: pettingzoo:factory_games:NOT_A_FUNCTION: module 'factory_games' has a "
+            "non-callable",
+        ),
+        (
+            "pettingzoo:factory_games:broken",
+            "env: pettingzoo:factory_games:broken raised RuntimeError('no such board') when",
+        ),
+        ("pettingzoo:factory_games:trio:x", "env: 'pettingzoo:factory_games:trio:x' is not a"),
+    ],
+    ids=[
+        "lambda", "nested", "partial", "session", "number", "gymnasium", "returns-int",
+        "no-attribute", "not-callable", "raises", "two-colons",
+    ],
+)  # fmt: skip
+def test_an_env_factory_that_cannot_work_is_refused_in_one_line_before_anything_starts(
+    env, says, tmp_path, monkeypatch
+):
+    import factory_games
+
+    if env is _in_a_session:
+        env = _in_a_session(monkeypatch)
+    elif isinstance(env, str) and not env.startswith("pettingzoo:"):  # a function of the module
+        env = getattr(factory_games, env.split(".")[1])
+    run_dir = tmp_path / "r"
+    with pytest.raises(ConfigError) as e:
+        asyncrl.train(env=env, backend="process", run_dir=str(run_dir), **SHORT)
+    message = str(e.value)
+    assert message.startswith(says) and "\n" not in message
+    assert "allowed:" in message
+    if "Gymnasium" in says:
+        assert "named by its registered id (--env CartPole-v1" in message
+    assert not run_dir.exists()

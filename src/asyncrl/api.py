@@ -9,6 +9,7 @@ naming the field, before anything starts.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,7 +82,7 @@ def make_config(
 
 
 def train(
-    env: str | None = None,
+    env: str | Callable[[], Any] | None = None,
     algo: str | None = None,
     callback: Callback | None = None,
     *,
@@ -95,6 +96,10 @@ def train(
     ``env`` and ``algo`` and every keyword in ``settings`` are settings of ``asyncrl train``
     under their Python names (``asyncrl train --help`` lists them with their defaults):
     ``asyncrl.train("HalfCheetah-v5", "sac", total_steps=100_000, eval_every=10_000)``.
+    ``env`` may also be a function defined at the top level of an importable module, called
+    with no arguments and returning a PettingZoo ParallelEnv or AECEnv (an env's own arguments
+    fixed inside it): the run keeps it as the name ``pettingzoo:<module>:<function>``, which
+    its config, checkpoints and ``asyncrl.load`` hold and its actors import.
     ``config``: a YAML file of settings, as ``--config`` (keywords given here win).
     ``resume``: a run directory to continue, as ``--resume``; ``overwrite``: start over in a
     ``run_dir`` that holds a run, as ``--overwrite``.

@@ -733,6 +733,10 @@ def from_dict(values: dict[str, Any], base: TrainConfig | None = None) -> TrainC
     base = base or TrainConfig()
     values, population = _per_policy(values, base)
     values = {name: as_field_type(name, KINDS[name], value) for name, value in values.items()}
+    if "env" in values:  # a Python function (asyncrl.train(env=fn)) is kept by its name
+        from asyncrl.envs.pettingzoo import env_name
+
+        values["env"] = env_name(values["env"])
     cfg = dataclasses.replace(base, **values, population=population)
     # policy 0's value stands for the setting where the run reads one value (the presets' line)
     return dataclasses.replace(cfg, **{n: v[0] for n, v in population.items() if v})

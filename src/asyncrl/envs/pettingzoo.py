@@ -1,4 +1,6 @@
-"""PettingZoo envs as an actor's rows: ``--env pettingzoo:<module>`` (docs: Guides, multi-agent).
+"""PettingZoo envs as an actor's rows: ``--env pettingzoo:<module>``, or
+``pettingzoo:<module>:<function>`` for an env made with arguments (:func:`maker` reads both;
+docs: Guides, multi-agent).
 
 A row is one (env, agent) seat. The actor steps its K rows as one vector env
 (:class:`SeatVectorEnv`): K / N games of N agents each, every seat's observation flattened with
@@ -15,9 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
+import inspect
 import pickle
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
@@ -37,8 +42,14 @@ def is_pettingzoo(env_id: str) -> bool:
     return isinstance(env_id, str) and env_id.startswith(PREFIX)
 
 
-def _module(env_id: str) -> Any:
-    name = env_id[len(PREFIX) :]
+FORMS = (
+    "pettingzoo:<module> (its parallel_env() or env()) or pettingzoo:<module>:<function> (a "
+    "function of the module called with no arguments, returning a PettingZoo ParallelEnv or "
+    "AECEnv)"
+)
+
+
+def _module(env_id: str, name: str) -> Any:
     try:
         import pettingzoo  # noqa: F401
     except ImportError as e:
@@ -46,26 +57,161 @@ def _module(env_id: str) -> Any:
             f'env: {env_id} needs PettingZoo; install it with: pip install "asyncrl[multiagent]"'
         ) from e
     try:
-        module = importlib.import_module(name)
+        return importlib.import_module(name)
     except ImportError as e:
         raise ConfigError(
             f"env: cannot import {name!r} ({e}); name a PettingZoo env module, e.g. "
             "pettingzoo:pettingzoo.classic.connect_four_v3"
         ) from e
+
+
+class Maker(NamedTuple):
+    """How to make the envs of a ``pettingzoo:`` name (:func:`maker`): ``parallel()``, a
+    ParallelEnv (a turn-based AEC game through PettingZoo's ``turn_based_aec_to_parallel``);
+    ``aec(render)``, the AEC game itself (drawing ``rgb_array`` frames if ``render``), None for
+    an env with no turns to play against an opponent; ``renders``: whether ``aec`` takes a
+    ``render_mode``."""
+
+    parallel: Callable[[], Any]
+    aec: Callable[[bool], Any] | None
+    renders: bool
+
+
+def _converted(aec: Any) -> Any:
+    from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+
+    return turn_based_aec_to_parallel(aec)
+
+
+def maker(env_id: str) -> Maker:
+    """The one reading of a ``pettingzoo:`` name. ``pettingzoo:<module>``: the module's
+    ``parallel_env()``, else its AEC ``env()`` through the conversion for turn-based games; its
+    ``env()``, if it has one, is the game played against an opponent. ``pettingzoo:<module>:
+    <function>``: the function, called with no arguments (an env's own arguments fixed inside
+    it), made once here to tell a ParallelEnv from an AECEnv (a game) and to refuse anything
+    else in one line naming ``env``."""
+    module_name, _, function = env_id[len(PREFIX) :].partition(":")
+    if not module_name or ":" in function:
+        raise ConfigError(f"env: {env_id!r} is not a PettingZoo env's name; allowed: {FORMS}")
+    module = _module(env_id, module_name)
+    if function:
+        return _factory_maker(env_id, module, function)
     if not hasattr(module, "parallel_env") and not hasattr(module, "env"):
-        raise ConfigError(f"env: module {name!r} has neither parallel_env() nor env()")
-    return module
+        raise ConfigError(f"env: module {module_name!r} has neither parallel_env() nor env()")
+
+    def aec(render: bool) -> Any:
+        return module.env(render_mode="rgb_array") if render else module.env()
+
+    game = aec if hasattr(module, "env") else None
+    if hasattr(module, "parallel_env"):
+        return Maker(module.parallel_env, game, True)
+    return Maker(lambda: _converted(module.env()), game, True)
+
+
+def _factory_maker(env_id: str, module: Any, function: str) -> Maker:
+    from pettingzoo import AECEnv, ParallelEnv
+
+    fn = getattr(module, function, None)
+    if not callable(fn):
+        what = "a non-callable" if hasattr(module, function) else "no attribute"
+        raise ConfigError(
+            f"env: {env_id}: module {module.__name__!r} has {what} {function!r}; allowed: {FORMS}"
+        )
+
+    def made(**kwargs: Any) -> Any:
+        try:
+            env = fn(**kwargs)
+        except Exception as e:
+            raise ConfigError(f"env: {env_id} raised {e!r} when called; allowed: {FORMS}") from e
+        if isinstance(env, AECEnv | ParallelEnv):
+            return env
+        if isinstance(env, gym.Env):
+            gym_id = env.spec.id if env.spec is not None else "<registered id>"
+            env.close()
+            raise ConfigError(
+                f"env: {env_id} returned a Gymnasium env, which is named by its registered id "
+                f"(--env {gym_id}, env={gym_id!r}), not by a function; allowed: {FORMS}"
+            )
+        raise ConfigError(f"env: {env_id} returned {type(env).__name__}; allowed: {FORMS}")
+
+    probe = made()
+    turn_based = isinstance(probe, AECEnv)
+    probe.close()
+    if not turn_based:
+        return Maker(made, None, False)
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a callable whose signature Python cannot read
+        params = ()
+    renders = any(p.name == "render_mode" or p.kind is p.VAR_KEYWORD for p in params)
+
+    def aec(render: bool) -> Any:
+        return made(render_mode="rgb_array") if render else made()
+
+    return Maker(lambda: _converted(made()), aec, renders)
 
 
 def make_parallel(env_id: str) -> Any:
-    """The module's ``parallel_env()``, else its AEC ``env()`` through PettingZoo's conversion for
-    turn-based games."""
-    module = _module(env_id)
-    if hasattr(module, "parallel_env"):
-        return module.parallel_env()
-    from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+    """A ParallelEnv of ``env_id`` (:func:`maker`)."""
+    return maker(env_id).parallel()
 
-    return turn_based_aec_to_parallel(module.env())
+
+def env_name(env: Any) -> str:
+    """``env`` as a run keeps it: an id as it is; a Python function as its name
+    (:func:`factory_name`); anything else a ConfigError naming ``env``."""
+    if isinstance(env, str):
+        return env
+    if callable(env):
+        return factory_name(env)
+    raise ConfigError(
+        f"env: {env!r} is neither an env id nor a function; allowed: an env id, or a function "
+        "defined at the top level of an importable module returning a PettingZoo env"
+    )
+
+
+def factory_name(fn: Any) -> str:
+    """A Python function given as ``env`` as the name a run keeps, ``pettingzoo:<module>:
+    <function>``, so the config, its checkpoints and ``asyncrl.load`` hold a string and other
+    processes import the function by name; a ConfigError naming ``env`` for one no other
+    process can import. What it returns is checked where the name is read (:func:`maker`)."""
+    qualname, module_name = getattr(fn, "__qualname__", None), getattr(fn, "__module__", None)
+    module = sys.modules.get(module_name or "")
+    found = None
+    if isinstance(qualname, str) and qualname.isidentifier() and module is not None:
+        found = getattr(module, qualname, None)
+    if module_name == "__main__" and module is not None:
+        module_name = _main_name(module)  # a script's: by the name it can be imported under
+    if found is not fn or module_name is None:
+        what = "a lambda" if qualname == "<lambda>" else f"{fn!r}"
+        raise ConfigError(
+            f"env: {what} cannot be imported by name in another process (a lambda, a nested "
+            "function, a functools.partial or a function of an interactive session cannot); "
+            "allowed: an env id, or a function defined at the top level of an importable "
+            "module, called with no arguments and returning a PettingZoo ParallelEnv or AECEnv "
+            "(a Gymnasium env is named by its registered id)"
+        )
+    return f"{PREFIX}{module_name}:{qualname}"
+
+
+def _main_name(main: Any) -> str | None:
+    """The name a script run as ``__main__`` can be imported under by another process: its
+    ``-m`` module name, or its file's stem where that name finds the same file; None for an
+    interactive session (or a script not importable by name)."""
+    path = getattr(main, "__file__", None)
+    if path is None:  # an interactive session (a notebook's, the REPL's)
+        return None
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name != "__main__":
+        return spec.name
+    stem = Path(path).stem
+    try:
+        found = importlib.util.find_spec(stem)
+    except (ImportError, ValueError):
+        return None
+    same = (
+        found is not None and found.origin and Path(found.origin).resolve() == Path(path).resolve()
+    )
+    return stem if same else None
 
 
 def _turn_based(par: Any) -> bool:
@@ -372,7 +518,8 @@ class SeatVectorEnv:
                 f"envs_per_actor: {env_id} seats {self.agents} agents per env; allowed: a "
                 f"multiple of {self.agents} (got {rows})"
             )
-        self.games = [make_parallel(env_id) for _ in range(rows // self.agents)]
+        make = maker(env_id).parallel
+        self.games = [make() for _ in range(rows // self.agents)]
         self.names = list(self.games[0].possible_agents)
         self.seat = {agent: i for i, agent in enumerate(self.names)}  # an agent's seat in a game
         self.turn_based = _turn_based(self.games[0])
@@ -476,7 +623,10 @@ ROWS, COLS = 6, 7  # connect four's board
 
 
 def is_connect_four(env_id: str) -> bool:
-    return is_pettingzoo(env_id) and env_id[len(PREFIX) :].startswith(CONNECT_FOUR)
+    """Connect four named by its module: a function's env (``pettingzoo:<module>:<function>``)
+    may change the board or the observations the look-ahead player reads, so it is not."""
+    name = env_id[len(PREFIX) :] if is_pettingzoo(env_id) else ""
+    return name.startswith(CONNECT_FOUR) and ":" not in name
 
 
 def _fours(plane: np.ndarray, r: int, c: int) -> bool:
@@ -550,7 +700,7 @@ def two_player_game(env_id: str, agents: int, masked: bool, seats: tuple) -> boo
     :func:`seat_spaces` told of it: a two-player turn-based game with action masks whose
     players share their spaces (the policy plays either seat); a parallel env has no such
     games. ``check_env`` keeps the answer on the spec (``EnvSpec.games``)."""
-    return masked and not seats and agents == 2 and hasattr(_module(env_id), "env")
+    return masked and not seats and agents == 2 and maker(env_id).aec is not None
 
 
 def play_vs(
@@ -573,9 +723,15 @@ def play_vs(
     check_opponent(env_id, opponent)
     if (opponent == "pool") != bool(players):
         raise ValueError("play_vs: the pool's players are given with opponent 'pool' only")
-    module = _module(env_id)
-    if not hasattr(module, "env"):
+    make = maker(env_id)
+    if make.aec is None:
         raise ConfigError(f"env: {env_id} has no turn-based env(); allowed: a two-player AEC game")
+    if record is not None and not make.renders:
+        raise ConfigError(
+            f"video: {env_id} is called without arguments and takes no render_mode, so its "
+            "games cannot be drawn; allowed: a function that takes render_mode=None and passes "
+            "it to the env it makes"
+        )
     _, _, act, masked, seats = seat_spaces(env_id)
     if seats:
         raise ConfigError(
@@ -594,7 +750,7 @@ def play_vs(
     for i in range(games):
         if players:
             other = players[(i // 2) % len(players)]
-        env = module.env() if record is None else module.env(render_mode="rgb_array")
+        env = make.aec(record is not None)
         env.reset(seed=seed + i)
         if len(env.possible_agents) != 2:
             raise ConfigError(f"env: {env_id} has {len(env.possible_agents)} agents; allowed: 2")
