@@ -109,7 +109,12 @@ class ConfigMethods:
 class RunConfig(ConfigMethods):
     # --- what to train
     algo: str = setting("ppo", "algorithm")
-    env: str = setting("CartPole-v1", "Gymnasium env id (any registered id, e.g. HalfCheetah-v5)")
+    env: str = setting(
+        "CartPole-v1",
+        "Gymnasium env id (any registered id, e.g. HalfCheetah-v5; module:EnvId imports the "
+        "module that registers it), or a PettingZoo env: pettingzoo:<module> (its "
+        "parallel_env() or env()) or pettingzoo:<module>:<function> (a function that makes it)",
+    )
     vectorizer: str = setting(
         "gymnasium",
         "what steps an actor's K envs: gymnasium (a SyncVectorEnv in the actor's process) or "
