@@ -305,6 +305,10 @@ def test_a_two_player_game_takes_the_game_preset_and_what_is_given_wins():
     assert (run.cfg.gamma, run.cfg.ent_coef, run.cfg.rollouts_per_batch) == (0.8, 0.01, 1)
     assert run.lines[0].startswith("asyncrl: preset game (auto: " + C4)
     assert "opponents pool" in run.lines[0] and "max_batches_waiting 0" in run.lines[0]
+    # a sync run does not read max_batches_waiting: its line does not show it
+    sync = prepare(TrainConfig(env=C4, mode="sync", progress=False))
+    assert sync.cfg.max_batches_waiting == 0 and "opponents pool" in sync.lines[0]
+    assert "max_batches_waiting" not in sync.lines[0]
     given = TrainConfig(env=C4, opponents="self", max_batches_waiting=1, gamma=0.99, progress=False)
     cfg = prepare(given).cfg
     assert (cfg.opponents, cfg.max_batches_waiting, cfg.gamma) == ("self", 1, 0.99)

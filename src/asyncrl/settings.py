@@ -630,7 +630,11 @@ def preset_line(
     unagreed = resolve(given, resolved.preset, agree=False, algo=owner)
     made_to_agree = agreed(unagreed, unset, owner, agents) if unset else {}
     switch, by_switch = owner.switch_values(unagreed, unset)
-    filled = [name for name in table if name in unset and name not in made_to_agree]
+    filled = [
+        name
+        for name in table
+        if name in unset and name not in made_to_agree and _read_in_mode(name, resolved)
+    ]
     if not filled and not made_to_agree:
         return None
     why = f" (auto: {given.env})" if given.preset == "auto" else ""
@@ -651,6 +655,14 @@ def preset_line(
             values([n]) + (whole if n == "envs_per_actor" else "") for n in agreeing
         )
     return line
+
+
+ASYNC_ONLY = ("max_batches_waiting",)  # settings a sync run does not read
+
+
+def _read_in_mode(name: str, cfg: TrainConfig) -> bool:
+    """Whether ``cfg``'s mode reads setting ``name`` (the start-up line shows only those)."""
+    return cfg.mode == "async" or name not in ASYNC_ONLY
 
 
 def _shown(name: str, cfg: TrainConfig) -> str:
