@@ -1,7 +1,8 @@
 """SAC's fused step (algos/sac/fused.py) against the autograd step it replaces: the same
 statistics, parameters, target critics, temperature and Adam state, to the last bit, over
-hundreds of steps; and what it must keep: checkpoints' format, training tensors whose storage
-moved (Hogwild!), a NaN gradient not applied and counted."""
+hundreds of steps, in float32 and in bf16 (against the autocast step); and what it must keep:
+checkpoints' format, training tensors whose storage moved (Hogwild!), a NaN gradient not
+applied and counted."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from asyncrl.algos.sac.config import SACConfig
 from asyncrl.algos.sac.update import SAC
 from asyncrl.learning.fused import flat_span
 from asyncrl.nets import ImageEncoder
+from asyncrl.system import bf16_support
 from conftest import move_parameters
 
 B = 256
@@ -32,8 +34,9 @@ def _sac(sizes, fused: bool, **kw) -> SAC:
     )  # fmt: skip
 
 
-def _pair(sizes=PENDULUM) -> tuple[SAC, SAC]:
-    ref, new = _sac(sizes, fused=False), _sac(sizes, fused=True)
+def _pair(sizes=PENDULUM, precision: str = "fp32") -> tuple[SAC, SAC]:
+    ref = _sac(sizes, fused=False, precision=precision)
+    new = _sac(sizes, fused=True, precision=precision)
     assert ref.fused is None and new.fused is not None
     return ref, new
 
@@ -90,12 +93,39 @@ def test_fused_step_at_the_presets_sizes():
     _assert_same_training(ref, new, steps=200, sizes=HALFCHEETAH)
 
 
-def test_only_flat_fp32_sac_takes_it():
-    """Images (an encoder of their own) and bf16 (its autocast) keep the autograd step."""
+# bf16 where the CPU multiplies it natively (elsewhere a run refuses --precision bf16)
+native_bf16 = pytest.mark.skipif(
+    not bf16_support("cpu")[0], reason="no native bfloat16 on this CPU"
+)
+
+
+@native_bf16
+def test_fused_step_in_bf16_trains_as_the_autocast_step_to_the_last_bit():
+    """--precision bf16: the fused step's matrix products and activations in bfloat16, cast
+    where the autograd step's autocast casts, equal that step bit for bit over 300 steps
+    (Pendulum's 64x64), weights and Adam's state float32."""
+    ref, new = _pair(precision="bf16")
+    _assert_same_training(ref, new, steps=300)
+    assert all(t.dtype == torch.float32 for t in [*new.state_tensors(), *_optimizer_state(new)])
+
+
+@native_bf16
+@pytest.mark.slow  # ~10 s on a loaded 2-core machine
+def test_fused_step_in_bf16_at_the_presets_sizes():
+    """200 bf16 steps at the preset's sizes (HalfCheetah: 256x256 actor and twin critics)."""
+    ref, new = _pair(HALFCHEETAH, precision="bf16")
+    _assert_same_training(ref, new, steps=200, sizes=HALFCHEETAH)
+
+
+def test_only_flat_sac_takes_it():
+    """Images (an encoder of their own) keep the autograd step, in either precision."""
     encoder = lambda: ImageEncoder((3, 36, 36), [16])  # noqa: E731
-    image = SAC(3 * 36 * 36, 2, [-1, -1], [1, 1], SACConfig(), encoder=encoder)
-    assert image.fused is None
-    assert _sac(PENDULUM, fused=True, precision="bf16").fused is None
+    for precision in ("fp32", "bf16"):
+        image = SAC(
+            3 * 36 * 36, 2, [-1, -1], [1, 1], SACConfig(), encoder=encoder, precision=precision
+        )
+        assert image.fused is None
+    assert _sac(PENDULUM, fused=True, precision="bf16").fused is not None
 
 
 def test_checkpoints_keep_their_format_and_load_across_steps():

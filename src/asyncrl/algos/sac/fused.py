@@ -3,7 +3,10 @@ the same ops as ``SAC``'s autograd step, forward and backward (each derivative a
 formula computes it, in its order), then Adam's fused kernel per tensor on packed vectors
 (learning/fused.py, as DQN's step): the same numbers as the autograd step, to the last bit. No
 autograd graph, no ``zero_grad``, no optimizer hooks; a NaN or inf gradient is not applied, and
-counted with no host sync. Why and how fast: docs/benchmarks/learner-floor.md.
+counted with no host sync. In bf16 (``--precision bf16``) the matrix products, and the layers'
+activations between them, are bfloat16 where the autograd step's autocast makes them so, and
+the casts sit where autocast puts them; the weights, their gradients, Adam and the losses stay
+float32. Why and how fast: docs/benchmarks/learner-floor.md.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ NO_CLIP = SimpleNamespace(max_grad_norm=0.0)
 NAMES = ("critic", "actor", "temperature")  # the optimizers, as SAC.optimizers() names them
 
 
+MATMUL = {"fp32": torch.float32, "bf16": torch.bfloat16}  # the dtype of the matrix products
+
+
 def supports(sac) -> bool:
-    """Whether :class:`SACStep` can train ``sac``: flat observations (no image encoder) and
-    float32 (bf16 keeps the autograd step under its autocast)."""
+    """Whether :class:`SACStep` can train ``sac``: flat observations (no image encoder)."""
     flat = isinstance(sac.actor.encoder, FlatEncoder) and isinstance(sac.q.encoder, FlatEncoder)
-    return flat and sac.precision == "fp32"
+    return flat and sac.precision in MATMUL
 
 
 def _packed(optimizer: torch.optim.Adam, params: list[torch.Tensor]) -> PackedAdam:
@@ -44,8 +49,9 @@ class SACStep:
 
     def __init__(self, sac):
         if not supports(sac):
-            raise ValueError("SACStep: flat observations and fp32")
+            raise ValueError("SACStep: flat observations, fp32 or bf16")
         self.sac = sac
+        self.mm = MATMUL[sac.precision]  # fp32: every cast below is a no-op
         self.trunk = [m for m in sac.actor.trunk if isinstance(m, nn.Linear)]
         self.heads = (sac.actor.mu, sac.actor.log_std)
         actor = [p for m in (*self.trunk, *self.heads) for p in (m.weight, m.bias)]
@@ -69,38 +75,43 @@ class SACStep:
             packed.pack()
         critic_opt, actor_opt, alpha_opt = self.opts
         alpha = sac.log_alpha.exp()
+        mm = self.mm
         # --- critic: 0.5 sum_i mean (Q_i(s, a) - target)^2
-        target = sac.critic_target(b, alpha)
-        hs = self._q_forward(b["obs"], actor.unit(b["action"]))
-        q = hs[-1].squeeze(1)
+        target = self._critic_target(b, alpha)
+        ws = [w.to(mm) for w in self.q_w]
+        hs = self._q_forward(b["obs"], actor.unit(b["action"]), ws)
+        q = hs[-1].squeeze(1).float()
         diff = q - target
         q_loss = 0.5 * diff.square().mean(1).sum()
         # backward: of 0.5 * (.), sum, mean over B, square (pow's 2 * x), as autograd's
         d = (torch.full((), 0.5, device=q.device).div(q.shape[1]) * (2.0 * diff)).unsqueeze(1)
+        d = d.to(mm)
         n = len(self.q_w)
         grads: list[torch.Tensor] = [None] * (2 * n)  # type: ignore[list-item]
         for i in range(n - 1, -1, -1):
-            w = self.q_w[i]
             # baddbmm(b.mT, w.mT, x)'s derivatives: grad @ x^T for w.mT, grad summed for b.mT
-            grads[i], grads[n + i] = d.bmm(hs[i].transpose(1, 2)).mT, d.sum(2, keepdim=True).mT
+            grads[i] = d.bmm(hs[i].transpose(1, 2)).mT.float()
+            grads[n + i] = d.sum(2, keepdim=True).mT.float()
             if i:
-                d = torch.ops.aten.threshold_backward(w.bmm(d), hs[i], 0)
+                d = torch.ops.aten.threshold_backward(ws[i].bmm(d), hs[i], 0)
         self._descend(0, critic_opt, grads)
         # --- actor: alpha log pi(a|s) - min_i Q_i(s, a), with the critics just updated
         acts, logp, parts = self._actor_forward(b["obs"])
         a_unit = actor.unit(parts["a"])
-        hs = self._q_forward(b["obs"], a_unit)
-        q_pi, pick = hs[-1].squeeze(1).min(0)
+        ws = [w.to(mm) for w in self.q_w]  # the critics just updated
+        hs = self._q_forward(b["obs"], a_unit, ws)
+        q_pi, pick = hs[-1].squeeze(1).float().min(0)
         actor_loss = (alpha * logp - q_pi).mean()
         g = torch.ones((), device=q.device).div(logp.shape[0]).expand(logp.shape[0])
         d_logp = g * alpha
-        d = torch.zeros_like(hs[-1].squeeze(1)).scatter_(0, pick.unsqueeze(0), (-g).unsqueeze(0))
-        d = d.unsqueeze(1)
+        d = torch.zeros_like(q_pi).expand(len(ws[0]), -1).clone()
+        d = d.scatter_(0, pick.unsqueeze(0), (-g).unsqueeze(0)).unsqueeze(1).to(mm)
         for i in range(len(self.q_w) - 1, -1, -1):  # to the action only: weights detached
-            d = self.q_w[i].bmm(d)
+            d = ws[i].bmm(d)
             if i:
                 d = torch.ops.aten.threshold_backward(d, hs[i], 0)
-        d_unit = d.sum(0).T[:, -a_unit.shape[1] :]  # the expand's and the cat's backward
+        # the input's cast (bf16), the expand's and the cat's backward
+        d_unit = d.float().sum(0).T[:, -a_unit.shape[1] :]
         self._descend(1, actor_opt, self._actor_backward(acts, parts, d_unit, d_logp))
         # --- temperature: the gradient of -log_alpha * mean(log pi + target_entropy)
         self._descend(2, alpha_opt, [-(logp + sac.target_entropy).mean()])
@@ -118,25 +129,45 @@ class SACStep:
         self.nonfinite[k] += torch.stack([(~ok).to(norm.dtype), torch.where(ok, 0.0, norm)])
 
     # ------------------------------------------------------------------ the networks
-    def _q_forward(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
-        """QEnsemble.forward's ops, keeping each layer's input [n, in, B], then Q [n, 1, B]."""
-        x = torch.cat([self.sac.q.encoder(obs), action], -1).T
-        hs = [x.unsqueeze(0).expand(len(self.q_w[0]), -1, -1)]
-        last = len(self.q_w) - 1
-        for i, (w, bias) in enumerate(zip(self.q_w, self.q_b, strict=True)):
-            y = torch.baddbmm(bias.mT, w.mT, hs[-1])
+    def _critic_target(self, b: dict[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
+        """``SAC.critic_target``'s ops (its autocast's casts in bf16) with no module calls:
+        r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s')."""
+        sac = self.sac
+        _, next_logp, parts = self._actor_forward(b["next_obs"])
+        target = sac.q_target
+        ws = [w.to(self.mm) for w in target.weights]
+        hs = self._q_forward(b["next_obs"], sac.actor.unit(parts["a"]), ws, list(target.biases))
+        next_q = hs[-1].squeeze(1).float().min(0).values - alpha * next_logp
+        return b["reward"] + sac.cfg.gamma * (1.0 - b["terminated"]) * next_q
+
+    def _q_forward(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        ws: list[torch.Tensor],
+        biases: list[torch.Tensor] | None = None,
+    ) -> list[torch.Tensor]:
+        """QEnsemble.forward's ops (``ws``: the weights as the matrix products read them;
+        ``biases``: the critics', unless given), keeping each layer's input [n, in, B], then Q
+        [n, 1, B] (in the products' dtype)."""
+        x = torch.cat([self.sac.q.encoder(obs), action], -1).T.to(self.mm)
+        hs = [x.unsqueeze(0).expand(len(ws[0]), -1, -1)]
+        last = len(ws) - 1
+        for i, (w, bias) in enumerate(zip(ws, biases or self.q_b, strict=True)):
+            y = torch.baddbmm(bias.to(self.mm).mT, w.mT, hs[-1])
             hs.append(y.relu_() if i < last else y)  # in place: the same values
         return hs
 
     def _actor_forward(self, obs: torch.Tensor):
         """SquashedGaussianActor.forward's ops (a sample, with its log-prob), keeping what the
         backward reads: each trunk layer's input and output, and the sample's parts."""
-        actor = self.sac.actor
-        acts = [actor.encoder(obs)]
+        actor, mm = self.sac.actor, self.mm
+        acts = [actor.encoder(obs).to(mm)]
         for m in self.trunk:
-            acts.append(torch.addmm(m.bias, acts[-1], m.weight.T).relu_())
-        mu = torch.addmm(actor.mu.bias, acts[-1], actor.mu.weight.T)
-        raw = torch.addmm(actor.log_std.bias, acts[-1], actor.log_std.weight.T)
+            acts.append(torch.addmm(m.bias.to(mm), acts[-1], m.weight.to(mm).T).relu_())
+        mu = torch.addmm(actor.mu.bias.to(mm), acts[-1], actor.mu.weight.to(mm).T).float()
+        raw = torch.addmm(actor.log_std.bias.to(mm), acts[-1], actor.log_std.weight.to(mm).T)
+        raw = raw.float()
         log_std = torch.clamp(raw, -5.0, 2.0)
         eps = torch.randn(mu.shape, generator=self.sac.generator, device=mu.device)
         std = log_std.exp()
@@ -167,13 +198,16 @@ class SACStep:
         d_ls = torch.where((raw >= -5.0).logical_and_(raw <= 2.0), d_ls, 0.0)
         grads: list[torch.Tensor] = []
         d_h = None
+        mm = self.mm
         for m, d in zip(self.heads, (d_u, d_ls), strict=True):
-            grads += [d.t().mm(acts[-1]), d.sum(0)]
-            d_h = d.mm(m.weight) if d_h is None else d_h + d.mm(m.weight)
+            d = d.to(mm)  # the head's output cast to float32 (bf16), backward
+            grads += [d.t().mm(acts[-1]).float(), d.sum(0).float()]
+            w = m.weight.to(mm)
+            d_h = d.mm(w) if d_h is None else d_h + d.mm(w)
         trunk: list[torch.Tensor] = []
         for i in range(len(self.trunk) - 1, -1, -1):
             d = torch.ops.aten.threshold_backward(d_h, acts[i + 1], 0)
-            trunk = [d.t().mm(acts[i]), d.sum(0), *trunk]
+            trunk = [d.t().mm(acts[i]).float(), d.sum(0).float(), *trunk]
             if i:
-                d_h = d.mm(self.trunk[i].weight)
+                d_h = d.mm(self.trunk[i].weight.to(mm))
         return [*trunk, *grads]

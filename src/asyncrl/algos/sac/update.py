@@ -53,8 +53,8 @@ class SAC:
         critics, one for the target critics); None: observations are flattened vectors of
         ``obs_dim``. ``precision`` bf16: the networks' passes under a bfloat16 autocast,
         their outputs, losses, gradients, weights and Adam's state float32. ``fused``: the step
-        with its gradients written out (fused.py: the same bits) where it applies; False: the
-        autograd step, its reference."""
+        with its gradients written out (fused.py: the same bits, in either precision) where it
+        applies; False: the autograd step, its reference."""
         self.cfg = cfg
         self.precision = precision
         # draws the policy's samples in updates (None: torch's global generator); a learner
