@@ -1,6 +1,6 @@
 """SAC throughput, asyncrl against SB3 and against its own ideal, from one run.
 
-    python benchmarks/sac_throughput.py [--quick]
+    python benchmarks/sac_throughput.py [--quick] [--precision fp32,bf16]
 
 Issue 3, "done when" 2. HalfCheetah-v5, 256x256 networks, batch 256, replay ratio 1, 1 env:
   1. the time of one bare SAC gradient update on stored data (median of 200, one core),
@@ -20,6 +20,8 @@ All figures count from the end of the warm-up (learning_starts transitions of ra
 10,000 on HalfCheetah for both libraries, RL Zoo's setting for SAC on MuJoCo: measured on a buffer
 of a few hundred transitions, a sync update would often draw one of the step's new ones and have
 to wait for it, which a run of 10^5..10^6 steps almost never does).
+``--precision fp32,bf16``: part 2's asyncrl rows also with ``--precision bf16`` (rows
+``<mode>/<backend>+bf16``, each against bf16 bare updates), in the same rounds as SB3's.
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ from asyncrl.runtime.trainer import train  # noqa: E402
 from asyncrl.settings import TrainConfig  # noqa: E402
 
 
-def bare_update_seconds(env_id: str, updates: int = 200) -> float:
+def bare_update_seconds(env_id: str, updates: int = 200, precision: str = "fp32") -> float:
     torch.set_num_threads(1)
     spec = check_env(env_id, "sac")
-    sac = SAC(spec.obs_dim, spec.n_actions, spec.action_low, spec.action_high, SACConfig())
+    low, high = spec.action_low, spec.action_high
+    sac = SAC(spec.obs_dim, spec.n_actions, low, high, SACConfig(), precision=precision)
     rb = ReplayBuffer(10_000, spec.obs_shape, np.float32, (spec.n_actions,), seed=0)
     rng = np.random.default_rng(0)
     n = 10_000
@@ -119,6 +122,10 @@ def ours(cfg: TrainConfig) -> dict:
 MODES = (("sync", "inline"), ("sync", "thread"), ("sync", "process"), ("async", "process"))
 
 
+def row(mode: str, backend: str, precision: str) -> str:
+    return f"{mode}/{backend}" + ("" if precision == "fp32" else f"+{precision}")
+
+
 def halfcheetah_sac(**kw) -> TrainConfig:
     """The issue's HalfCheetah setting (SB3's SAC defaults): 256x256, batch 256, replay ratio 1,
     one actor with one env; no TensorBoard, progress bar or periodic checkpoint."""
@@ -138,7 +145,7 @@ def halfcheetah_sac(**kw) -> TrainConfig:
     return TrainConfig(**{**base, **kw})
 
 
-def part_halfcheetah(steps: int, rounds: int) -> dict:
+def part_halfcheetah(steps: int, rounds: int, precisions: tuple[str, ...] = ("fp32",)) -> dict:
     """``rounds`` rounds, each running every configuration once, one after the other, so that
     the machine's drift (it is shared) hits all of them alike; medians over rounds, and each
     ratio to SB3 is taken within a round before its median."""
@@ -148,33 +155,40 @@ def part_halfcheetah(steps: int, rounds: int) -> dict:
     )
     warm = 10_000
     cfg = halfcheetah_sac(learning_starts=warm, total_steps=warm + steps)
+    rows = [(m, b, p) for p in precisions for m, b in MODES]
     per_round: list[dict] = []
     for r in range(rounds):
         res: dict = {"bare_env_step_seconds": bare_env_step_seconds("HalfCheetah-v5", 1, 2_000)}
-        bares = [bare_update_seconds("HalfCheetah-v5")]
-        for mode, backend in MODES:
-            x = ours(dataclasses.replace(cfg, mode=mode, backend=backend))
-            bares.append(bare_update_seconds("HalfCheetah-v5"))
-            x["bare_update_seconds_around"] = (bares[-2] + bares[-1]) / 2
-            res[f"{mode}/{backend}"] = x
-        res["bare_update_seconds"] = statistics.median(bares)
+        bares: dict[str, list[float]] = {}
+        for mode, backend, precision in rows:
+            own = bares.setdefault(precision, [])
+            if not own:
+                own.append(bare_update_seconds("HalfCheetah-v5", precision=precision))
+            x = ours(dataclasses.replace(cfg, mode=mode, backend=backend, precision=precision))
+            own.append(bare_update_seconds("HalfCheetah-v5", precision=precision))
+            x["bare_update_seconds_around"] = (own[-2] + own[-1]) / 2
+            res[row(mode, backend, precision)] = x
+        res["bare_update_seconds"] = statistics.median(bares[precisions[0]])
+        for precision in precisions[1:]:
+            res[f"bare_update_seconds+{precision}"] = statistics.median(bares[precision])
         sb3 = baseline(
             "sb3", "sb3_sac.py", ["--steps", str(steps), "--learning-starts", str(warm)], 1
         )
         res["sb3"] = sb3["env_steps_per_second"] if sb3 else None
         line = [
-            f"bare update {min(bares) * 1e3:.2f}..{max(bares) * 1e3:.2f} ms "
-            f"(median {res['bare_update_seconds'] * 1e3:.2f})"
+            f"bare update ({p}) {min(b) * 1e3:.2f}..{max(b) * 1e3:.2f} ms "
+            f"(median {statistics.median(b) * 1e3:.2f})"
+            for p, b in bares.items()
         ]
-        for mode, backend in MODES:
-            x = res[f"{mode}/{backend}"]
+        for mode, backend, precision in rows:
+            x = res[row(mode, backend, precision)]
             step = 1 / x["env_steps_per_second_learning"]
             upd = x["bare_update_seconds_around"]
             x["loop_overhead_vs_update"] = step / upd - 1
             x["loop_overhead_vs_bare"] = step / (upd + res["bare_env_step_seconds"]) - 1
             if res["sb3"]:
                 x["ratio_sb3"] = x["env_steps_per_second_learning"] / res["sb3"]
-            line.append(f"{mode}/{backend} {x['env_steps_per_second_learning']:.1f}")
+            line.append(f"{row(mode, backend, precision)} {x['env_steps_per_second_learning']:.1f}")
         line.append(f"SB3 {res['sb3']:.1f}" if res["sb3"] else "SB3 -")
         print(f"  round {r + 1}: " + ", ".join(line) + " env steps/s")
         per_round.append(res)
@@ -190,8 +204,8 @@ def part_halfcheetah(steps: int, rounds: int) -> dict:
     print(f"  medians over {rounds} rounds:")
     print(f"  bare update {upd * 1e3:.2f} ms; bare env step with the actor {env_t * 1e3:.2f} ms")
     out: dict = {"rounds": per_round, "bare_update_seconds": upd, "bare_env_step_seconds": env_t}
-    for mode, backend in MODES:
-        k = f"{mode}/{backend}"
+    for mode, backend, precision in rows:
+        k = row(mode, backend, precision)
         rate = med(lambda r, k=k: r[k]["env_steps_per_second_learning"])
         over = med(lambda r, k=k: r[k]["loop_overhead_vs_update"])
         over_both = med(lambda r, k=k: r[k]["loop_overhead_vs_bare"])
@@ -206,19 +220,21 @@ def part_halfcheetah(steps: int, rounds: int) -> dict:
             "update_seconds_in_loop": in_loop,
         }
         print(
-            f"  asyncrl {mode:5s} ({backend:7s}): {rate:6.1f} env steps/s = {ratio:.2f}x SB3, "
+            f"  asyncrl {k:20s}: {rate:6.1f} env steps/s = {ratio:.2f}x SB3, "
             f"{1e3 / rate:.2f} ms/step = bare update around it {over:+.1%} "
             f"(bare update + env step {over_both:+.1%}); the update itself took "
             f"{in_loop * 1e3:.2f} ms in the loop; achieved ratio {achieved:.3f}"
         )
     out["sb3"] = sb
     print(f"  SB3 SAC            : {sb:6.1f} env steps/s")
-    print(
-        "  targets: sync >= 1.2x SB3 -> "
-        + ", ".join(f"{b} {out[f'sync/{b}']['ratio_sb3']:.2f}x" for _, b in MODES[:3])
-        + "; loop overhead <= 10% -> "
-        + ", ".join(f"{b} {out[f'sync/{b}']['loop_overhead']:+.1%}" for _, b in MODES[:3])
-    )
+    for p in precisions:
+        syncs = [row("sync", b, p) for _, b in MODES[:3]]
+        print(
+            f"  targets ({p}): sync >= 1.2x SB3 -> "
+            + ", ".join(f"{k} {out[k]['ratio_sb3']:.2f}x" for k in syncs)
+            + "; loop overhead <= 10% -> "
+            + ", ".join(f"{k} {out[k]['loop_overhead']:+.1%}" for k in syncs)
+        )
     return out
 
 
@@ -261,11 +277,17 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="smaller budgets, noisier")
     p.add_argument("--parts", default="halfcheetah,humanoid")
     p.add_argument("--rounds", type=int, default=3, help="HalfCheetah rounds (medians)")
+    p.add_argument(
+        "--precision",
+        default="fp32",
+        help="fp32, bf16 or fp32,bf16: the --precision of part 2's asyncrl rows",
+    )
     args = p.parse_args()
+    precisions = tuple(args.precision.split(","))
     out: dict = {"torch": torch.__version__, "argv": sys.argv[1:]}
     if "halfcheetah" in args.parts:
         rounds = 1 if args.quick else args.rounds
-        out["halfcheetah"] = part_halfcheetah(600 if args.quick else 2_000, rounds)
+        out["halfcheetah"] = part_halfcheetah(600 if args.quick else 2_000, rounds, precisions)
     if "humanoid" in args.parts:
         out["humanoid"] = part_humanoid(2_000 if args.quick else 8_000)
     RESULTS.mkdir(exist_ok=True)
