@@ -77,7 +77,10 @@ class SACStep:
         alpha = sac.log_alpha.exp()
         mm = self.mm
         # --- critic: 0.5 sum_i mean (Q_i(s, a) - target)^2
-        target = self._critic_target(b, alpha)
+        # the actor's layers as the products read them: cast once, it does not change until
+        # its own step (fp32: the tensors themselves)
+        aw = [(m.weight.to(mm), m.bias.to(mm)) for m in (*self.trunk, *self.heads)]
+        target = self._critic_target(b, alpha, aw)
         ws = [w.to(mm) for w in self.q_w]
         hs = self._q_forward(b["obs"], actor.unit(b["action"]), ws)
         q = hs[-1].squeeze(1).float()
@@ -96,7 +99,7 @@ class SACStep:
                 d = torch.ops.aten.threshold_backward(ws[i].bmm(d), hs[i], 0)
         self._descend(0, critic_opt, grads)
         # --- actor: alpha log pi(a|s) - min_i Q_i(s, a), with the critics just updated
-        acts, logp, parts = self._actor_forward(b["obs"])
+        acts, logp, parts = self._actor_forward(b["obs"], aw)
         a_unit = actor.unit(parts["a"])
         ws = [w.to(mm) for w in self.q_w]  # the critics just updated
         hs = self._q_forward(b["obs"], a_unit, ws)
@@ -112,7 +115,7 @@ class SACStep:
                 d = torch.ops.aten.threshold_backward(d, hs[i], 0)
         # the input's cast (bf16), the expand's and the cat's backward
         d_unit = d.float().sum(0).T[:, -a_unit.shape[1] :]
-        self._descend(1, actor_opt, self._actor_backward(acts, parts, d_unit, d_logp))
+        self._descend(1, actor_opt, self._actor_backward(acts, parts, d_unit, d_logp, aw))
         # --- temperature: the gradient of -log_alpha * mean(log pi + target_entropy)
         self._descend(2, alpha_opt, [-(logp + sac.target_entropy).mean()])
         # --- Polyak averaging of the target critics
@@ -129,11 +132,11 @@ class SACStep:
         self.nonfinite[k] += torch.stack([(~ok).to(norm.dtype), torch.where(ok, 0.0, norm)])
 
     # ------------------------------------------------------------------ the networks
-    def _critic_target(self, b: dict[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
+    def _critic_target(self, b: dict[str, torch.Tensor], alpha: torch.Tensor, aw) -> torch.Tensor:
         """``SAC.critic_target``'s ops (its autocast's casts in bf16) with no module calls:
         r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s')."""
         sac = self.sac
-        _, next_logp, parts = self._actor_forward(b["next_obs"])
+        _, next_logp, parts = self._actor_forward(b["next_obs"], aw)
         target = sac.q_target
         ws = [w.to(self.mm) for w in target.weights]
         hs = self._q_forward(b["next_obs"], sac.actor.unit(parts["a"]), ws, list(target.biases))
@@ -158,16 +161,17 @@ class SACStep:
             hs.append(y.relu_() if i < last else y)  # in place: the same values
         return hs
 
-    def _actor_forward(self, obs: torch.Tensor):
+    def _actor_forward(self, obs: torch.Tensor, aw):
         """SquashedGaussianActor.forward's ops (a sample, with its log-prob), keeping what the
-        backward reads: each trunk layer's input and output, and the sample's parts."""
-        actor, mm = self.sac.actor, self.mm
-        acts = [actor.encoder(obs).to(mm)]
-        for m in self.trunk:
-            acts.append(torch.addmm(m.bias.to(mm), acts[-1], m.weight.to(mm).T).relu_())
-        mu = torch.addmm(actor.mu.bias.to(mm), acts[-1], actor.mu.weight.to(mm).T).float()
-        raw = torch.addmm(actor.log_std.bias.to(mm), acts[-1], actor.log_std.weight.to(mm).T)
-        raw = raw.float()
+        backward reads: each trunk layer's input and output, and the sample's parts. ``aw``:
+        the (weight, bias) of the trunk's layers and the two heads, as the products read them."""
+        actor = self.sac.actor
+        acts = [actor.encoder(obs).to(self.mm)]
+        for w, bias in aw[:-2]:
+            acts.append(torch.addmm(bias, acts[-1], w.T).relu_())
+        (w_mu, b_mu), (w_ls, b_ls) = aw[-2:]
+        mu = torch.addmm(b_mu, acts[-1], w_mu.T).float()
+        raw = torch.addmm(b_ls, acts[-1], w_ls.T).float()
         log_std = torch.clamp(raw, -5.0, 2.0)
         eps = torch.randn(mu.shape, generator=self.sac.generator, device=mu.device)
         std = log_std.exp()
@@ -180,7 +184,7 @@ class SACStep:
         a = t * actor.scale + actor.bias
         return acts, logp, {"raw": raw, "eps": eps, "std": std, "m2u": m2u, "t": t, "a": a}
 
-    def _actor_backward(self, acts, parts, d_unit, d_logp) -> list[torch.Tensor]:
+    def _actor_backward(self, acts, parts, d_unit, d_logp, aw) -> list[torch.Tensor]:
         """The actor's gradients (the optimizer's order) from those of the critics' action
         ``d_unit`` and of the log-prob ``d_logp``: autograd's derivatives, summed where a
         tensor has several uses in the order its engine sums them."""
@@ -198,16 +202,14 @@ class SACStep:
         d_ls = torch.where((raw >= -5.0).logical_and_(raw <= 2.0), d_ls, 0.0)
         grads: list[torch.Tensor] = []
         d_h = None
-        mm = self.mm
-        for m, d in zip(self.heads, (d_u, d_ls), strict=True):
-            d = d.to(mm)  # the head's output cast to float32 (bf16), backward
+        for (w, _), d in zip(aw[-2:], (d_u, d_ls), strict=True):
+            d = d.to(self.mm)  # the head's output cast to float32 (bf16), backward
             grads += [d.t().mm(acts[-1]).float(), d.sum(0).float()]
-            w = m.weight.to(mm)
             d_h = d.mm(w) if d_h is None else d_h + d.mm(w)
         trunk: list[torch.Tensor] = []
         for i in range(len(self.trunk) - 1, -1, -1):
             d = torch.ops.aten.threshold_backward(d_h, acts[i + 1], 0)
             trunk = [d.t().mm(acts[i]).float(), d.sum(0).float(), *trunk]
             if i:
-                d_h = d.mm(self.trunk[i].weight.to(mm))
+                d_h = d.mm(aw[i][0])
         return [*trunk, *grads]
