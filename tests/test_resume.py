@@ -191,19 +191,37 @@ def test_a_run_interrupted_by_sigint_at_a_random_moment_resumes_bit_for_bit(tmp_
     total = 2048 if settings is PPO else 600
     t0 = time.perf_counter()
     asyncrl.train(total_steps=total, run_dir=str(tmp_path / "whole"), **settings)
-    # a random moment within the run (as long as the one before, on this machine now)
-    delay = random.Random().uniform(0.1, 0.7) * (time.perf_counter() - t0)
-    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    seconds = time.perf_counter() - t0
+    cut = _interrupted_at_a_random_moment(tmp_path, dict(settings, total_steps=total), seconds)
+    stopped_at = load_checkpoint(cut)["learner"]["counters"]["env_steps"]
+    assert 0 <= stopped_at < total
+    asyncrl.train(resume=cut)
+    _assert_same(tmp_path / "whole", cut)
+
+
+def _interrupted_at_a_random_moment(tmp_path: Path, settings: dict, seconds: float) -> Path:
+    """The run dir of a run SIGINT stopped at a random moment of its first ``seconds``. The
+    first run of a process pays for imports and warm-up, so a later one can end before the
+    moment drawn: then a moment in the first half of the window is drawn, and so on."""
+    rng = random.Random()
+    late = []  # a signal that lands between runs, when no run's handler is installed
+    previous = signal.signal(signal.SIGINT, lambda *_: late.append(True))
     try:
-        with pytest.raises(Interrupted):
-            asyncrl.train(total_steps=total, run_dir=str(tmp_path / "cut"), **settings)
+        for attempt in range(4):
+            run_dir = tmp_path / f"cut{attempt}"
+            delay = rng.uniform(0.1, 0.7) * seconds / 2**attempt
+            timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+            timer.start()
+            try:
+                asyncrl.train(run_dir=str(run_dir), **settings)
+            except Interrupted:
+                return run_dir
+            finally:
+                timer.cancel()
+                timer.join()
     finally:
-        timer.cancel()
-    stopped_at = load_checkpoint(tmp_path / "cut")["learner"]["counters"]["env_steps"]
-    assert 0 <= stopped_at < total, f"the signal came after the run (delay {delay:.2f} s)"
-    asyncrl.train(resume=tmp_path / "cut")
-    _assert_same(tmp_path / "whole", tmp_path / "cut")
+        signal.signal(signal.SIGINT, previous)
+    pytest.fail(f"4 runs ended before SIGINT came (windows from {seconds:.2f} s, halved)")
 
 
 def _spec_and_cfg(**kw) -> tuple:
