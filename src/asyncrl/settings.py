@@ -236,11 +236,12 @@ class Prepared:
     # what the runtime is told once rather than asking the settings again: each policy's
     # settings (one policy: the run's), whether its learners get a process each, whether a
     # policy's slots hold every row with its own steps marked, and the torch threads of the
-    # learner in the run's own process
+    # learner in the run's own process; whether each policy's checkpoints get a folder
     policies: tuple[TrainConfig, ...] = ()
     in_processes: bool = False
     marks_own: bool = False
     threads: int = 1
+    policy_folders: bool = False
 
 
 def prepare_settings(given: TrainConfig) -> Prepared:
@@ -248,15 +249,20 @@ def prepare_settings(given: TrainConfig) -> Prepared:
     process, segment or file exists: the algorithm looked up once, the settings resolved once
     (twice for an env whose images or game change its family). A setting that cannot work raises
     ConfigError here."""
+    from asyncrl.rundir import policy_folders  # (torch: not imported with settings)
+
     algo = plugin(given)
     cfg, _, spec = resolve_for_env(given, algo)
     cfg, env_lines = for_env(cfg, spec, given, algo)  # what depends on the observations
     line = preset_line(given, cfg, algo, spec.agents)
     lines = ([line] if line else []) + env_lines
-    policies = tuple(policy_configs(cfg))
     return Prepared(
-        given, cfg, spec, algo, lines, policies, learners_in_processes(cfg), marks_own(cfg, spec),
-        learner_threads(cfg),
+        given, cfg, spec, algo, lines,
+        policies=tuple(policy_configs(cfg)),
+        in_processes=learners_in_processes(cfg),
+        marks_own=marks_own(cfg, spec),
+        policy_folders=policy_folders(cfg.policies),
+        threads=learner_threads(cfg),
     )  # fmt: skip
 
 

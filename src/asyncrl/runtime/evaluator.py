@@ -104,7 +104,7 @@ class Evaluations:
         env_steps: int,
         resume: bool,
     ):
-        self.cfg, self.run_dir, self.log = cfg, run_dir, log
+        self.cfg, self.spec, self.algo, self.run_dir, self.log = cfg, spec, algo, run_dir, log
         self.every = cfg.eval_every
         self.enabled = self.every > 0
         self.pending: tuple[int, np.ndarray] | None = None  # (env steps, vector) in evaluation
@@ -114,6 +114,7 @@ class Evaluations:
         self.last: dict[str, float] = {}
         self.failure: str | None = None
         self.children: ChildProcesses | None = None
+        self.template: Any = None  # a policy that turns an evaluated vector into a state dict
         if not self.enabled:
             return
         self.next_due = (env_steps // self.every + 1) * self.every
@@ -124,9 +125,6 @@ class Evaluations:
                 self.best_env_steps = previous.get("env_steps")
             except Exception as e:  # a damaged best is replaced by the next evaluation
                 print(f"asyncrl: warning: {e}; the next evaluation replaces it", file=sys.stderr)
-        from asyncrl.policy import Policy
-
-        self.template = Policy.build(cfg, spec, algo)  # turns an evaluated vector into a state dict
         ctx = mp.get_context("spawn")
         self.requests = ctx.Queue()
         self.stop = StopFlag(ctx)
@@ -241,6 +239,10 @@ class Evaluations:
         return {**row, "eval/env_steps": env_steps}
 
     def _save_best(self, env_steps: int, vector: np.ndarray, row: dict[str, float]) -> None:
+        if self.template is None:  # made when a best is first saved, not at start-up
+            from asyncrl.policy import Policy  # (Policy.build leaves torch's RNG as it was)
+
+            self.template = Policy.build(self.cfg, self.spec, self.algo)
         self.template.load_vector(vector)
         evaluation = {k.removeprefix("eval/"): v for k, v in row.items()}
         state = {

@@ -6,10 +6,10 @@ process of its own (``Prepared.in_processes``, decided once with the settings) -
 (:mod:`asyncrl.runtime.pipeline`) steps the learners and hands the population their rows.
 
 What a user sees differs with the number of policies in one way: the run directory's layout.
-It is chosen once (:func:`policy_files`): one policy keeps its files at the top of the run
-directory, as they always were (:class:`OnePolicyFiles`); a population keeps each policy's
-checkpoints in ``policy_<i>/`` beside the run's own, tags its rows with the policy, and sums
-its policies in the summary (:class:`PolicyFolders`).
+It is chosen once, with the settings (``Prepared.policy_folders``): one policy keeps its files
+at the top of the run directory, as they always were (:class:`OnePolicyFiles`); a population
+keeps each policy's checkpoints in ``policy_<i>/`` beside the run's own, tags its rows with the
+policy, and sums its policies in the summary (:class:`PolicyFolders`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from asyncrl.rundir import (
     checkpoint_files,
     load_checkpoint_file,
     policy_dir,
-    policy_folders,
     restore_learner,
     save_best_checkpoint,
     save_checkpoint,
@@ -58,7 +57,8 @@ class Population:
             run.in_processes,
             run.marks_own,
         )
-        self.files = policy_files(cfg, run_dir, resume)
+        files = PolicyFolders if run.policy_folders else OnePolicyFiles
+        self.files = files(cfg, run_dir, resume)
         # a resume: the run's own checkpoint (actors, PBT, clock; a population's policies each
         # have their own)
         self.state, self.resumed_from = load_checkpoint_file(run_dir) if resume else ({}, None)
@@ -103,10 +103,11 @@ class Population:
         self.backend = backend
         if "actors" in self.state:
             backend.load_actor_state(self.state["actors"])
-        local = []
+        if getattr(backend, "pool", None) is not None:  # self-play against snapshots
+            self.pool = OpponentPool(self.cfg, self.spec.agents, backend.pool)
         for p, pcfg in enumerate(self.configs):
             given = self.values[p] if self.given else None
-            if self.in_processes:
+            if self.in_processes:  # (with backends that save no actors: no episodes go on)
                 handle: Any = RemoteLearner(
                     mp.get_context("spawn"), p, pcfg, self.spec, self.algo,
                     backend.slot_stores[p], backend.stores[p], self.files.restore_dir(p), given,
@@ -119,17 +120,14 @@ class Population:
                 self.files.restore(p, learner, self.state)
                 if given:
                     adoptable(learner).set_hyperparameters(given)
-                local.append(learner)
+                learner.episodes_continue(backend.continuing_actors())
+                learner.publish(backend.sink(p))  # version 0
                 handle = LocalLearner(learner, self.algo)
-                handle.publish(backend.sink(p))
             self.handles.append(handle)
         for handle in self.handles:
             if handle.remote:
                 handle.ready()  # built, resumed and version 0 published
-        for learner in local:  # learners in processes come with backends that save no actors
-            learner.episodes_continue(backend.continuing_actors())
-        if getattr(backend, "pool", None) is not None:  # self-play: the first snapshots, each
-            self.pool = OpponentPool(self.cfg, self.spec.agents, backend.pool)  # policy's v0
+        if self.pool is not None:  # its first snapshots: each policy's version 0
             if "pool" in self.state:
                 self.pool.load_state_dict(self.state["pool"])
             else:
@@ -249,13 +247,6 @@ class Population:
         for h in self.handles:
             if h.lost is None:
                 h.stop_updates()
-
-
-def policy_files(cfg: TrainConfig, run_dir: Path, resume: bool) -> OnePolicyFiles | PolicyFolders:
-    """The run directory's layout for ``cfg``'s policies (the run directory decides)."""
-    if policy_folders(cfg.policies):
-        return PolicyFolders(cfg, run_dir, resume)
-    return OnePolicyFiles(cfg, run_dir, resume)
 
 
 def _summary_head(cfg: TrainConfig, leader: Any) -> dict[str, Any]:

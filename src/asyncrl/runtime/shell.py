@@ -99,14 +99,14 @@ class RunShell:
             resume_at = env_steps if resume else None
             self.log = MetricsLog(run_dir, cfg.tensorboard, resume_at, self.tracker)
             self._closing.callback(self.log.close)
-            self.evals = Evaluations(cfg, spec, algo, run_dir, self.log, env_steps, resume)
-            self._closing.callback(self.evals.close)
             self.progress = ProgressDisplay(cfg.total_steps, cfg.progress, env_steps)
             self._closing.callback(self.progress.close)
+            self.meter = Throughput(cfg.envs_per_actor)
+            self.evals = Evaluations(cfg, spec, algo, run_dir, self.log, env_steps, resume)
+            self._closing.callback(self.evals.close)
         except BaseException:
             self._closing.close()
             raise
-        self.meter = Throughput(cfg.envs_per_actor)
 
     @property
     def wall_seconds(self) -> float:
