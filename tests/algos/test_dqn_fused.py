@@ -136,6 +136,20 @@ def test_checkpoints_keep_their_format_and_load_across_steps():
     _assert_same_training(ref2, new2, steps=3, seed=2)
 
 
+def test_the_state_of_a_rule_that_never_stepped_loads_into_one_that_did():
+    """PBT's exploit may copy a learner still warming up (Adam's state empty) into one that has
+    stepped: the fused step then starts Adam anew, as the autograd step does. (Checking the
+    packed views looked the first parameter up in the optimizer's defaultdict, which added an
+    empty entry, and the next pack took that for a made state: KeyError 'exp_avg'.)"""
+    ref, new = _pair()
+    _assert_same_training(ref, new, steps=2)
+    never_ref, never_new = _pair()
+    assert not never_new.state_dict()["optimizer"]["state"]
+    ref.load_state_dict(copy.deepcopy(never_ref.state_dict()))
+    new.load_state_dict(copy.deepcopy(never_new.state_dict()))
+    _assert_same_training(ref, new, steps=3, seed=2)
+
+
 def test_tensors_moved_between_steps_are_trained_where_they_are():
     """Hogwild! lays state_tensors() (online and target networks) into shared memory between
     steps: the next steps train them there."""

@@ -120,8 +120,9 @@ class PackedAdam:
         if self._still_packed():
             return
         state = self.optimizer.state
-        if not state or self.params[0] not in state:
-            self._init_state()
+        missing = [p for p in self.params if "exp_avg" not in state.get(p, ())]
+        if missing:  # none stepped yet (or a state loaded from a learner that had not)
+            self._init_state(missing)
         flat_p = flat_span(self.params)
         if flat_p is None:
             flat_p = move_into_one(self.params)
@@ -143,8 +144,9 @@ class PackedAdam:
         """Whether the parameters and Adam's state are the views :meth:`pack` made last: any
         swap of parameters (FlatParams.view_into) or of state tensors (a loaded checkpoint)
         moves the first and the last of each."""
-        if self._flat is None:
-            return False
+        state = self.optimizer.state
+        if self._flat is None or self.params[0] not in state or self.params[-1] not in state:
+            return False  # (looked up, not indexed: the defaultdict would add empty entries)
         try:
             return self._pointers() == self._ends
         except KeyError:  # the optimizer's state was cleared
@@ -170,10 +172,10 @@ class PackedAdam:
         if self._flat is not None and not lies_in(self._flat[0], self.params[0], self.params[-1]):
             self.pack()
 
-    def _init_state(self) -> None:
-        """Adam's state as ``torch.optim.Adam`` makes it on its first step (fused or not: a
-        float32 step counter per parameter), so that checkpoints keep its format."""
-        for p in self.params:
+    def _init_state(self, params: list[torch.Tensor]) -> None:
+        """Adam's state of ``params`` as ``torch.optim.Adam`` makes it on its first step (fused
+        or not: a float32 step counter per parameter), so that checkpoints keep its format."""
+        for p in params:
             self.optimizer.state[p] = {
                 "step": torch.zeros((), dtype=torch.float32, device=p.device),
                 "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
