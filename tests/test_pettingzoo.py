@@ -526,6 +526,23 @@ def test_the_process_backends_actors_import_a_factory_of_connect_four_by_its_nam
     assert not any(k.endswith("_vs_lookahead") for k in s)
 
 
+def test_pettingzoos_own_parallel_env_function_is_kept_by_the_name_its_module_binds(tmp_path):
+    """``simple_spread_v3.parallel_env`` is a function PettingZoo's conversions make inside
+    another (it was refused as a nested function): kept by the name its module binds it to,
+    it trains on the process backend, whose actors import it by that name."""
+    pytest.importorskip("mpe2")
+    from mpe2 import simple_spread_v3
+
+    result = asyncrl.train(
+        env=simple_spread_v3.parallel_env,
+        backend="process",
+        run_dir=str(tmp_path / "run"),
+        **{**SHORT, "envs_per_actor": 3},
+    )
+    assert result.config.env == "pettingzoo:mpe2.simple_spread_v3:parallel_env"
+    assert result.summary["env_steps"] >= 256 and result.summary["episodes"] > 0
+
+
 def test_a_factory_of_connect_four_is_played_against_the_random_player_not_the_look_ahead():
     assert check_env(C4_FACTORY).games  # a two-player AEC game: the game preset, play_vs
     rng = np.random.default_rng(3)

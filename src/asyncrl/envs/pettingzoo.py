@@ -181,6 +181,9 @@ def factory_name(fn: Any) -> str:
         found = getattr(module, qualname, None)
     if module_name == "__main__" and module is not None:
         module_name = _main_name(module)  # a script's: by the name it can be imported under
+    elif found is not fn and (bound := _bound_name(fn)) is not None:
+        module_name, qualname = bound  # made elsewhere, bound at a module's top level
+        found = fn
     if found is not fn or module_name is None:
         what = "a lambda" if qualname == "<lambda>" else f"{fn!r}"
         raise ConfigError(
@@ -191,6 +194,23 @@ def factory_name(fn: Any) -> str:
             "(a Gymnasium env is named by its registered id)"
         )
     return f"{PREFIX}{module_name}:{qualname}"
+
+
+def _bound_name(fn: Any) -> tuple[str, str] | None:
+    """A module already imported that binds ``fn`` at its top level, and the name it binds it
+    to: how PettingZoo's own ``<env>_v<N>.parallel_env``, a function its conversions make
+    inside another, is imported by name in another process. Public modules first, then the
+    shortest path (the versioned module an env is documented under); None if none binds it."""
+    found = []
+    for module_name, module in list(sys.modules.items()):
+        attrs = getattr(module, "__dict__", None)
+        if module_name == "__main__" or not isinstance(attrs, dict):
+            continue
+        for name, value in list(attrs.items()):
+            if value is fn and name.isidentifier():
+                private = any(part.startswith("_") for part in module_name.split("."))
+                found.append((private, module_name.count("."), len(module_name), module_name, name))
+    return min(found)[3:] if found else None
 
 
 def _main_name(main: Any) -> str | None:
