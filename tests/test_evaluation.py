@@ -42,17 +42,22 @@ def _rows(run: Path) -> tuple[list[dict], list[dict]]:
 @pytest.mark.parametrize("topology", [{}, {"hogwild": 2}])
 def test_eval_during_training_logs_rows_and_keeps_the_best_checkpoint(tmp_path, topology, capsys):
     run = tmp_path / "run"
-    every, received = 1_500, []
+    every, received, waits = 1_500, [], []
 
     def pace(row):
         """The evaluator runs at the lowest priority: on a busy machine it may get no CPU
         until training ends. Pause training while an evaluation is due, so that several come
-        back within this short run. (Hogwild! workers train on while the parent, which calls
-        this, pauses: there only the evaluation the end of the run waits for is certain.)"""
+        back within this short run: 0.25 s, then twice as long at each iteration it is still
+        due, up to 2 s (a fixed 0.25 s was too short beside a CI run and two training runs:
+        the child had not imported torch by the run's end). (Hogwild! workers train on while
+        the parent, which calls this, pauses: there only the evaluation the end of the run
+        waits for is certain.)"""
         if "eval/mean_return" in row:
             received.append(row["eval/env_steps"])
+            waits.clear()
         if row["env_steps"] >= every * (len(received) + 1):
-            time.sleep(0.25)  # 0.1 s was not enough once, with two other sessions' work running
+            waits.append(min(2.0, 0.25 * 2 ** len(waits)))
+            time.sleep(waits[-1])
 
     result = asyncrl.train(
         total_steps=8_192,
