@@ -23,7 +23,10 @@ from asyncrl.rundir import load_checkpoint
 from asyncrl.runtime.actor import Actor
 from asyncrl.runtime.pool import (
     ELO_START,
+    LEARNER,
+    RANDOM_PLAYER,
     OpponentPool,
+    Opponents,
     elo_expected,
     elo_update,
     population_outcomes,
@@ -41,7 +44,9 @@ from test_resume import _differences  # noqa: E402
 
 
 def _pool_cfg(**kw) -> SimpleNamespace:
-    values = dict(policies=1, pool_size=3, snapshot_every=2, snapshot_win_rate=0.0) | kw
+    values = (
+        dict(policies=1, pool_size=3, snapshot_every=2, snapshot_win_rate=0.0, pool_random=0.0) | kw
+    )
     return SimpleNamespace(**values)
 
 
@@ -177,15 +182,25 @@ def _players_hold_between_game_starts(player: np.ndarray, ended: np.ndarray) -> 
     return starts, changes
 
 
-def test_opponents_change_only_at_game_starts_and_the_learner_owns_only_its_seats_moves():
+@pytest.mark.parametrize("pool_random", [0.0, 0.5])
+def test_opponents_change_only_at_game_starts_and_the_learner_owns_only_its_seats_moves(
+    pool_random,
+):
     """An actor on connect four against a pool of three snapshots, three rollouts: from its
     records (who played each seat at each step), every game has one learner seat and one
     snapshot, both changing only where every seat of the game has ended; the learner's slot
-    marks its own seats' moves and no other; only the learner's seats report episodes."""
+    marks its own seats' moves and no other; only the learner's seats report episodes. With
+    ``--pool-random 0.5`` the random player is one more opponent, held the same way, in
+    about half the games, and it never makes an illegal move (connect four would end the game
+    with the mover's loss, which would then show as a learner's win)."""
     K, T = 8, 48
     cfg = resolve(
-        TrainConfig(env=C4, envs_per_actor=K, rollout=T, opponents="pool", pool_size=3), "generic"
-    )
+        TrainConfig(
+            env=C4, envs_per_actor=K, rollout=T, opponents="pool", pool_size=3,
+            pool_random=pool_random,
+        ),
+        "generic",
+    )  # fmt: skip
     spec, algo = check_env(C4), algorithm("ppo")
     module = algo.acting_module(cfg, spec)
     flat = FlatParams(module)
@@ -218,13 +233,53 @@ def test_opponents_change_only_at_game_starts_and_the_learner_owns_only_its_seat
     assert ((games >= 0).sum(axis=2) == 1).all()
     starts, changes = _players_hold_between_game_starts(player, ended)
     assert starts >= 10 and changes >= 3  # draws happened and varied
-    assert set(np.unique(player[player >= 0]).tolist()) == {0, 1, 2}
+    played = set(np.unique(player[player >= 0]).tolist())
+    assert played == ({0, 1, 2} | ({RANDOM_PLAYER} if pool_random else set()))
+    if pool_random:  # the opponent drawn at each game's start: the random one in about half
+        over = ended.reshape(-1, K // 2, 2).all(axis=2)  # [step, game]: every seat ended
+        begins = np.vstack([np.ones((1, K // 2), bool), over[:-1]])
+        opponent = games.max(axis=2)[begins]
+        share = float((opponent == RANDOM_PLAYER).mean())
+        assert opponent.size >= 20 and 0.3 <= share <= 0.7, (opponent.size, share)
     # the learner's samples: exactly its seats' moves
     assert (own == (active & (player == -1))).all()
     assert own.any() and (active & (player >= 0)).any()
     # episodes reported: the learner's seats' only, one per game end
     assert (player[~np.isnan(returns)] == -1).all()
     assert (~np.isnan(returns)).sum() == starts + ended[-1].reshape(-1, 2).all(axis=1).sum()
+
+
+def test_the_random_player_draws_among_the_legal_moves_only_and_resumes_its_draws():
+    """``Opponents.act`` for the random player's rows: each move one of its row's legal moves
+    (the observation's last 7 entries), every legal move drawn; the other rows untouched; its
+    generator saved and loaded with the actor's state."""
+    rng = np.random.default_rng(0)
+    rows = 64
+    obs = np.zeros((rows, 84 + 7), np.float32)
+    obs[:, 84:] = rng.random((rows, 7)) < 0.4
+    obs[np.arange(rows), 84 + np.arange(rows) % 7] = 1  # at least one legal move a row
+    player = np.where(np.arange(rows) % 2 == 0, RANDOM_PLAYER, LEARNER)
+    mine = np.flatnonzero(player == RANDOM_PLAYER)
+    opponents = Opponents(None, PoolStore(2, 1, False), seed=5, actions=7)
+    seen = []
+    for _ in range(50):
+        actions = np.full(rows, -1)
+        opponents.act(torch.from_numpy(obs), mine, player, actions)
+        assert (actions[player != RANDOM_PLAYER] == -1).all()
+        assert obs[mine, 84 + actions[mine]].all()  # every move legal
+        seen.append(actions[mine])
+    legal = obs[mine, 84:] > 0
+    drawn = np.zeros_like(legal)
+    for a in seen:
+        drawn[np.arange(mine.size), a] = True
+    assert (drawn == legal).all()  # and every legal move drawn at some point
+    saved = opponents.state_dict()
+    first, again = np.full(rows, -1), np.full(rows, -1)
+    opponents.act(torch.from_numpy(obs), mine, player, first)
+    other = Opponents(None, PoolStore(2, 1, False), seed=6, actions=7)
+    other.load_state_dict(saved)
+    other.act(torch.from_numpy(obs), mine, player, again)
+    assert (first == again).all()
 
 
 RUN = dict(
@@ -234,20 +289,22 @@ RUN = dict(
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("opponents", ["pool", "self"])
+@pytest.mark.parametrize("opponents", ["pool", "self", "pool-random"])
 def test_a_self_play_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(opponents, tmp_path):
     """Inline, sync: S steps, then --resume to 2S, against 2S at once. The checkpoints' learner,
     actors (games in progress, opponents' copies and draws) and pool (snapshots' parameters,
     ratings) are identical, and so are the summaries' figures. Pool of 2, a snapshot every 2
     updates: snapshots leave the pool during both halves. Shared self-play (no pool) too: its
-    games in progress are in the checkpoint as well."""
+    games in progress are in the checkpoint as well; and a pool with the random player in half
+    the games (its draws and rating too)."""
     S = 256
-    run = dict(RUN, opponents=opponents)
+    mixed = opponents == "pool-random"
+    run = dict(RUN, opponents="pool" if mixed else opponents, pool_random=0.5 if mixed else 0.0)
     whole = asyncrl.train(C4, total_steps=2 * S, run_dir=str(tmp_path / "whole"), **run)
     asyncrl.train(C4, total_steps=S, run_dir=str(tmp_path / "halves"), **run)
     resumed = asyncrl.train(resume=tmp_path / "halves", total_steps=2 * S)
     a, b = load_checkpoint(tmp_path / "whole"), load_checkpoint(tmp_path / "halves")
-    pool = opponents == "pool"
+    pool = opponents != "self"
     assert not pool or a["pool"]["next_id"] > 2  # the pool was full and replaced snapshots
     for part in ("learner", "actors", "pool") if pool else ("learner", "actors"):
         x, y = dict(a[part]), dict(b[part])
@@ -257,6 +314,10 @@ def test_a_self_play_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(op
     keys = ("env_steps", "final_return", "last100_return", "win_rate_vs_random")
     if pool:
         keys += ("pool_games", "win_rate_vs_pool", "learner_elo", "pool_elo")
+    if mixed:
+        keys += ("pool_random_games", "pool_random_win_rate", "pool_random_elo")
+        assert whole.summary["pool_random_games"] > 5
+        assert whole.summary["pool_random_elo"] != ELO_START
     assert {k: whole.summary[k] for k in keys} == {k: resumed.summary[k] for k in keys}
 
 
@@ -271,6 +332,13 @@ def test_a_self_play_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(op
         ({"env": C4, "opponents": "pool", "snapshot_every": 0}, "snapshot_every:"),
         ({"env": C4, "opponents": "pool", "snapshot_win_rate": 1.5}, "snapshot_win_rate:"),
         ({"env": C4, "opponents": "league"}, "opponents:"),
+        ({"env": C4, "opponents": "pool", "pool_random": 1.0}, "pool_random:"),
+        ({"env": C4, "opponents": "pool", "pool_random": -0.1}, "pool_random:"),
+        # the random player draws among the legal moves: an env without an action mask
+        (
+            {"env": GAME, "opponents": "pool", "pool_random": 0.5, "envs_per_actor": 4},
+            "pool_random:",
+        ),
     ],
 )
 def test_bad_pool_settings_are_refused_in_one_line_before_anything_starts(
@@ -371,7 +439,7 @@ def test_a_population_plays_itself_and_its_pool_and_each_learner_gets_its_seats_
     snapshot of either policy -- changes only where every seat of the game has ended; each
     policy's slot marks exactly its seats' moves, and reports only its seats' episodes; each
     learner trains on steps of its own seats only (the tag: who played the seat); both
-    policies are rated."""
+    policies are rated. The game preset's random player (a quarter of the games) is met too."""
     from asyncrl.runtime import learners, pool
 
     records: dict[int, list] = {}  # per actor: its rollouts' records, in order
@@ -441,8 +509,11 @@ def test_a_population_plays_itself_and_its_pool_and_each_learner_gets_its_seats_
         live = games[(games < 0).all(axis=2)]
         assert (live[:, 0] != live[:, 1]).all()  # no policy met itself live
     assert starts >= 20
-    played = {origins[sid] for kind, *who in met if kind == "pool" for sid in who}
+    played = {
+        origins[sid] for kind, *who in met if kind == "pool" for sid in who if sid != RANDOM_PLAYER
+    }
     assert played == {0, 1}  # snapshots of both policies
+    assert ("pool", RANDOM_PLAYER) in met  # and the random player
     assert ("live", -2, -1) in met  # policy 0 against policy 1, live
     assert trained[0] > 0 and trained[1] > 0
     s = result.summary

@@ -241,6 +241,11 @@ class RunConfig(ConfigMethods):
     snapshot_every: int = preset_setting(
         10, "--opponents pool: a policy's updates between its snapshots (at least; >= 1)"
     )
+    pool_random: float = preset_setting(
+        0.0,
+        "--opponents pool: the share of games whose opponent is a uniform random player over "
+        "the legal moves instead of a snapshot (in [0, 1); needs an action mask)",
+    )
     snapshot_win_rate: float = setting(
         0.0,
         "--opponents pool: a policy's snapshot joins only once it has won this share of its "
@@ -600,6 +605,11 @@ def _validate_pool(cfg: Settings) -> None:
     need(
         cfg.snapshot_every >= 1,
         f"snapshot_every: must be >= 1 learner updates, got {cfg.snapshot_every}",
+    )
+    need(
+        0 <= cfg.pool_random < 1,
+        f"pool_random: a share of games, in [0, 1) (1 would leave no snapshot a game), "
+        f"got {cfg.pool_random}",
     )
     need(
         0 <= cfg.snapshot_win_rate <= 1,

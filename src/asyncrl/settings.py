@@ -554,6 +554,11 @@ def _check_pool(cfg: TrainConfig, spec: EnvSpec) -> None:
             f"opponents: pool plays the learner against its past snapshots, which needs a "
             f"multi-agent env (pettingzoo:<module>); {cfg.env} has one agent (allowed: self)"
         )
+    if cfg.pool_random > 0 and not spec.action_mask:
+        raise ConfigError(
+            f"pool_random: the random player draws among the legal moves of an action mask, "
+            f"which {cfg.env} has none of; allowed: 0 (got {cfg.pool_random})"
+        )
     if cfg.policies < 2:
         return
     # a population's pool (runtime.mapping.PoolSeats draws each game's players)
@@ -818,6 +823,7 @@ ADDED_SINCE = {
     "pool_size": 8,
     "snapshot_every": 10,
     "max_batches_waiting": 1,
+    "pool_random": 0.0,
 }
 CONFIG_FILE = "config.yaml"
 

@@ -103,11 +103,12 @@ class Actor:
         self.opponents: Opponents | None = None
         if pool is not None:  # self-play against frozen snapshots (runtime/pool.py)
             self.opponents = Opponents(
-                lambda: frozen_net(algo, cfg, spec), pool, first_seed + OPPONENT_SEED
-            )
+                lambda: frozen_net(algo, cfg, spec), pool, first_seed + OPPONENT_SEED,
+                spec.n_actions,
+            )  # fmt: skip
             self.mapping: PolicyMapping = PoolSeats(
                 self.K, spec.agents, len(self.stores), seats, self.opponents,
-                first_seed + MAPPING_SEED,
+                first_seed + MAPPING_SEED, cfg.pool_random,
             )  # fmt: skip
         else:
             names = list(self.envs.names) if spec.agents > 1 else None  # a game's agent ids

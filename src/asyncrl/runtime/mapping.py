@@ -17,6 +17,7 @@ import torch
 
 from asyncrl.envs.pettingzoo import check_plays, per_agent, policy_index
 from asyncrl.learning.population import policy_envs
+from asyncrl.runtime.pool import RANDOM_PLAYER
 
 MAPPING_SEED = 31337  # the random mapping's draws: an actor's first env seed + this
 
@@ -216,13 +217,15 @@ class PoolSeats(PerGame, SharedSeats):
     snapshots only). At each game's start, one seat is drawn for a learning policy, drawn
     uniformly among the P, and the other seats for its opponent, drawn uniformly among the
     other P - 1 live policies and the pool's snapshots (a policy never meets itself live: that
-    is ``--opponents self``), all from the mapping's own generator; held until every seat of
-    the game has ended (the env then starts it anew). ``player[r]``: who plays row ``r``
-    (-1 - p: policy p, live; else a snapshot id); ``opponents``: the actor's
-    :class:`asyncrl.runtime.pool.Opponents`. A live policy acts for its seats whose agent
-    acts; every policy's slot marks its steps ``own`` and holds every seat's rewards and ends
-    (``seat_player`` says whose they were), so a live opponent's moves are its own learner's
-    samples; a snapshot's are nobody's. Only live seats' episodes are reported (:meth:`of`)."""
+    is ``--opponents self``), or in a share ``random_share`` of the games the random player
+    (``RANDOM_PLAYER``, ``--pool-random``), all from the mapping's own generator; held until
+    every seat of the game has ended (the env then starts it anew). ``player[r]``: who plays
+    row ``r`` (-1 - p: policy p, live; else a snapshot id or the random player);
+    ``opponents``: the actor's :class:`asyncrl.runtime.pool.Opponents`. A live policy acts for
+    its seats whose agent acts; every policy's slot marks its steps ``own`` and holds every
+    seat's rewards and ends (``seat_player`` says whose they were), so a live opponent's moves
+    are its own learner's samples; a snapshot's are nobody's. Only live seats' episodes are
+    reported (:meth:`of`)."""
 
     def __init__(
         self,
@@ -232,9 +235,11 @@ class PoolSeats(PerGame, SharedSeats):
         active: Callable[[], np.ndarray],
         opponents: Any,
         seed: int,
+        random_share: float = 0.0,
     ):
         super().__init__(rows, active)
         self.policies, self.agents, self.opponents = policies, agents, opponents
+        self.random_share = random_share
         self.rng = np.random.default_rng(seed)
         self.player = np.full(rows, -1, np.int64)
         self.finished = np.zeros(rows, bool)  # seats whose episode ended in the current game
@@ -247,7 +252,9 @@ class PoolSeats(PerGame, SharedSeats):
         for g in games:
             seat = int(self.rng.integers(self.agents))
             learner = int(self.rng.integers(self.policies))  # one policy: no draw is made
-            while True:  # a snapshot replaced between the look and the copy: draw again
+            # --pool-random: the random player in a share of the games (no draw without it)
+            chance = self.random_share > 0 and self.rng.random() < self.random_share
+            while not chance:  # a snapshot replaced between the look and the copy: draw again
                 ids = self.opponents.ids()
                 k = int(self.rng.integers(others + ids.size))
                 if k < others:  # the k-th live policy but the learner
@@ -256,6 +263,8 @@ class PoolSeats(PerGame, SharedSeats):
                 opponent = int(ids[k - others])
                 if self.opponents.load(opponent):
                     break
+            if chance:
+                opponent = RANDOM_PLAYER
             first = int(g) * self.agents
             self.player[first : first + self.agents] = opponent
             self.player[first + seat] = -1 - learner

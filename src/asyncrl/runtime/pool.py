@@ -16,6 +16,10 @@ snapshot remembers the policy it came from, and each policy has its own rating. 
 learning seat meets another live policy or a snapshot (runtime.mapping.PoolSeats); a
 seat's player (``seat_player``) is then ``-1 - p`` for live policy
 ``p`` (so ``-1``, policy 0, is the one learner of a run of one policy), else a snapshot id.
+
+With ``--pool-random S`` a share S of the games draws, instead of a snapshot, a uniform random
+player over the legal moves (``RANDOM_PLAYER``): a fixed member that never leaves, rated as the
+snapshots are, whose games count apart from the snapshots' (the snapshot gate reads those only).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ ELO_K = 32.0  # the rating change of a game the winner was expected to lose even
 ELO_START = 1000.0  # the initial policy's rating and the learner's at the start
 LEARNER = -1  # who plays a seat (slot field ``seat_player``): the learner, else a snapshot id
 # (a population's: -1 - p is live policy p)
+RANDOM_PLAYER = 1 << 62  # who plays a seat: the uniform random player (--pool-random)
 OPPONENT_SEED = 7727  # an actor's opponents sample with generator seed: first env seed + this
 
 
@@ -96,6 +101,11 @@ class OpponentPool:
         self.totals = [{"games": 0, "wins": 0, "draws": 0} for _ in range(P)]  # vs snapshots
         self.live_games = [0] * P  # games a policy played against another live one
         self.windows: list[list[float]] = [[] for _ in range(P)]  # scores since a metrics row
+        # --pool-random: the random player's rating, and each policy's games and wins against it
+        self.random_share = cfg.pool_random
+        self.random_rating = ELO_START
+        self.random_games, self.random_wins = [0] * P, [0] * P
+        self.random_windows: list[list[float]] = [[] for _ in range(P)]
         self.lock = threading.Lock()
 
     # a run of one policy: its learner's figures, under the names they always had
@@ -148,6 +158,14 @@ class OpponentPool:
                         r = self.learner_ratings
                         r[p], r[q] = elo_update(r[p], r[q], score)
                         continue
+                    if opponent == RANDOM_PLAYER:  # rated, counted apart from the snapshots
+                        self.learner_ratings[p], self.random_rating = elo_update(
+                            self.learner_ratings[p], self.random_rating, score
+                        )
+                        self.random_games[p] += 1
+                        self.random_wins[p] += score == 1.0
+                        self.random_windows[p].append(score)
+                        continue
                     b = where.get(opponent)
                     if b is not None:  # a snapshot that left the pool meanwhile keeps no rating
                         self.learner_ratings[p], self.ratings[b] = elo_update(
@@ -184,6 +202,15 @@ class OpponentPool:
         with self.lock:
             scores, self.windows[policy] = self.windows[policy], []
             held = [r for i, r in zip(self.ids, self.ratings, strict=True) if i != LEARNER]
+            extra = {}
+            if self.random_share > 0:
+                vs_random, self.random_windows[policy] = self.random_windows[policy], []
+                extra = {
+                    "pool/random_win_rate": sum(s == 1.0 for s in vs_random) / len(vs_random)
+                    if vs_random
+                    else math.nan,
+                    "pool/random_elo": self.random_rating,
+                }
             return {
                 "pool/win_rate": sum(s == 1.0 for s in scores) / len(scores)
                 if scores
@@ -192,6 +219,7 @@ class OpponentPool:
                 "pool/learner_elo": self.learner_ratings[policy],
                 "pool/mean_elo": float(np.mean(held)) if held else math.nan,
                 "pool/size": len(held),
+                **extra,
             }
 
     def summary(self) -> dict[str, Any]:
@@ -208,6 +236,11 @@ class OpponentPool:
             "pool_snapshots": self.next_id,
             "pool_elo": {str(i): r for i, r in sorted(held)},
         }
+        if self.random_share > 0:  # the training games against the random player
+            n = sum(self.random_games)
+            out["pool_random_games"] = n
+            out["pool_random_win_rate"] = sum(self.random_wins) / n if n else math.nan
+            out["pool_random_elo"] = self.random_rating
         return out
 
     def origins_by_id(self) -> dict[str, int]:
@@ -243,6 +276,9 @@ class OpponentPool:
                 "games": list(self.games_of),
                 "totals": [dict(t) for t in self.totals],
                 "live_games": list(self.live_games),
+                "random_rating": self.random_rating,
+                "random_games": list(self.random_games),
+                "random_wins": list(self.random_wins),
             }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -272,18 +308,27 @@ class OpponentPool:
         self.games_of = [int(g) for g in state["games"]]
         self.totals = [{k: int(v) for k, v in t.items()} for t in state["totals"]]
         self.live_games = [int(n) for n in state["live_games"]]
+        if "random_rating" in state:  # saved before --pool-random: no games against it
+            self.random_rating = float(state["random_rating"])
+            self.random_games = [int(n) for n in state["random_games"]]
+            self.random_wins = [int(n) for n in state["random_wins"]]
 
 
 class Opponents:
     """An actor's frozen snapshots: a network per snapshot its games play, copied from the
     pool's store when a game draws it (and dropped once no game plays it), that acts for the
-    snapshot's seats with a generator of its own."""
+    snapshot's seats with a generator of its own; and the random player (``RANDOM_PLAYER``),
+    uniform over each row's legal moves (the observation's last ``actions`` entries), with a
+    numpy generator of its own."""
 
-    def __init__(self, make: Any, store: PoolStore, seed: int):
-        """``make()``: a frozen acting network and its flat view (runtime.actor.frozen_net)."""
-        self.make, self.store = make, store
+    def __init__(self, make: Any, store: PoolStore, seed: int, actions: int = 0):
+        """``make()``: a frozen acting network and its flat view (runtime.actor.frozen_net);
+        ``actions``: the game's actions, whose mask ends each observation (the random
+        player's)."""
+        self.make, self.store, self.actions = make, store, actions
         self.nets: dict[int, tuple[Any, FlatParams]] = {}
         self.generator = torch.Generator().manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
 
     def ids(self) -> np.ndarray:
         """The snapshots in the pool now."""
@@ -292,7 +337,7 @@ class Opponents:
 
     def load(self, sid: int) -> bool:
         """Hold snapshot ``sid``; False if the pool no longer has it (draw again)."""
-        if sid in self.nets:
+        if sid in self.nets or sid == RANDOM_PLAYER:
             return True
         net = self.make()
         if not self.store.read(sid, net[1].read_from):
@@ -302,7 +347,7 @@ class Opponents:
 
     def keep(self, playing: np.ndarray) -> None:
         """Drop the snapshots no game plays any more."""
-        for sid in set(self.nets) - {int(s) for s in playing}:
+        for sid in set(self.nets) - {int(s) for s in playing if s != RANDOM_PLAYER}:
             del self.nets[sid]
 
     @torch.no_grad()
@@ -310,6 +355,11 @@ class Opponents:
         """The actions of the snapshots' ``rows`` into ``actions``, one forward per snapshot."""
         for sid in np.unique(player[rows]):
             mine = rows[player[rows] == sid]
+            if sid == RANDOM_PLAYER:
+                for r in mine:
+                    legal = np.flatnonzero(obs[r, -self.actions :].numpy() > 0)
+                    actions[r] = int(self.rng.choice(legal))
+                continue
             action, _ = self.nets[int(sid)][0].act(obs[mine], generator=self.generator)
             actions[mine] = action.numpy()
 
@@ -322,12 +372,15 @@ class Opponents:
             params.append(torch.from_numpy(vector))
         return {
             "opponent_generator": self.generator.get_state(),
+            "opponent_rng": self.rng.bit_generator.state,
             "opponent_ids": ids,
             "opponent_params": params,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.generator.set_state(state["opponent_generator"])
+        if "opponent_rng" in state:  # saved before the random player
+            self.rng.bit_generator.state = state["opponent_rng"]
         self.nets = {}
         for sid, params in zip(state["opponent_ids"], state["opponent_params"], strict=True):
             net = self.make()

@@ -166,16 +166,18 @@ PRESETS: dict[str, dict[str, Any]] = {
     "atari": _ATARI,
     "pixels": dict(_ATARI),
     # two-player turn-based games (PettingZoo, action masks): self-play against a pool of 64
-    # snapshots of the learner, one every 5 updates; in async, an actor's next rollout waits
-    # for the learner to take its last (a lag of 1-2 versions). The budget counts the
-    # learner's moves, about half of the game's: 100k is about 200k moves. Screened on connect
-    # four (docs, Guides: multi-agent; Guides: presets).
+    # snapshots of the learner, one every 5 updates, and a uniform random player in a quarter
+    # of the games; in async, an actor's next rollout waits for the learner to take its last
+    # (a lag of 1-2 versions). The budget counts the learner's moves, about half of the
+    # game's: 100k is about 200k moves. Screened on connect four (docs, Guides: multi-agent;
+    # Guides: presets).
     "game": _family(
         gamma=0.8,
         ent_coef=0.01,
         opponents="pool",
         pool_size=64,
         snapshot_every=5,
+        pool_random=0.25,
         max_batches_waiting=0,
         total_steps=100_000,
     ),
