@@ -190,9 +190,8 @@ def test_opponents_change_only_at_game_starts_and_the_learner_owns_only_its_seat
     records (who played each seat at each step), every game has one learner seat and one
     snapshot, both changing only where every seat of the game has ended; the learner's slot
     marks its own seats' moves and no other; only the learner's seats report episodes. With
-    ``--pool-random 0.5`` the random player is one more opponent, held the same way, in
-    about half the games, and it never makes an illegal move (connect four would end the game
-    with the mover's loss, which would then show as a learner's win)."""
+    ``--pool-random 0.5`` the random player is one more opponent, held the same way, drawn
+    in about half the games (its moves' legality: the test below)."""
     K, T = 8, 48
     cfg = resolve(
         TrainConfig(

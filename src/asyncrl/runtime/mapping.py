@@ -248,29 +248,32 @@ class PoolSeats(PerGame, SharedSeats):
         self._draw(np.arange(rows // agents))
 
     def _draw(self, games: np.ndarray) -> None:
-        others = self.policies - 1  # the live opponents a learning seat may meet
         for g in games:
             seat = int(self.rng.integers(self.agents))
             learner = int(self.rng.integers(self.policies))  # one policy: no draw is made
             # --pool-random: the random player in a share of the games (no draw without it)
-            chance = self.random_share > 0 and self.rng.random() < self.random_share
-            while not chance:  # a snapshot replaced between the look and the copy: draw again
-                ids = self.opponents.ids()
-                k = int(self.rng.integers(others + ids.size))
-                if k < others:  # the k-th live policy but the learner
-                    opponent = -1 - (k + (k >= learner))
-                    break
-                opponent = int(ids[k - others])
-                if self.opponents.load(opponent):
-                    break
-            if chance:
+            if self.random_share > 0 and self.rng.random() < self.random_share:
                 opponent = RANDOM_PLAYER
+            else:
+                opponent = self._opponent(learner)
             first = int(g) * self.agents
             self.player[first : first + self.agents] = opponent
             self.player[first + seat] = -1 - learner
             self.finished[first : first + self.agents] = False
         self._seated()
         self.opponents.keep(self.player[self.player >= 0])
+
+    def _opponent(self, learner: int) -> int:
+        """Live policy ``learner``'s opponent, uniform among the other live policies and the
+        pool's snapshots (a snapshot is copied as it is drawn)."""
+        others = self.policies - 1  # the live opponents a learning seat may meet
+        while True:  # a snapshot replaced between the look and the copy: draw again
+            ids = self.opponents.ids()
+            k = int(self.rng.integers(others + ids.size))
+            if k < others:  # the k-th live policy but the learner
+                return -1 - (k + (k >= learner))
+            if self.opponents.load(int(ids[k - others])):
+                return int(ids[k - others])
 
     def _seated(self) -> None:
         """What follows from ``player`` until the next draw: the policy of each live seat (a

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from asyncrl.envs.pettingzoo import legal
 from asyncrl.nets import FlatParams
 from asyncrl.runtime.transport import PoolStore
 
@@ -43,6 +44,11 @@ LEARNER = -1  # who plays a seat (slot field ``seat_player``): the learner, else
 # (a population's: -1 - p is live policy p)
 RANDOM_PLAYER = 1 << 62  # who plays a seat: the uniform random player (--pool-random)
 OPPONENT_SEED = 7727  # an actor's opponents sample with generator seed: first env seed + this
+
+
+def _win_rate(scores: list[float]) -> float:
+    """The share of ``scores`` that are wins (NaN for none)."""
+    return sum(s == 1.0 for s in scores) / len(scores) if scores else math.nan
 
 
 def elo_expected(rating: float, other: float) -> float:
@@ -206,15 +212,11 @@ class OpponentPool:
             if self.random_share > 0:
                 vs_random, self.random_windows[policy] = self.random_windows[policy], []
                 extra = {
-                    "pool/random_win_rate": sum(s == 1.0 for s in vs_random) / len(vs_random)
-                    if vs_random
-                    else math.nan,
+                    "pool/random_win_rate": _win_rate(vs_random),
                     "pool/random_elo": self.random_rating,
                 }
             return {
-                "pool/win_rate": sum(s == 1.0 for s in scores) / len(scores)
-                if scores
-                else math.nan,
+                "pool/win_rate": _win_rate(scores),
                 "pool/games": len(scores),
                 "pool/learner_elo": self.learner_ratings[policy],
                 "pool/mean_elo": float(np.mean(held)) if held else math.nan,
@@ -321,7 +323,7 @@ class Opponents:
     uniform over each row's legal moves (the observation's last ``actions`` entries), with a
     numpy generator of its own."""
 
-    def __init__(self, make: Any, store: PoolStore, seed: int, actions: int = 0):
+    def __init__(self, make: Any, store: PoolStore, seed: int, actions: int):
         """``make()``: a frozen acting network and its flat view (runtime.actor.frozen_net);
         ``actions``: the game's actions, whose mask ends each observation (the random
         player's)."""
@@ -337,7 +339,7 @@ class Opponents:
 
     def load(self, sid: int) -> bool:
         """Hold snapshot ``sid``; False if the pool no longer has it (draw again)."""
-        if sid in self.nets or sid == RANDOM_PLAYER:
+        if sid in self.nets:
             return True
         net = self.make()
         if not self.store.read(sid, net[1].read_from):
@@ -347,7 +349,7 @@ class Opponents:
 
     def keep(self, playing: np.ndarray) -> None:
         """Drop the snapshots no game plays any more."""
-        for sid in set(self.nets) - {int(s) for s in playing if s != RANDOM_PLAYER}:
+        for sid in set(self.nets) - {int(s) for s in playing}:
             del self.nets[sid]
 
     @torch.no_grad()
@@ -357,8 +359,7 @@ class Opponents:
             mine = rows[player[rows] == sid]
             if sid == RANDOM_PLAYER:
                 for r in mine:
-                    legal = np.flatnonzero(obs[r, -self.actions :].numpy() > 0)
-                    actions[r] = int(self.rng.choice(legal))
+                    actions[r] = int(self.rng.choice(legal(obs[r].numpy(), self.actions)))
                 continue
             action, _ = self.nets[int(sid)][0].act(obs[mine], generator=self.generator)
             actions[mine] = action.numpy()
