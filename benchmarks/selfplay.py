@@ -1,27 +1,31 @@
-"""Connect four by parameter-shared self-play (PPO, the generic preset, no flag but the env, the
-budget and the seed): the policy's win rate against a uniform random player as a function of
-env steps, in sync and async mode (docs: Guides, multi-agent). ``--preset game`` takes the
-game preset's values instead (with ``--opponents pool``, its own opponents; the budget then
-counts the learner's moves).
+"""Connect four by self-play, as a user runs it (PPO, no flag but the env, the mode and the seed:
+the game preset's pool of past selves and random player, 100k of the learner's moves): the
+greedy policy's win rate against the uniform random player and against connect four's
+look-ahead player (win if it can, block if it must) as a function of env steps and of
+wall-clock, sync and async, 3 seeds; with ``--baseline``, beside SB3-contrib's MaskablePPO at
+the settings of PettingZoo's own SB3 connect-four tutorial, run on the same machine for as many
+moves (benchmarks/baselines/sb3_maskable_c4.py, the SB3 venv: benchmarks/baselines/setup.sh
+sb3), its checkpoints judged by the same games (docs: Guides, multi-agent).
 
-    python benchmarks/selfplay.py                       # seed 1, sync and async, 200k steps
-    python benchmarks/selfplay.py --seeds 1 2 3 --modes sync
-    python benchmarks/selfplay.py --opponents self pool  # beside the opponent pool
+    python benchmarks/selfplay.py --baseline               # seeds 1-3, sync and async, + SB3
+    python benchmarks/selfplay.py --seeds 1 --modes sync   # one run
+    python benchmarks/selfplay.py --preset generic --opponents self --steps 200000
     python benchmarks/selfplay.py --throughput --steps 50000 --rounds 3   # agent steps/s
 
-With ``--opponents pool`` (snapshots of past selves, the pool's defaults) the budget and the
-marks count the learner's moves only, about half of all moves (shared self-play counts both
-seats').
+Env steps are moves, both players' (a turn-based game steps once per move). With the pool the
+learner makes one move of each two of its games (the other seat is an opponent's), and its
+budget and checkpoints count its own moves: the tables give twice those, moves in all, so that
+100k of the learner's moves stand beside MaskablePPO's 200k steps (its one model makes every
+move, both seats'). Shared self-play (``--opponents self``) counts every move already.
 
-Each run keeps a checkpoint every --checkpoint-seconds; afterwards each checkpoint's greedy
-policy plays 200 games against the random player (half as first player, half as second, game i
-seeded 10,000 + i), and the table gives the first checkpoint at or past each budget mark. Wall
-time and agent steps per second are the run's summary's (every move is one agent step; in a
-turn-based game, one env step). Throughput depends on what else the machine runs: say so with
-the figures.
-
-The baseline beside it, SB3-contrib's MaskablePPO at the settings of PettingZoo's SB3 connect-four
-tutorial, judged by the same games: benchmarks/baselines/sb3_maskable_c4.py (its own venv).
+Each run keeps a checkpoint every --checkpoint-seconds (its training wall time stored with it);
+afterwards each checkpoint's greedy policy plays --games games against each player (half as
+first player, half as second, game i seeded 10,000 + i). Printed: each run's curve, then the
+means over seeds at each mark of moves (the first checkpoint at or past it) and of wall seconds
+(the last checkpoint at or before it), with the mean of where those checkpoints lie. Wall
+times are training only (the games come after) and depend on what else the machine runs: say
+so with the figures. ``--out DIR`` keeps the run
+directories and writes ``curves.json`` there.
 
 ``--throughput`` measures agent steps per second instead: the game's runs (PPO, the generic
 preset: 2 actors x 8 seats, 4 games each) beside runs of a single-agent env of the same cost per
@@ -43,19 +47,99 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
 import asyncrl
 
 ENV = "pettingzoo:pettingzoo.classic.connect_four_v3"
 
 
-def curve(run_dir: Path, games: int) -> list[tuple[int, float, float, float]]:
-    """(env steps, win, draw, loss) of every checkpoint of the run, in order."""
+OPPONENTS = ("random", "lookahead")
+
+
+def curve(run_dir: Path, games: int, per_move: int) -> list[dict]:
+    """Every checkpoint of the run, in order: its moves in all (``per_move`` times the steps it
+    counts: 2 where the budget counts the learner's moves), its training wall seconds and its
+    greedy policy's rates against each of OPPONENTS."""
     out = []
     for path in sorted(run_dir.glob("checkpoint-*.pt")):
         policy = asyncrl.load(run_dir, checkpoint=path.name)
-        r = policy.play_vs_random(games)
-        out.append((policy.env_steps, r["win"], r["draw"], r["loss"]))
+        wall = torch.load(path, map_location="cpu", weights_only=False)["wall_seconds"]
+        point = {"moves": policy.env_steps * per_move, "wall_s": round(wall, 1)}
+        for opponent in OPPONENTS:
+            point[opponent] = policy.play_vs(opponent, games, seed=10_000)
+        out.append(point)
     return out
+
+
+def sb3_python() -> Path:
+    """The SB3 venv's interpreter, or exit naming the command that makes it."""
+    python = HERE / ".venvs" / "sb3" / "bin" / "python"
+    if not python.exists():
+        sys.exit(f"--baseline: {python} missing; run: bash benchmarks/baselines/setup.sh sb3")
+    return python
+
+
+def baseline(seed: int, moves: int, games: int, out: Path) -> list[dict]:
+    """MaskablePPO's checkpoints (every 12.5k steps and the last) in the SB3 venv, each line its
+    moves, training wall seconds and rates, judged by asyncrl's play_vs."""
+    python = sb3_python()
+    src = str(Path(asyncrl.__file__).resolve().parents[1])
+    cmd = [str(python), str(HERE / "baselines" / "sb3_maskable_c4.py"), "--seed", str(seed)]
+    cmd += ["--steps", str(moves), "--every", "12500", "--games", str(games), "--out", str(out)]
+    done = subprocess.run(
+        cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": src}
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    keys = ("steps", "wall_s", *OPPONENTS)
+    return [dict(zip(("moves", *keys[1:]), (x[k] for k in keys), strict=True)) for x in lines]
+
+
+def at_moves(points: list[dict], mark: int) -> dict | None:
+    """The first checkpoint at or past ``mark`` moves."""
+    return next((p for p in points if p["moves"] >= mark), None)
+
+
+def at_seconds(points: list[dict], mark: float) -> dict | None:
+    """The last checkpoint at or before ``mark`` training seconds."""
+    before = [p for p in points if p["wall_s"] <= mark]
+    return before[-1] if before else None
+
+
+def cell(points: list[dict | None], where: str) -> str:
+    """Mean win rates against random / look-ahead over the seeds' checkpoints, and the mean of
+    where they lie (``where``: moves, in thousands, or wall_s)."""
+    if any(p is None for p in points):
+        return "-"
+    rnd = statistics.mean(p["random"]["win"] for p in points)
+    look = statistics.mean(p["lookahead"]["win"] for p in points)
+    at = statistics.mean(p[where] for p in points)
+    lies = f"{at / 1000:.0f}k" if where == "moves" else f"{at:.0f} s"
+    return f"{rnd:.3f} / {look:.3f} ({lies})"
+
+
+def tables(runs: dict[tuple[str, str, int], list[dict]], moves: list[int], seconds: list[float]):
+    """Each run's curve, then the means over seeds at each mark of moves and of seconds."""
+    for (impl, mode, seed), points in runs.items():
+        print(f"\n{impl}, {mode}, seed {seed}: moves, training s, win vs random, vs look-ahead")
+        for p in points:
+            print(f"  {p['moves']:>8,} {p['wall_s']:>7.1f} s  {p['random']['win']:.3f}"
+                  f"  {p['lookahead']['win']:.3f}")  # fmt: skip
+    groups: dict[tuple[str, str], list[list[dict]]] = {}
+    for (impl, mode, _), points in runs.items():
+        groups.setdefault((impl, mode), []).append(points)
+    for name, marks, pick, unit, where in (
+        ("moves", moves, at_moves, lambda m: f"{m:,} moves", "moves"),
+        ("seconds", seconds, at_seconds, lambda m: f"{m:g} s", "wall_s"),
+    ):
+        print(f"\nMean over seeds, win rate vs random / vs look-ahead, at equal {name} "
+              f"({'first checkpoint at or past' if name == 'moves' else 'last checkpoint by'} "
+              "each mark):")  # fmt: skip
+        print("| impl | mode | seeds | " + " | ".join(unit(m) for m in marks) + " |")
+        print("|---|---|---:|" + "---|" * len(marks))
+        for (impl, mode), curves in groups.items():
+            cells = [cell([pick(c, m) for c in curves], where) for m in marks]
+            print(f"| {impl} | {mode} | {len(curves)} | " + " | ".join(cells) + " |")
 
 
 HERE = Path(__file__).resolve().parent
@@ -106,14 +190,22 @@ def throughput(args: argparse.Namespace, root: Path, cases: dict = THROUGHPUT_CA
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=200_000)
-    ap.add_argument("--marks", type=int, nargs="+", default=[50_000, 100_000, 200_000])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1])
+    ap.add_argument("--steps", type=int, default=None,
+                    help="the budget as the run counts it (default: the preset's)")  # fmt: skip
+    ap.add_argument("--marks", type=int, nargs="+", default=[25_000, 50_000, 100_000, 200_000],
+                    help="moves (both players')")  # fmt: skip
+    ap.add_argument("--seconds", type=float, nargs="+", default=[10, 20, 40, 60, 150],
+                    help="training wall seconds")  # fmt: skip
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--modes", nargs="+", default=["sync", "async"])
     ap.add_argument("--games", type=int, default=200)
-    ap.add_argument("--opponents", nargs="+", default=["self"], choices=["self", "pool"])
-    ap.add_argument("--preset", default="generic", choices=["generic", "game"])
-    ap.add_argument("--checkpoint-seconds", type=float, default=10.0)
+    ap.add_argument("--opponents", default=None, choices=["self", "pool"],
+                    help="default: the preset's (the game preset: pool)")  # fmt: skip
+    ap.add_argument("--preset", default=None, choices=["generic", "game"],
+                    help="default: none given, as a user runs it (auto: game)")  # fmt: skip
+    ap.add_argument("--baseline", action="store_true",
+                    help="also MaskablePPO (SB3 venv), as many moves, same seeds")  # fmt: skip
+    ap.add_argument("--checkpoint-seconds", type=float, default=2.5)
     ap.add_argument("--out", default=None, help="run directories here (default: a temp dir)")
     ap.add_argument("--throughput", action="store_true", help="agent steps/s (see above)")
     ap.add_argument("--rounds", type=int, default=3, help="--throughput: runs of each case")
@@ -122,36 +214,45 @@ def main() -> None:
     if args.throughput:
         throughput(args, root)
         return
-    print("| opponents | mode | seed | " + " | ".join(f"win at {m:,}" for m in args.marks)
-          + " | wall s | agent steps/s |")  # fmt: skip
-    print("|---" * (len(args.marks) + 5) + "|")
-    for opponents, mode, seed in itertools.product(args.opponents, args.modes, args.seeds):
-        run_dir = root / f"{opponents}-{mode}-{seed}"
+    if args.baseline:
+        sb3_python()  # before any run
+    given = {k: v for k, v in (("preset", args.preset), ("opponents", args.opponents)) if v}
+    if args.steps:
+        given["total_steps"] = args.steps
+    runs: dict[tuple[str, str, int], list[dict]] = {}
+    budget_moves = 0
+    for mode, seed in itertools.product(args.modes, args.seeds):
+        run_dir = root / f"asyncrl-{mode}-{seed}"
         result = asyncrl.train(
             ENV,
-            total_steps=args.steps,
             mode=mode,
             seed=seed,
-            preset=args.preset,
-            opponents=opponents,
             run_dir=str(run_dir),
             checkpoint_every=args.checkpoint_seconds,
             keep_checkpoints=1000,
             progress=False,
+            overwrite=True,
+            **given,
         )
-        points = curve(run_dir, args.games)
-        wins = []
-        for mark in args.marks:
-            at = next((p for p in points if p[0] >= mark), None)
-            wins.append("-" if at is None else f"{at[1]:.3f} ({at[0]:,})")
         s = result.summary
-        print(
-            f"| {opponents} | {mode} | {seed} | "
-            + " | ".join(wins)
-            + f" | {s['wall_seconds']:.0f} | "
-            f"{s['env_steps_per_second_overall']:.0f} |",
-            flush=True,
-        )
+        per_move = 2 if s.get("opponents") == "pool" else 1
+        budget_moves = max(budget_moves, s["env_steps"] * per_move)
+        runs[("asyncrl", mode, seed)] = curve(run_dir, args.games, per_move)
+        print(f"asyncrl {mode} seed {seed}: {s['env_steps']:,} steps as counted, "
+              f"{s['wall_seconds']:.0f} s, vs random {s['win_rate_vs_random']:.3f}, "
+              f"vs look-ahead {s['win_rate_vs_lookahead']:.3f}", flush=True)  # fmt: skip
+    if args.baseline:
+        moves = max(args.marks[-1], budget_moves)
+        for seed in args.seeds:
+            points = baseline(seed, moves, args.games, root / f"maskableppo-{seed}")
+            runs[("MaskablePPO", "-", seed)] = points
+            print(f"MaskablePPO seed {seed}: {points[-1]['moves']:,} moves, "
+                  f"{points[-1]['wall_s']:.0f} s", flush=True)  # fmt: skip
+    (root / "curves.json").write_text(
+        json.dumps([dict(impl=i, mode=m, seed=s, points=p) for (i, m, s), p in runs.items()])
+    )
+    tables(runs, args.marks, args.seconds)
+    print(f"\nrun directories and curves.json: {root}")
 
 
 if __name__ == "__main__":
