@@ -11,9 +11,11 @@ Parts:
        over half the budget, learning from 10k, plain (not double) DQN, gradient norm clipped
        at 10 as SB3 does): SB3's DQN (its own venv, benchmarks/baselines/setup.sh sb3; its loss
        is Huber, asyncrl's CleanRL's squared error) and asyncrl in DQN's default mode and
-       backend (async, process; rollouts of 1), with --mode sync (process, the default
-       backend) and sync on the inline backend, their rollout derived (10: what rollouts of 1
-       compute, bit for bit), and sync with --rollout 1 given (the rollout before it derived).
+       backend (async, process), with --mode sync (process, the default backend) and sync on
+       the inline backend, their rollout derived (10, the env steps between gradient steps:
+       in sync what rollouts of 1 compute, bit for bit; in async one hand-over per gradient
+       step), and each mode on the process backend with --rollout 1 given (the rollout before
+       it derived).
        Then asyncrl's own layout at the same settings (network, lr, batch, ratio, budget): the
        actors, envs per actor and rollout its CartPole preset gives (2 x 4 envs; async
        rollouts of 4, sync 1). Target: asyncrl >= 5x SB3 in the default mode and in sync.
@@ -49,12 +51,13 @@ from asyncrl.settings import TrainConfig, resolve  # noqa: E402
 DQN_WARMUP = 10_000
 # name -> changes to CleanRL's settings (None: unset, as the preset and derivations give it):
 # the default command's mode first, then --mode sync's (process, the default backend), sync in
-# one process, sync with rollouts of 1 given; then asyncrl's own layout in both modes
+# one process, each mode with rollouts of 1 given; then asyncrl's own layout in both modes
 UNSET = dict(actors=None, envs_per_actor=None, rollout=None)
 DQN_MODES: dict[str, dict] = {
-    "async/process": dict(mode="async", backend="process"),
+    "async/process": dict(mode="async", backend="process", rollout=None),
     "sync/process": dict(mode="sync", backend="process", rollout=None),
     "sync/inline": dict(mode="sync", backend="inline", rollout=None),
+    "async/process r1": dict(mode="async", backend="process"),
     "sync/process r1": dict(mode="sync", backend="process"),
     "layout async/process": dict(mode="async", backend="process", **UNSET),
     "layout sync/process": dict(mode="sync", backend="process", **UNSET),

@@ -14,6 +14,7 @@ from asyncrl.envs import env_family
 from asyncrl.settings import (
     PRESET_FIELDS,
     PRESETS,
+    TUNED,
     TrainConfig,
     from_dict,
     load_run_config,
@@ -303,7 +304,8 @@ def test_sync_dqn_with_one_env_derives_the_rollout_that_computes_what_single_ste
     """CleanRL's dqn.py settings (1 env, a gradient step per 10 env steps, learning from 10k,
     10k + 50k steps): every update falls due at a 10th step, so sync rollouts of 10 compute
     what rollouts of 1 do (tests/runtime/test_dqn_pipeline.py checks the bits); where the
-    updates do not fall at a rollout's end, the rollout stays 1."""
+    updates do not fall at a rollout's end, the rollout stays 1. Async with 1-step returns
+    takes it as its least rollout: one hand-over per gradient step."""
     cleanrl = dict(
         algo="dqn", env="CartPole-v1", mode="sync", actors=1, envs_per_actor=1,
         replay_ratio=0.1, learning_starts=10_000, total_steps=60_000,
@@ -317,11 +319,20 @@ def test_sync_dqn_with_one_env_derives_the_rollout_that_computes_what_single_ste
         (dict(total_steps=60_005), 5),  # the last rollout would overrun the budget
         (dict(replay_ratio=0.3), 1),  # updates at steps 3, 6, 10, ...: no common period
         (dict(actors=2), 1),  # two actors' rollouts enter the replay in another order
-        (dict(mode="async"), 4),  # async: the tuned value
+        (dict(mode="async"), 4),  # async: the tuned value (its tuned 3-step returns)
+        (dict(mode="async", n_step=1), 10),  # 1-step returns: a hand-over per gradient step
+        (dict(mode="async", n_step=1, replay_ratio=0.5), 4),  # at least the tuned value
     ):
         assert resolve(TrainConfig(**{**cleanrl, **other}), "classic").rollout == rollout, other
     given = resolve(TrainConfig(**cleanrl, rollout=1), "classic")
     assert given.rollout == 1  # a rollout given is kept
+    # every value the preset fills given but the rollout: the line names what was derived only
+    names = {*PRESETS["classic"]["dqn"], *TUNED["classic"]["dqn"][1]} - {"rollout", *cleanrl}
+    every = TrainConfig(**cleanrl, **{n: getattr(cfg, n) for n in names})
+    assert preset_line(every, resolve(every, "classic")) == (
+        "asyncrl: preset classic (auto: CartPole-v1) for dqn: derived to agree with the others: "
+        "rollout 10"
+    )
 
 
 def test_a_setting_given_wins_even_when_it_equals_another_presets_value():

@@ -653,19 +653,20 @@ def preset_line(
     def values(names: list[str]) -> str:
         return ", ".join(f"{name} {_shown(name, resolved)}" for name in names)
 
-    line = f"asyncrl: preset {resolved.preset}{why} for {algo_name}: "
-    line += values([n for n in filled if n not in tuned])
-    if any(n in tuned for n in filled):
-        line += f"; tuned on {env}: " + values([n for n in filled if n in tuned])
+    plain, by_env = [n for n in filled if n not in tuned], [n for n in filled if n in tuned]
+    parts = [values(plain)] if plain else []  # each part only where it names a value
+    if by_env:
+        parts.append(f"tuned on {env}: " + values(by_env))
     if by_switch:  # e.g. --recurrent lstm's rate and sequences
-        line += f"; for {switch}: " + values([n for n in made_to_agree if n in by_switch])
+        parts.append(f"for {switch}: " + values([n for n in made_to_agree if n in by_switch]))
     agreeing = [n for n in made_to_agree if n not in by_switch]
     if agreeing:  # e.g. a minibatch of whole recurrent sequences
         whole = f" (whole games of {agents} agents)" if agents > 1 else ""
-        line += "; derived to agree with the others: " + ", ".join(
-            values([n]) + (whole if n == "envs_per_actor" else "") for n in agreeing
+        parts.append(
+            "derived to agree with the others: "
+            + ", ".join(values([n]) + (whole if n == "envs_per_actor" else "") for n in agreeing)
         )
-    return line
+    return f"asyncrl: preset {resolved.preset}{why} for {algo_name}: " + "; ".join(parts)
 
 
 ASYNC_ONLY = ("max_batches_waiting",)  # settings a sync run does not read

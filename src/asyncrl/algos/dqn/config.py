@@ -135,8 +135,9 @@ TUNED: dict[str, tuple[str, dict[str, Any]]] = {
 def agree(cfg: Settings, filled: frozenset[str]) -> dict[str, Any]:
     """Values in ``filled`` (a preset's, not the user's) that would contradict a setting given:
     a Hogwild! worker (whose loop is sync) steps with rollouts of 1; sync DQN with 1-step
-    returns and rollouts as long as computes what rollouts of 1 do (:func:`sync_rollout`);
-    a transition's return sums steps of one rollout."""
+    returns and rollouts as long as computes what rollouts of 1 do (:func:`update_rollout`);
+    async DQN with 1-step returns at least that long (one hand-over per gradient step, not one
+    per env step); a transition's return sums steps of one rollout."""
     out: dict[str, Any] = {}
     rollout, sync = cfg.rollout, cfg.mode == "sync" and not cfg.hogwild
     # sync: n-step returns filled would change with the rollout derived (n_step 1 below)
@@ -144,16 +145,21 @@ def agree(cfg: Settings, filled: frozenset[str]) -> dict[str, Any]:
     if "rollout" in filled and cfg.hogwild and rollout != 1:
         out["rollout"] = rollout = 1
     elif "rollout" in filled and sync:
-        steps = sync_rollout(cfg) if n_step == 1 else 1
+        steps = update_rollout(cfg) if n_step == 1 else 1
         if rollout != steps:
+            out["rollout"] = rollout = steps
+    elif "rollout" in filled and not cfg.hogwild and n_step == 1:
+        steps = update_rollout(cfg)
+        if rollout < steps:
             out["rollout"] = rollout = steps
     if "n_step" in filled and min(n_step, rollout) != cfg.n_step:
         out["n_step"] = min(n_step, rollout)
     return out
 
 
-def sync_rollout(cfg: Settings) -> int:
-    """The longest sync rollout that computes exactly what rollouts of one step do: with one
+def update_rollout(cfg: Settings) -> int:
+    """The longest rollout that in sync mode computes exactly what rollouts of one step do
+    (async takes it as its least: a hand-over per gradient step, not per env step): with one
     actor and one policy, each gradient step falls due every P batched env steps (P = 1 /
     (replay_ratio x envs_per_actor), a whole number), the first one P steps after the warm-up;
     a rollout of T steps, T dividing P, the warm-up's steps and the budget's, ends exactly

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from asyncrl.envs import EnvSpec
 from asyncrl.nets import FlatEncoder, ImageEncoder
@@ -40,16 +41,19 @@ class QNetwork(nn.Module):
                 last = size
         self.head = nn.Sequential(*layers, nn.Linear(last, spec.n_actions))
         self.register_buffer("epsilon", torch.ones(()))
+        # per layer of the head, a Linear's live parameter dict (None: a ReLU), for _values
+        self._layers = [m._parameters if isinstance(m, nn.Linear) else None for m in self.head]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self._values(self.encoder(obs))
 
     def _values(self, x: torch.Tensor) -> torch.Tensor:
         x = x[:, : -self.n_mask] if self.n_mask else x
-        # each layer's forward called directly: the same ops without nn.Module's call machinery
-        # (no hooks are set here), a fifth of an actor's act on one observation (docs: DQN)
-        for layer in self.head:
-            x = layer.forward(x)
+        # the layers' own ops (linear, relu) called directly, the parameters read from each
+        # Linear's dict: the same ops and bits without nn.Module's call and attribute machinery
+        # (no hooks are set here), half of an actor's act on one observation (docs: DQN)
+        for params in self._layers:
+            x = torch.relu(x) if params is None else F.linear(x, params["weight"], params["bias"])
         return x
 
     def legal(self, obs: torch.Tensor) -> torch.Tensor | None:
