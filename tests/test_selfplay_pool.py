@@ -286,6 +286,10 @@ RUN = dict(
     epochs=1, progress=False, tensorboard=False, checkpoint_every=0, seed=3, opponents="pool",
     snapshot_every=2, pool_size=2, lr_schedule="constant", clip_schedule="constant",
 )  # fmt: skip
+# shared self-play: the pool's settings given to it are refused (test_pool_settings_...)
+SELF = {k: v for k, v in RUN.items() if k not in ("snapshot_every", "pool_size")} | dict(
+    opponents="self"
+)
 
 
 @pytest.mark.parametrize("opponents", ["pool", "self", "pool-random"])
@@ -298,7 +302,7 @@ def test_a_self_play_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(op
     the games (its draws and rating too)."""
     S = 256
     mixed = opponents == "pool-random"
-    run = dict(RUN, opponents="pool" if mixed else opponents, pool_random=0.5 if mixed else 0.0)
+    run = SELF if opponents == "self" else dict(RUN, pool_random=0.5 if mixed else 0.0)
     whole = asyncrl.train(C4, total_steps=2 * S, run_dir=str(tmp_path / "whole"), **run)
     asyncrl.train(C4, total_steps=S, run_dir=str(tmp_path / "halves"), **run)
     resumed = asyncrl.train(resume=tmp_path / "halves", total_steps=2 * S)
@@ -331,6 +335,11 @@ def test_a_self_play_run_resumed_ends_bit_for_bit_where_the_unbroken_one_ends(op
         ({"env": C4, "opponents": "pool", "snapshot_every": 0}, "snapshot_every:"),
         ({"env": C4, "opponents": "pool", "snapshot_win_rate": 1.5}, "snapshot_win_rate:"),
         ({"env": C4, "opponents": "league"}, "opponents:"),
+        # the pool's settings given to a run without one: refused, not ignored
+        ({"env": C4, "opponents": "self", "pool_random": 0.5}, "pool_random:"),
+        ({"env": C4, "opponents": "self", "pool_size": 4}, "pool_size:"),
+        ({"env": C4, "opponents": "self", "snapshot_win_rate": 0.6}, "snapshot_win_rate:"),
+        ({"env": "CartPole-v1", "snapshot_every": 3}, "snapshot_every:"),
         ({"env": C4, "opponents": "pool", "pool_random": 1.0}, "pool_random:"),
         ({"env": C4, "opponents": "pool", "pool_random": -0.1}, "pool_random:"),
         # the random player draws among the legal moves: an env without an action mask
@@ -348,6 +357,22 @@ def test_bad_pool_settings_are_refused_in_one_line_before_anything_starts(
         asyncrl.train(total_steps=64, run_dir=str(run_dir), progress=False, **settings)
     assert str(e.value).startswith(names) and "\n" not in str(e.value)
     assert not run_dir.exists()
+
+
+def test_a_saved_self_play_runs_config_starts_a_run_and_its_pool_values_are_not_refused(
+    tmp_path,
+):
+    """A game's preset fills the pool's settings whatever the opponents, so a shared self-play
+    run's config.yaml holds them (pool_size 64, pool_random 0.25): used as a template, those
+    are not values given against the run (the refusal above is for values that would differ),
+    and the run starts and ends."""
+    first = tmp_path / "first"
+    asyncrl.train(C4, total_steps=128, run_dir=str(first), **SELF)
+    saved = (first / "config.yaml").read_text()
+    assert "pool_size: 64" in saved and "pool_random: 0.25" in saved
+    again = asyncrl.train(config=first / "config.yaml", run_dir=str(tmp_path / "again"))
+    assert again.summary["env_steps"] >= 128 and "pool_games" not in again.summary
+    assert "opponents: self" in (tmp_path / "again" / "config.yaml").read_text()
 
 
 @pytest.mark.parametrize("backend, mode", [("process", "async"), ("thread", "async")])
@@ -418,7 +443,7 @@ def test_a_pool_runs_policy_is_evaluated_against_its_pools_snapshots(tmp_path, c
     assert all(0 <= p(row) < 7 for p in players)
 
     selfplay = tmp_path / "self"
-    asyncrl.train(C4, total_steps=256, run_dir=str(selfplay), **dict(RUN, opponents="self"))
+    asyncrl.train(C4, total_steps=256, run_dir=str(selfplay), **SELF)
     with pytest.raises(ConfigError) as e:
         evaluate(selfplay, episodes=4, opponent="pool")
     assert str(e.value).startswith("opponent: pool plays a run's past snapshots;")

@@ -266,6 +266,26 @@ def prepare_settings(given: TrainConfig) -> Prepared:
     )  # fmt: skip
 
 
+# the opponent pool's own settings: read only with --opponents pool
+POOL_SETTINGS = ("pool_size", "snapshot_every", "pool_random", "snapshot_win_rate")
+
+
+def refuse_unread_pool_settings(given: TrainConfig, cfg: TrainConfig) -> None:
+    """A pool's setting given to a run that plays no pool (``cfg``: ``given`` resolved) is
+    refused, not ignored. Only a value other than the one the run's preset fills counts as
+    given: a saved run's config.yaml holds the filled ones, and stays a template."""
+    if cfg.opponents == "pool":
+        return
+    for name in POOL_SETTINGS:
+        value = getattr(given, name)
+        if value is not None and value != unset_value(name, cfg.preset, cfg.algo):
+            raise ConfigError(
+                f"{name}: a setting of the opponent pool, which this run does not play "
+                f"(opponents {cfg.opponents}), so {format_value(value)} would change nothing; "
+                f"allowed: --opponents pool, or {name} left unset"
+            )
+
+
 def resolve_for_env(
     given: TrainConfig, algo: Algorithm | None = None
 ) -> tuple[TrainConfig, str, EnvSpec]:

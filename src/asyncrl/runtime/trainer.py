@@ -26,6 +26,7 @@ from asyncrl.settings import (
     check_resume,
     load_run_config,
     prepare_settings,
+    refuse_unread_pool_settings,
 )
 
 __all__ = ["Callback", "Interrupted", "Prepared", "prepare", "process_state_kept", "train"]
@@ -90,6 +91,8 @@ def train(
     one line says which and with what."""
     run = prepare(cfg)
     cfg, spec = run.cfg, run.spec
+    if not resume:  # a saved run resumes with what it started with
+        refuse_unread_pool_settings(run.given, cfg)
     if resume:  # before anything is made or written: a refused resume leaves all as it was
         if not cfg.run_dir:
             raise ConfigError("run_dir: a resumed run continues the run saved there; got none")
