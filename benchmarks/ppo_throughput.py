@@ -100,6 +100,19 @@ def run_baseline(
 ) -> dict | None:
     """One run of ``baselines/<script>`` in its venv: the JSON line it printed last, or None
     (said why) if the venv is missing or the script failed."""
+    lines = baseline_lines(venv, script, args, timeout)
+    return lines[-1] if lines else None
+
+
+def baseline_lines(
+    venv: str,
+    script: str,
+    args: list[str],
+    timeout: float | None = 1800,
+    env: dict[str, str] | None = None,
+) -> list[dict] | None:
+    """:func:`run_baseline`'s run (``env``: its environment, default this one's), every JSON
+    line it printed."""
     python = VENVS / venv / "bin" / "python"
     if not python.exists():
         print(f"  (skipped: {python} missing; run benchmarks/baselines/setup.sh)")
@@ -109,11 +122,12 @@ def run_baseline(
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
     if proc.returncode != 0:
         print(f"  ({script} failed:\n{proc.stderr[-2000:]})")
         return None
-    return json.loads([x for x in proc.stdout.splitlines() if x.startswith("{")][-1])
+    return [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
 
 
 def baseline(venv: str, script: str, args: list[str], repeats: int) -> dict | None:

@@ -47,9 +47,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 import asyncrl
+from asyncrl.rundir import load_checkpoint_at
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ppo_throughput import VENVS, baseline_lines  # noqa: E402
 
 ENV = "pettingzoo:pettingzoo.classic.connect_four_v3"
 
@@ -64,7 +66,7 @@ def curve(run_dir: Path, games: int, per_move: int) -> list[dict]:
     out = []
     for path in sorted(run_dir.glob("checkpoint-*.pt")):
         policy = asyncrl.load(run_dir, checkpoint=path.name)
-        wall = torch.load(path, map_location="cpu", weights_only=False)["wall_seconds"]
+        wall = load_checkpoint_at(path)["wall_seconds"]
         point = {"moves": policy.env_steps * per_move, "wall_s": round(wall, 1)}
         for opponent in OPPONENTS:
             point[opponent] = policy.play_vs(opponent, games, seed=10_000)
@@ -72,27 +74,18 @@ def curve(run_dir: Path, games: int, per_move: int) -> list[dict]:
     return out
 
 
-def sb3_python() -> Path:
-    """The SB3 venv's interpreter, or exit naming the command that makes it."""
-    python = HERE / ".venvs" / "sb3" / "bin" / "python"
-    if not python.exists():
-        sys.exit(f"--baseline: {python} missing; run: bash benchmarks/baselines/setup.sh sb3")
-    return python
-
-
 def baseline(seed: int, moves: int, games: int, out: Path) -> list[dict]:
-    """MaskablePPO's checkpoints (every 12.5k steps and the last) in the SB3 venv, each line its
-    moves, training wall seconds and rates, judged by asyncrl's play_vs."""
-    python = sb3_python()
+    """MaskablePPO's checkpoints (every 12.5k steps and the last) in the SB3 venv, each its
+    moves, training wall seconds and rates, judged by asyncrl's play_vs (asyncrl's source on
+    the venv's path)."""
+    args = ["--seed", str(seed), "--steps", str(moves), "--every", "12500"]
+    args += ["--games", str(games), "--out", str(out)]
     src = str(Path(asyncrl.__file__).resolve().parents[1])
-    cmd = [str(python), str(HERE / "baselines" / "sb3_maskable_c4.py"), "--seed", str(seed)]
-    cmd += ["--steps", str(moves), "--every", "12500", "--games", str(games), "--out", str(out)]
-    done = subprocess.run(
-        cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": src}
-    )
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    keys = ("steps", "wall_s", *OPPONENTS)
-    return [dict(zip(("moves", *keys[1:]), (x[k] for k in keys), strict=True)) for x in lines]
+    env = {**os.environ, "PYTHONPATH": src}
+    lines = baseline_lines("sb3", "sb3_maskable_c4.py", args, timeout=None, env=env) or []
+    return [
+        {"moves": x["steps"], "wall_s": x["wall_s"], **{o: x[o] for o in OPPONENTS}} for x in lines
+    ]
 
 
 def at_moves(points: list[dict], mark: int) -> dict | None:
@@ -214,8 +207,9 @@ def main() -> None:
     if args.throughput:
         throughput(args, root)
         return
-    if args.baseline:
-        sb3_python()  # before any run
+    sb3 = VENVS / "sb3" / "bin" / "python"
+    if args.baseline and not sb3.exists():  # before any run
+        sys.exit(f"--baseline: {sb3} missing; run: bash benchmarks/baselines/setup.sh sb3")
     given = {k: v for k, v in (("preset", args.preset), ("opponents", args.opponents)) if v}
     if args.steps:
         given["total_steps"] = args.steps
@@ -245,6 +239,8 @@ def main() -> None:
         moves = max(args.marks[-1], budget_moves)
         for seed in args.seeds:
             points = baseline(seed, moves, args.games, root / f"maskableppo-{seed}")
+            if not points:  # the script failed (said why above): the tables go without it
+                continue
             runs[("MaskablePPO", "-", seed)] = points
             print(f"MaskablePPO seed {seed}: {points[-1]['moves']:,} moves, "
                   f"{points[-1]['wall_s']:.0f} s", flush=True)  # fmt: skip

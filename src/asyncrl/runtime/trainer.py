@@ -91,12 +91,12 @@ def train(
     one line says which and with what."""
     run = prepare(cfg)
     cfg, spec = run.cfg, run.spec
-    if not resume:  # a saved run resumes with what it started with
-        refuse_unread_pool_settings(run.given, cfg)
     if resume:  # before anything is made or written: a refused resume leaves all as it was
         if not cfg.run_dir:
             raise ConfigError("run_dir: a resumed run continues the run saved there; got none")
         check_resume(load_run_config(cfg.run_dir), cfg)
+    else:  # (a saved run resumes with the settings it started with)
+        refuse_unread_pool_settings(run.given, cfg)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg, create=True)
     cfg.run_dir = str(run_dir)
     with run_dir_held(run_dir, resume=resume, overwrite=overwrite):  # locked till the end

@@ -144,13 +144,10 @@ def agree(cfg: Settings, filled: frozenset[str]) -> dict[str, Any]:
     n_step = 1 if sync and "n_step" in filled else cfg.n_step
     if "rollout" in filled and cfg.hogwild and rollout != 1:
         out["rollout"] = rollout = 1
-    elif "rollout" in filled and sync:
+    elif "rollout" in filled and not cfg.hogwild and (sync or n_step == 1):
+        # sync: exactly that rollout; async: at least it (a hand-over per gradient step)
         steps = update_rollout(cfg) if n_step == 1 else 1
-        if rollout != steps:
-            out["rollout"] = rollout = steps
-    elif "rollout" in filled and not cfg.hogwild and n_step == 1:
-        steps = update_rollout(cfg)
-        if rollout < steps:
+        if steps > rollout or (sync and steps != rollout):
             out["rollout"] = rollout = steps
     if "n_step" in filled and min(n_step, rollout) != cfg.n_step:
         out["n_step"] = min(n_step, rollout)
