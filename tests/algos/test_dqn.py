@@ -96,3 +96,24 @@ def test_actors_explore_with_the_probability_of_the_version_they_act_with():
     assert 0.2 < (acted != greedy).float().mean().item() < 0.3
     flat = np.concatenate([t.detach().reshape(-1).numpy() for t in q.state_dict().values()])
     assert 0.5 in flat  # epsilon is part of what a version publishes
+
+
+@pytest.mark.parametrize("n", [1, 5])
+@pytest.mark.parametrize("eps", [0.0, 0.05, 0.5, 1.0])
+def test_acting_computes_values_only_where_a_row_exploits_with_the_same_draws_and_actions(n, eps):
+    """``act`` draws exploration before the values and skips them where every row explores:
+    the actions and the generator's state after each call are those of drawing after the
+    forward (greedy, then torch.where), over 300 calls of n rows at each epsilon."""
+    spec = check_env("CartPole-v1")
+    q = QNetwork(spec, [16, 16], "mlp")
+    q.epsilon.fill_(eps)
+    obs = torch.randn(300, n, 4, generator=torch.Generator().manual_seed(1))
+    ours, theirs = torch.Generator().manual_seed(2), torch.Generator().manual_seed(2)
+    for x in obs:
+        action, _ = q.act(x, generator=ours)
+        greedy = q(x).argmax(-1)  # the order before: values, then the draws
+        explore = torch.rand(n, generator=theirs) < q.epsilon
+        random = torch.randint(2, (n,), generator=theirs)
+        assert torch.equal(action, torch.where(explore, random, greedy))
+        assert action.dtype == torch.int64 and action.shape == (n,)
+        assert torch.equal(ours.get_state(), theirs.get_state())

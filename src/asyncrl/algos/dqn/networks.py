@@ -66,6 +66,8 @@ class QNetwork(nn.Module):
     ) -> tuple[torch.Tensor, None]:
         """The greedy action, or with probability ``epsilon`` a uniformly random one (with a
         mask: the greedy legal action, or one drawn uniformly among the legal ones)."""
+        if not self.n_mask and not deterministic:
+            return self._explore_first(obs, generator), None
         x = self.encoder.forward(obs)  # once: the values and the mask both read it
         q = self._values(x)
         legal = legal_actions(x[:, -self.n_mask :]) if self.n_mask else None
@@ -81,6 +83,21 @@ class QNetwork(nn.Module):
             k = (torch.rand(n, generator=generator) * count).long().clamp(max=count - 1)
             random = (legal.cumsum(-1) <= k[:, None]).sum(-1)
         return torch.where(explore, random, greedy), None
+
+    def _explore_first(self, obs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """:meth:`act` without a mask, the same draws in the same order and the same actions,
+        the values computed only where a row does not explore (none while epsilon is 1)."""
+        n = obs.shape[0]
+        draw = torch.rand(n, generator=generator)
+        random = torch.randint(self.head[-1].out_features, (n,), generator=generator)
+        if n == 1:  # one env: Python's comparison of the two float32 values, not two more ops
+            if draw.item() < self.epsilon.item():
+                return random
+            return self._values(self.encoder.forward(obs)).argmax(-1)
+        explore = draw < self.epsilon
+        if bool(explore.all()):
+            return random
+        return torch.where(explore, random, self._values(self.encoder.forward(obs)).argmax(-1))
 
 
 def legal_actions(mask: torch.Tensor) -> torch.Tensor:
