@@ -74,14 +74,12 @@ class QNetwork(nn.Module):
         greedy = masked_argmax(q, legal)
         if deterministic:
             return greedy, None
+        # with a mask (else _explore_first): the k-th legal action, k uniform among the legal
         n = obs.shape[0]
         explore = torch.rand(n, generator=generator) < self.epsilon
-        if legal is None:
-            random = torch.randint(q.shape[-1], (n,), generator=generator)
-        else:  # the k-th legal action, k uniform among each row's legal ones
-            count = legal.sum(-1)
-            k = (torch.rand(n, generator=generator) * count).long().clamp(max=count - 1)
-            random = (legal.cumsum(-1) <= k[:, None]).sum(-1)
+        count = legal.sum(-1)
+        k = (torch.rand(n, generator=generator) * count).long().clamp(max=count - 1)
+        random = (legal.cumsum(-1) <= k[:, None]).sum(-1)
         return torch.where(explore, random, greedy), None
 
     def _explore_first(self, obs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
