@@ -150,13 +150,8 @@ def test_resume_with_saved_replay_continues_without_a_new_warm_up(tmp_path):
     assert result["episodes"] == 2 and math.isfinite(result["mean_return"])
 
 
-# Both modes inline: runs that repeat (on one kind of CPU). Sync is the same bits on every
-# backend (the work_ahead test above) and ends at -148.6 (EPYC) and -151.7 (Xeon), seed 1.
-# Async on the process backend is a race: seed 1 ended near -152 in six runs here and at -300.4
-# in one CI run beside another test (2026-12-01; docs: Tests and CI, SAC Pendulum), so async
-# runs the emulated schedule, as DQN's default-command test does. With one actor that schedule
-# is sync's run (lag 0), so the async case splits the same 4 envs over 2 actors (lag ~2):
-# seeds 1-3 at -144.9, -113.4, -153.6 on the EPYC
+# Both modes inline, runs that repeat: async on the process backend is a race that CI once ended
+# at -300.4; one actor's emulated async is sync's run, so async takes 2 x 2 envs (docs: Tests)
 BUDGETS = {
     "sync": dict(backend="inline", total_steps=20_000),
     "async": dict(backend="inline", actors=2, envs_per_actor=2, total_steps=20_000),
