@@ -460,12 +460,14 @@ def test_the_game_preset_beats_a_random_player_most_of_the_time(tmp_path, mode):
     """No flag but the env, the mode and the seed: the game preset's self-play against its
     pool (and the random player in a quarter of the games), 100k of the learner's moves
     (about 200k moves in all, the issue's budget). What it reaches, not issue #55's goal
-    (>= 95% of 200 games on every seed), which it misses on some seeds (its guide's table,
-    2026-12-01, Intel Xeon): sync seeds 1-5 won 0.93, 0.95, 0.94, 0.95, 0.965 (seed 1 is this
-    test's; a sync run repeats on one kind of CPU only); async (the process backend's timing
-    sets its lag, so a seed does not repeat) 0.945 to 0.965 over seeds 1-5. The floor is
-    about 2 standard errors of a 200-game rate (0.018) under the lowest measured (0.93).
-    Half the games as the second player."""
+    (>= 95% of 200 games on every seed), which it misses on some seeds (its guide's table):
+    sync seeds 1-5 won 0.93, 0.95, 0.94, 0.95, 0.965 on the Intel Xeon, seed 1 (this test's)
+    0.92 on the AMD EPYC. The async case runs inline, on the emulated schedule (a lag of one
+    version with the preset's 2 actors), which repeats on one kind of CPU (seed 1: 0.92 on
+    the EPYC); on the process backend the schedule decides the run and one CI run ended at
+    0.87 (the tests page). A repeating run leaves chance out; the floor leaves room for another
+    CPU's rounding (seed 1, sync: 0.93 on the Xeon, 0.92 on the EPYC). Half the games as the
+    second player."""
     result = asyncrl.train(
         C4,
         mode=mode,
@@ -474,8 +476,11 @@ def test_the_game_preset_beats_a_random_player_most_of_the_time(tmp_path, mode):
         progress=False,
         tensorboard=False,
         checkpoint_every=0,
+        **({"backend": "inline"} if mode == "async" else {}),
     )
     assert result.config.preset == "game" and result.config.opponents == "pool"
+    if mode == "async":
+        assert result.summary["policy_lag_mean"] > 0.5  # emulated async, not sync's run
     assert result.summary["win_rate_vs_random"] >= GAME_PRESET_FLOOR[mode]
 
 
