@@ -183,6 +183,39 @@ def test_unknown_choice_is_rejected_by_the_parser(capsys):
     assert "invalid choice: 'fast' (choose from 'sync', 'async', 'auto')" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["train", "--actors", "x"], "asyncrl train: error: argument --actors: expected a whole"),
+        (["train", "--resume", "r", "--overwrite"], "argument --overwrite: not allowed with"),
+        (["eval"], "asyncrl eval: error: the following arguments are required: run_dir"),
+        (["trian"], "asyncrl: error: argument command: invalid choice: 'trian'"),
+        (["train", "--actros", "2"], "unrecognized arguments: --actros 2 (did you mean --actors?)"),
+        # the peers' names for a flag point to asyncrl's
+        (
+            ["train", "--learning_rate", "1e-3", "--num-envs", "8"],
+            "(did you mean --lr, --envs-per-actor?)",
+        ),
+        (["train", "--enviroment", "x"], "unrecognized arguments: --enviroment x; see"),
+        (["tune", "--actros", "2"], "unrecognized arguments: --actros 2; see"),  # tune has --ns
+    ],
+)
+def test_the_parser_refuses_in_one_line_naming_the_flag_and_where_help_is(argv, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err  # no usage block before it
+    assert err.rstrip().endswith(f"see asyncrl{' ' + argv[0] if argv[0] != 'trian' else ''} --help")
+
+
+def test_every_peer_name_points_to_a_flag_of_train():
+    from asyncrl.cli import PEER_FLAGS, build_parser
+
+    flags = build_parser().commands["train"]._option_string_actions
+    assert all(ours in flags and theirs not in flags for theirs, ours in PEER_FLAGS.items())
+
+
 def test_continuous_action_env_is_accepted_and_bad_yaml_key_rejected(tmp_path, capsys):
     validate(TrainConfig(env="Pendulum-v1"), "classic")
     # normalisation switched off explicitly is what SAC does anyway
