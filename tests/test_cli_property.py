@@ -85,6 +85,8 @@ def _outcome(args: list[str], run_dir: str) -> tuple[int | None, str, str, float
 )
 @given(args=command_lines())
 @example(args=["--seed", "-3"])  # found by this test: an actor's env refused it, exit 1
+# found by this test: a minibatch of one sample normalised its advantage by a NaN std, exit 1
+@example(args=["--envs-per-actor", "1", "--activation", "tanh", "--rollout", "1"])
 def test_any_settings_train_or_stop_in_one_line_naming_a_setting(tmp_path, args):
     threads = set(threading.enumerate())
     run_dir = tmp_path / uuid.uuid4().hex
@@ -99,8 +101,8 @@ def test_any_settings_train_or_stop_in_one_line_naming_a_setting(tmp_path, args)
         assert (run_dir / "checkpoint.pt").is_file(), what
     else:
         assert seconds < 5, what
-        errors = [line for line in err.splitlines() if "error:" in line]
-        assert len(errors) == 1, what
+        errors = err.splitlines()
+        assert len(errors) == 1 and "error:" in errors[0], what  # no usage block, no warning
         named = re.search(r"error: (?:argument --([\w-]+)|([\w]+):)", errors[0])
         assert named, what
         setting = (named.group(1) or named.group(2)).replace("-", "_")
@@ -108,6 +110,12 @@ def test_any_settings_train_or_stop_in_one_line_naming_a_setting(tmp_path, args)
     # nothing left running: actor processes, threads of the run
     assert not [c for c in mp.active_children() if c.name.startswith("asyncrl")], what
     deadline = time.monotonic() + 5
-    while set(threading.enumerate()) - threads and time.monotonic() < deadline:
+    while _new_threads(threads) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not {t.name for t in set(threading.enumerate()) - threads}, what
+    assert not _new_threads(threads), what
+
+
+def _new_threads(before: set[threading.Thread]) -> set[str]:
+    """Threads started since ``before``, but tqdm's monitor: torch.compile runs torch.fx's
+    Interpreter, whose (disabled) progress bar starts it; it ends itself within 10 s of idling."""
+    return {t.name for t in set(threading.enumerate()) - before} - {"tqdm_monitor"}

@@ -116,6 +116,24 @@ def test_fused_step_trains_as_the_autograd_step(case):
 
 
 @pytest.mark.parametrize("discrete", [True, False])
+def test_minibatches_of_one_sample_train_unnormalised_and_finite(discrete):
+    """One env and a rollout of one step make batches of one sample (found by
+    test_cli_property.py): the std of one advantage is NaN, so such a minibatch is not
+    normalised, as SB3 does not; both steps train finite parameters, and alike."""
+    hp = PPOConfig(epochs=1, minibatch_size=1)
+    policy = _policy(discrete)
+    ref = PPO(copy.deepcopy(policy), hp, lr=3e-3, fused=False)
+    new = PPO(copy.deepcopy(policy), hp, lr=3e-3)
+    assert isinstance(new.fused, MLPStep)
+    for ppo in (ref, new):
+        ppo.on_nonfinite = lambda count, norm: pytest.fail(f"{count} steps not applied: {norm}")
+    before = [p.detach().clone() for p in ref.params]
+    _assert_same_training(ref, new, updates=1)
+    for p, b in zip(new.params, before, strict=True):
+        assert torch.isfinite(p).all() and not torch.equal(p.detach(), b)
+
+
+@pytest.mark.parametrize("discrete", [True, False])
 def test_fused_gradients_equal_autograd_gradients(discrete):
     """On one fixed minibatch, before any step: the losses and each parameter's gradient
     (clipped as the reference clips it)."""

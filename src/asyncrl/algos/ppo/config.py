@@ -51,7 +51,7 @@ class PPOConfig(Hyperparameters):
     ent_coef: float = preset_setting(0.0, "entropy bonus coefficient")
     vf_coef: float = setting(0.5, "value loss coefficient")
     max_grad_norm: float = setting(0.5, "clip the global gradient norm to this (0: off)")
-    norm_adv: bool = setting(True, "normalise advantages per minibatch")
+    norm_adv: bool = setting(True, "normalise advantages per minibatch (one of 2 samples or more)")
     norm_obs: bool = preset_setting(
         False, "running normalisation of observations (saved in checkpoints; MuJoCo wants it)"
     )

@@ -377,7 +377,7 @@ def loss_grads(
         ent = log_std.sum() + 0.5 * (1.0 + LOG_2PI) * log_std.numel()
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
-    if cfg.norm_adv:
+    if cfg.norm_adv and adv.numel() > 1:  # one sample has no std (NaN), as SB3 skips it
         std, mean = torch.std_mean(adv)
         adv = (adv - mean) / (std + 1e-8)
     # ---- clipped surrogate: max(-A r, -A clip(r)), weighted

@@ -248,7 +248,7 @@ def ppo_loss(cfg, clip, ent_coef, logp, entropy, value, old_logp, weight, adv, r
     flat samples: (loss, policy, value and entropy terms, log-ratio)."""
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
-    if cfg.norm_adv:
+    if cfg.norm_adv and adv.numel() > 1:  # one sample has no std (NaN), as SB3 skips it
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip))
     pg_loss = (weight * pg_loss).mean()  # weight: 1 but with the decoupled correction
