@@ -173,7 +173,14 @@ def test_train_leaves_threads_signals_and_random_states_as_they_were(tmp_path, w
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"total_step": 100}, "unknown setting(s) total_step; known settings: algo, env,"),
+        (
+            {"total_step": 100},
+            "unknown setting(s) total_step (did you mean total_steps?); known settings: algo, env,",
+        ),
+        (
+            {"learning_rate": 1e-3, "zzz": 1},
+            "unknown setting(s) learning_rate (did you mean lr?), zzz;",
+        ),
         ({"actors": 0}, "actors: must be >= 1, got 0"),
         ({"progress": "yes"}, "progress: expected true or false, got 'yes'"),
         ({"mode": "fast"}, "mode: 'fast' is not one of sync, async"),

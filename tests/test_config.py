@@ -209,11 +209,16 @@ def test_the_parser_refuses_in_one_line_naming_the_flag_and_where_help_is(argv, 
     assert err.rstrip().endswith(f"see asyncrl{' ' + argv[0] if argv[0] != 'trian' else ''} --help")
 
 
-def test_every_peer_name_points_to_a_flag_of_train():
-    from asyncrl.cli import PEER_FLAGS, build_parser
+def test_every_peer_name_points_to_a_setting_and_a_flag_of_train():
+    from asyncrl.cli import build_parser
+    from asyncrl.settings import FIELDS, PEER_NAMES
 
     flags = build_parser().commands["train"]._option_string_actions
-    assert all(ours in flags and theirs not in flags for theirs, ours in PEER_FLAGS.items())
+    for theirs, ours in PEER_NAMES.items():
+        assert ours in FIELDS and theirs not in FIELDS
+        assert (
+            "--" + ours.replace("_", "-") in flags and "--" + theirs.replace("_", "-") not in flags
+        )
 
 
 def test_continuous_action_env_is_accepted_and_bad_yaml_key_rejected(tmp_path, capsys):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import difflib
 import json
 import os
 import sys
@@ -23,7 +22,7 @@ from typing import Any, NoReturn
 
 from asyncrl.config import ConfigError, load_yaml
 from asyncrl.envs.pettingzoo import OPPONENT_NAMES, OPPONENTS
-from asyncrl.settings import FIELDS, KINDS, TrainConfig, from_dict, preset_help
+from asyncrl.settings import FIELDS, KINDS, TrainConfig, from_dict, nearest_name, preset_help
 
 SUMMARY_KEYS = (
     "env",
@@ -137,24 +136,6 @@ COMPARE_OWNS = ("envs_per_actor", "mode", "total_steps", "max_seconds", "run_dir
 TUNE_OWNS = ("actors", "envs_per_actor", "backend", "total_steps", "max_seconds", "run_dir")
 
 
-# the peers' names (SB3, CleanRL, RLlib, Sample Factory) for flags asyncrl names otherwise
-PEER_FLAGS = {
-    "--learning-rate": "--lr",
-    "--total-timesteps": "--total-steps",
-    "--env-id": "--env",
-    "--n-envs": "--envs-per-actor",
-    "--num-envs": "--envs-per-actor",
-    "--n-steps": "--rollout",
-    "--num-steps": "--rollout",
-    "--n-epochs": "--epochs",
-    "--update-epochs": "--epochs",
-    "--num-workers": "--actors",
-    "--num-env-runners": "--actors",
-    "--clip-range": "--clip-coef",
-    "--target-network-frequency": "--target-every",
-}
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, refusing bad input in one line: argparse's own prints the usage first,
     70 lines for ``train``, which pushes the reason off the screen."""
@@ -170,19 +151,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
-def _nearest_flag(arg: str, flags: list[str]) -> str | None:
-    name = arg.split("=")[0].replace("_", "-")
-    if name in PEER_FLAGS and PEER_FLAGS[name] in flags:
-        return PEER_FLAGS[name]
-    near = difflib.get_close_matches(name, flags, n=1, cutoff=0.75)
-    return near[0] if near else None
-
-
 def _refuse_unknown(parser: _Parser, command: str, extra: list[str]) -> NoReturn:
     """Refuses flags the command does not take, naming the nearest it does."""
     sub = parser.commands[command]
-    flags = list(sub._option_string_actions)  # every flag, those in groups included
-    near = [f for arg in extra if arg.startswith("--") and (f := _nearest_flag(arg, flags))]
+    names = [f[2:].replace("-", "_") for f in sub._option_string_actions if f.startswith("--")]
+    near = [
+        "--" + n.replace("_", "-")
+        for arg in extra
+        if arg.startswith("--") and (n := nearest_name(arg[2:].split("=")[0], names))
+    ]
     hint = f" (did you mean {', '.join(near)}?)" if near else ""
     sub.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 

@@ -13,9 +13,10 @@ config resolved: resuming it never changes its meaning.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -765,6 +766,39 @@ def _check_kind(name: str, f: Any, kind: type, value: Any, policy: str = "") -> 
         raise ConfigError(f"{name}: {policy}expected a {kind.__name__}, got None")
 
 
+# the peers' names (SB3, CleanRL, RLlib, Sample Factory) for settings asyncrl names otherwise
+PEER_NAMES = {
+    "learning_rate": "lr",
+    "total_timesteps": "total_steps",
+    "env_id": "env",
+    "n_envs": "envs_per_actor",
+    "num_envs": "envs_per_actor",
+    "n_steps": "rollout",
+    "num_steps": "rollout",
+    "n_epochs": "epochs",
+    "update_epochs": "epochs",
+    "num_workers": "actors",
+    "num_env_runners": "actors",
+    "clip_range": "clip_coef",
+    "target_network_frequency": "target_every",
+}
+
+
+def nearest_name(name: str, known: Iterable[str]) -> str | None:
+    """The name among ``known`` (snake_case) a user most likely meant by ``name``: asyncrl's for
+    a peer's name, else the closest spelling, else None."""
+    name, known = name.replace("-", "_"), list(known)
+    if PEER_NAMES.get(name) in known:
+        return PEER_NAMES[name]
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return near[0] if near else None
+
+
+def _meant(name: str) -> str:
+    near = nearest_name(name, FIELDS)
+    return f"{name} (did you mean {near}?)" if near else name
+
+
 def from_dict(values: dict[str, Any], base: TrainConfig | None = None) -> TrainConfig:
     """Build a config from a mapping (YAML file, saved run), rejecting unknown keys by name.
     Numbers take the type of their field (``total_steps: 1e6`` is an int; 2.5 steps is
@@ -772,7 +806,8 @@ def from_dict(values: dict[str, Any], base: TrainConfig | None = None) -> TrainC
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:
         raise ConfigError(
-            f"unknown setting(s) {', '.join(unknown)}; known settings: {', '.join(FIELDS)}"
+            f"unknown setting(s) {', '.join(map(_meant, unknown))}; "
+            f"known settings: {', '.join(FIELDS)}"
         )
     base = base or TrainConfig()
     values, population = _per_policy(values, base)
