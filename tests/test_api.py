@@ -181,6 +181,10 @@ def test_train_leaves_threads_signals_and_random_states_as_they_were(tmp_path, w
             {"learning_rate": 1e-3, "zzz": 1},
             "unknown setting(s) learning_rate (did you mean lr?), zzz;",
         ),
+        (
+            {"policies": 2, "population": {"learning_rate": [1e-3, 1e-4]}},
+            "population: unknown setting learning_rate (did you mean lr?)",
+        ),
         ({"actors": 0}, "actors: must be >= 1, got 0"),
         ({"progress": "yes"}, "progress: expected true or false, got 'yes'"),
         ({"mode": "fast"}, "mode: 'fast' is not one of sync, async"),

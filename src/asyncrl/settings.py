@@ -498,7 +498,7 @@ def _validate_population(cfg: TrainConfig, algo: Algorithm) -> None:
         )
     for name, values in cfg.population.items():
         if name not in FIELDS:
-            raise ConfigError(f"population: unknown setting {name!r}")
+            raise ConfigError(f"population: unknown setting {meant(name)}")
         owners = FIELDS[name].metadata["owners"]
         if cfg.algo not in owners or RUN in owners:
             raise ConfigError(
@@ -794,7 +794,8 @@ def nearest_name(name: str, known: Iterable[str]) -> str | None:
     return near[0] if near else None
 
 
-def _meant(name: str) -> str:
+def meant(name: str) -> str:
+    """``name`` as an unknown setting is named in an error: with the setting it likely meant."""
     near = nearest_name(name, FIELDS)
     return f"{name} (did you mean {near}?)" if near else name
 
@@ -806,7 +807,7 @@ def from_dict(values: dict[str, Any], base: TrainConfig | None = None) -> TrainC
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:
         raise ConfigError(
-            f"unknown setting(s) {', '.join(map(_meant, unknown))}; "
+            f"unknown setting(s) {', '.join(map(meant, unknown))}; "
             f"known settings: {', '.join(FIELDS)}"
         )
     base = base or TrainConfig()
@@ -854,7 +855,7 @@ def _per_policy(
             del population[name]
     for name, vals in given.items():
         if name not in FIELDS:
-            raise ConfigError(f"population: unknown setting {name!r}")
+            raise ConfigError(f"population: unknown setting {meant(name)}")
         if not isinstance(vals, list) or not vals:
             raise ConfigError(f"{name}: per-policy values must be a non-empty list, got {vals!r}")
         population[name] = [_policy_value(name, p, v) for p, v in enumerate(vals)]

@@ -67,8 +67,8 @@ def test_a_sweep_file_parses_to_typed_ranges_and_defaults():
     ("data", "error"),
     [
         (_sweep(trials=3), "sweep: unknown key(s) trials"),
-        (_sweep(space={"lrr": {"low": 1, "high": 2}}), "space: unknown setting 'lrr'"),
-        (_sweep(base={"lrr": 1}), "unknown setting(s) lrr"),
+        (_sweep(space={"lrr": {"low": 1, "high": 2}}), "unknown setting lrr (did you mean lr?)"),
+        (_sweep(base={"lrr": 1}), "unknown setting(s) lrr (did you mean lr?)"),
         (_sweep(base={"run_dir": "x"}), "base: run_dir: the sweep gives each trial its own"),
         (_sweep(space={"run_dir": {"choices": ["a"]}}), "space: run_dir: the sweep sets it"),
         (_sweep(space={"lr": {"low": 0.1, "high": 0.01}}), "space: lr: low must be below high"),

@@ -34,7 +34,7 @@ import yaml
 from asyncrl.config import ConfigError, as_field_type, format_value, load_yaml, need
 from asyncrl.rundir import METRICS, default_study_dir
 from asyncrl.runtime.processes import die_with_parent
-from asyncrl.settings import FIELDS, KINDS, from_dict, resolve_for_env, validate
+from asyncrl.settings import FIELDS, KINDS, from_dict, meant, resolve_for_env, validate
 from asyncrl.study.runs import read_summary
 
 KEYS = ("base", "space", "objective", "direction", "prune", "enqueue")
@@ -180,7 +180,8 @@ def _number(where: str, value: Any, kind: type = float) -> Any:
 def _param(name: str, spec: Any) -> Param:
     need(
         name in FIELDS,
-        f"space: unknown setting {name!r}; a search space ranges over settings of asyncrl train",
+        f"space: unknown setting {meant(name)}; a search space ranges over settings of "
+        "asyncrl train",
     )
     need(name not in SPACE_OWNED, f"space: {name}: the sweep sets it for every trial")
     spec = _keys(spec, f"space: {name}")
