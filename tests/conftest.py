@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -10,12 +11,28 @@ import pytest
 import torch
 
 from asyncrl.nets import FlatParams
+from asyncrl.rundir import METRICS
 from asyncrl.settings import TrainConfig
 
 # Tests share 2 cores with the actor processes they start and with the other test worker
 # (-n 2): one torch thread in this process, as the learner has in a run (threads_learner
 # defaults to 1).
 torch.set_num_threads(1)
+
+
+def how_it_went(summary: dict) -> str:
+    """A learning run's figures and its curve (the mean return every ~32 iterations), in full,
+    for a failed bar: a run on a live schedule does not repeat, so this is all there is to go on."""
+    keys = ("final_return", "episodes", "env_steps", "policy_lag_mean", "policy_lag_max",
+            "actor_restarts", "env_restarts", "dropped_rollouts", "wall_seconds")  # fmt: skip
+    figures = {k: summary[k] for k in keys if k in summary}
+    metrics = Path(summary.get("run_dir", "")) / METRICS
+    if not metrics.is_file():
+        return f"{figures}; no {METRICS}"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    curve = [(r["env_steps"], round(r["episodic_return"])) for r in rows
+             if r.get("episodic_return") is not None]  # fmt: skip
+    return f"{figures}; curve {curve[::32] + curve[-1:]}"
 
 
 def shm_segments(pid: int | None = None) -> set[str]:

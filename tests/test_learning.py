@@ -13,6 +13,7 @@ import yaml
 from asyncrl.cli import main
 from asyncrl.runtime.trainer import train
 from asyncrl.settings import TrainConfig
+from conftest import how_it_went
 
 TIMING = {
     "env_steps_per_second_overall",
@@ -47,7 +48,7 @@ def test_cartpole_is_solved_within_150k_steps(tmp_path, mode, backend):
     solving it again would only repeat the computation (41 s of CI)."""
     summary = train(_cfg(tmp_path, mode=mode, backend=backend, total_steps=150_000, seed=1))
     assert summary["env_steps"] <= 150_000 + 2 * 8 * 32
-    assert summary["final_return"] >= 475, summary
+    assert summary["final_return"] >= 475, how_it_went(summary)
     if mode == "sync":
         assert summary["policy_lag_max"] == 0
     else:
@@ -57,7 +58,7 @@ def test_cartpole_is_solved_within_150k_steps(tmp_path, mode, backend):
 @pytest.mark.slow
 def test_async_vtrace_solves_cartpole(tmp_path):
     summary = train(_cfg(tmp_path, mode="async", correction="vtrace", total_steps=150_000))
-    assert summary["final_return"] >= 475, summary
+    assert summary["final_return"] >= 475, how_it_went(summary)
 
 
 @pytest.mark.slow

@@ -9,7 +9,6 @@ Losing a machine is ``remove_node(node, allow_graceful=False)``: its processes a
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -31,11 +30,11 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from asyncrl.rundir import METRICS, load_checkpoint, policy_dir  # noqa: E402
+from asyncrl.rundir import load_checkpoint, policy_dir  # noqa: E402
 from asyncrl.runtime.faults import ActorError  # noqa: E402
 from asyncrl.runtime.trainer import train  # noqa: E402
 from asyncrl.settings import TrainConfig  # noqa: E402
-from conftest import descendants  # noqa: E402
+from conftest import descendants, how_it_went  # noqa: E402
 
 # one cluster for the module, so with pytest-xdist the whole module runs on one worker
 pytestmark = pytest.mark.xdist_group("ray")
@@ -262,21 +261,10 @@ def test_async_ppo_solves_cartpole_with_actors_on_two_nodes(cluster, tmp_path):
     s = train(
         _cfg(tmp_path, mode="async", total_steps=150_000, seed=1), on_start=_watch_nodes(seen)
     )
-    assert s["final_return"] >= 475, _how_it_went(s, tmp_path / "run")
+    assert s["final_return"] >= 475, how_it_went(s)
     assert s["actor_restarts"] == 0
     _assert_actors_on_two_nodes(cluster, seen)
     assert s["policy_lag_max"] >= 1
-
-
-def _how_it_went(summary: dict, run: Path) -> str:
-    """A failed learning run's figures and its curve (mean return every ~8k steps), in full:
-    an async run on Ray does not repeat, so this is all there will be to go on."""
-    keys = ("final_return", "episodes", "policy_lag_mean", "policy_lag_max", "actor_restarts",
-            "env_restarts", "dropped_rollouts", "wall_seconds")  # fmt: skip
-    rows = [json.loads(line) for line in (run / METRICS).read_text().splitlines()]
-    curve = [(r["env_steps"], round(r["episodic_return"])) for r in rows
-             if r.get("episodic_return") is not None]  # fmt: skip
-    return f"{ {k: summary.get(k) for k in keys} }; curve {curve[::32] + curve[-1:]}"
 
 
 def _assert_actors_on_two_nodes(cluster, seen: dict) -> None:
