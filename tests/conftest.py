@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import torch
 from asyncrl.nets import FlatParams
 from asyncrl.rundir import METRICS
 from asyncrl.settings import TrainConfig
+from asyncrl.study.runs import read_curve
 
 # Tests share 2 cores with the actor processes they start and with the other test worker
 # (-n 2): one torch thread in this process, as the learner has in a run (threads_learner
@@ -26,12 +26,11 @@ def how_it_went(summary: dict) -> str:
     keys = ("final_return", "episodes", "env_steps", "policy_lag_mean", "policy_lag_max",
             "actor_restarts", "env_restarts", "dropped_rollouts", "wall_seconds")  # fmt: skip
     figures = {k: summary[k] for k in keys if k in summary}
-    metrics = Path(summary.get("run_dir", "")) / METRICS
-    if not metrics.is_file():
+    run_dir = Path(summary.get("run_dir", ""))
+    if not (run_dir / METRICS).is_file():
         return f"{figures}; no {METRICS}"
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    curve = [(r["env_steps"], round(r["episodic_return"])) for r in rows
-             if r.get("episodic_return") is not None]  # fmt: skip
+    c = read_curve(run_dir)
+    curve = [(n, round(r)) for n, r in zip(c.env_steps, c.returns, strict=True) if r == r]
     return f"{figures}; curve {curve[::32] + curve[-1:]}"
 
 
