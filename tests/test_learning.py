@@ -101,6 +101,27 @@ def test_inline_runs_are_bit_for_bit_repeatable(tmp_path, mode):
         assert s0["policy_lag_max"] == 0
 
 
+@pytest.mark.parametrize(
+    ("actors", "per_batch", "policies"),
+    [(2, 1, 1), (2, 2, 1), (3, 2, 1), (1, 2, 1), (2, 0, 2), (3, 0, 2)],
+    ids=["2x1", "2x2", "3x2", "1x2", "population-2", "population-2-3-actors"],
+)
+def test_the_emulated_async_schedule_lags_one_version_less_than_the_actors(
+    tmp_path, actors, per_batch, policies
+):
+    """Inline async: N actors each keep their rollouts-per-batch slots full, so every batch
+    after the first N - 1 lags N - 1 versions, whatever the batch's size; a population's
+    batches of P rollouts (per_batch 0: P) too, where they once lagged none (sync's run)."""
+    cfg = _cfg(tmp_path, backend="inline", mode="async", actors=actors, envs_per_actor=4,
+               rollout=8, minibatch_size=32, epochs=1, policies=policies,
+               rollouts_per_batch=per_batch, total_steps=actors * 4 * 8 * 24)  # fmt: skip
+    summary = train(cfg)
+    rows = summary.get("population") or [summary]
+    for row in rows:
+        assert row["policy_lag_max"] == actors - 1, row
+        assert row["policy_lag_mean"] >= (actors - 1) * 0.8, row
+
+
 def test_sync_ppo_trains_identically_on_every_backend(tmp_path):
     """Sync mode is one computation: where the actors live changes no parameter."""
     policies, returns = {}, {}

@@ -2,11 +2,13 @@
 
 Sync mode runs the protocol as it is: every actor collects with the newest version, then the
 learner trains on all of them. Async mode is *emulated* as N equally fast actors running beside
-the learner: all actors start with version 0; the learner trains on the oldest waiting rollout
-(``--rollouts-per-batch`` of them, collected in rounds of every actor), and the actor each came
-from immediately collects its next one with the version just published. In steady state every
-batch of one rollout therefore lags N - 1 versions (real actors that outpace the learner: N + B,
-see SlotBook), and batches of N rollouts none.
+the learner, each keeping its R = ``--rollouts-per-batch`` slots full: all actors start by
+filling them with version 0, in rounds of every actor; the learner trains on the R oldest
+waiting rollouts, and once every policy is done with a slot, the actor it came from collects
+its next rollout into it with the versions just published. N*R rollouts wait in a queue of
+which a batch takes R, so in steady state every batch lags N - 1 versions, whatever R (a
+population's batches of P rollouts too; real actors that outpace the learner: N + B, see
+SlotBook).
 
 An actor whose rollout raises is replaced at once (LocalFleet) and collects again into the same
 slot, so a fault costs a dropped rollout, never a batch.
@@ -50,10 +52,12 @@ class InlineBackend(OwnedTransport):
             waiting.append(slot)
 
     def next_batch(self, stop: Any = None, policy: int = 0) -> list[Slot]:
-        # collects in this thread: no wait. Until a batch is complete, every actor with a free
-        # slot collects a rollout, in actor order (all of them at the start).
+        # collects in this thread: no wait. Sync: every actor collects when no rollout waits.
+        # Async: every actor fills each of its free slots (all of them at the start), in rounds.
         waiting, per_batch, m = self.waiting[policy], self.cfg.rollouts_per_batch, self.per_actor
-        while len(waiting) < per_batch:  # sync: 1, so every actor collects when none waits
+        rounds = m if self.cfg.mode == "async" and not waiting else 0
+        while len(waiting) < per_batch or rounds > 0:
+            rounds -= 1
             free = [
                 next((s for s in range(a * m, (a + 1) * m) if s not in self.busy), None)
                 for a in range(self.cfg.actors)
