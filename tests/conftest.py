@@ -22,16 +22,24 @@ torch.set_num_threads(1)
 
 def how_it_went(summary: dict) -> str:
     """A learning run's figures and its curve (the mean return every ~32 iterations), in full,
-    for a failed bar: a run on a live schedule does not repeat, so this is all there is to go on."""
+    for a failed bar: a run on a live schedule does not repeat, so this is all there is to go on.
+    Of a population, each policy's figures and curve."""
     keys = ("final_return", "episodes", "env_steps", "policy_lag_mean", "policy_lag_max",
             "actor_restarts", "env_restarts", "dropped_rollouts", "wall_seconds")  # fmt: skip
-    figures = {k: summary[k] for k in keys if k in summary}
     run_dir = Path(summary.get("run_dir", ""))
-    if not (run_dir / METRICS).is_file():
-        return f"{figures}; no {METRICS}"
-    c = read_curve(run_dir)
-    curve = [(n, round(r)) for n, r in zip(c.env_steps, c.returns, strict=True) if r == r]
-    return f"{figures}; curve {curve[::32] + curve[-1:]}"
+    parts = [(None, summary)] if not summary.get("population") else [
+        (row["policy"], row) for row in summary["population"]]  # fmt: skip
+    out = []
+    for policy, figures in parts:
+        figures = {k: figures[k] for k in keys if k in figures}
+        if not (run_dir / METRICS).is_file():
+            out.append(f"{figures}; no {METRICS}")
+            continue
+        c = read_curve(run_dir, policy)
+        curve = [(n, round(r)) for n, r in zip(c.env_steps, c.returns, strict=True) if r == r]
+        name = "" if policy is None else f"policy {policy}: "
+        out.append(f"{name}{figures}; curve {curve[::32] + curve[-1:]}")
+    return "\n".join(out)
 
 
 def shm_segments(pid: int | None = None) -> set[str]:

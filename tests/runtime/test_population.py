@@ -22,7 +22,7 @@ from asyncrl.runtime import learners
 from asyncrl.runtime.faults import LearnerLost
 from asyncrl.runtime.trainer import train
 from asyncrl.settings import TrainConfig, from_dict, policy_config, resolve, validate
-from conftest import population_cfg
+from conftest import how_it_went, population_cfg
 
 _cfg = population_cfg
 
@@ -409,15 +409,20 @@ def test_a_nan_found_by_a_learner_process_ends_the_run_as_nonfinite(tmp_path):
 # ---------------------------------------------------------------------- learning
 @pytest.mark.slow
 def test_two_policies_both_solve_cartpole_within_300k_steps_in_all(tmp_path):
-    """Each policy acts on 8 envs of each of the 2 actors (a one-policy run's batch). Measured
-    (seed 1, 2 busy cores): both at a return of 500 from about 31k of their own steps; with
-    150k in all, one CI rehearsal of three ended a policy at 343 (async runs are not
-    repeatable), so the test takes the 300k the issue allows."""
+    """Each policy acts on 8 envs of each of the 2 actors (a one-policy run's batch), async on
+    the inline backend's emulated schedule (each policy's batches lag one version), a run that
+    repeats on one kind of CPU. On the process backend the schedule decides the run: a CI
+    rehearsal ended policy 1 at 118.5 (it had learned and fallen back), and of 36 policies run
+    there on the AMD EPYC all ended at 500 but two had fallen after solving (to 238 and 274)
+    and come back. Measured inline (AMD EPYC): seeds 1 to 5, all 10 policies at 500, solved
+    by 21k-41k of their own steps and never below 476 after (the tests page)."""
     summary = train(
         TrainConfig(
             policies=2,
             envs_per_actor=16,
             total_steps=300_000,
+            backend="inline",
+            mode="async",
             progress=False,
             tensorboard=False,
             run_dir=str(tmp_path / "run"),
@@ -425,7 +430,8 @@ def test_two_policies_both_solve_cartpole_within_300k_steps_in_all(tmp_path):
     )
     assert summary["env_steps"] <= 300_000 + 2 * 16 * 32
     for row in summary["population"]:
-        assert row["final_return"] >= 475, summary["population"]
+        assert row["policy_lag_mean"] > 0.5, how_it_went(summary)  # emulated async, not sync
+        assert row["final_return"] >= 475, how_it_went(summary)
 
 
 @pytest.mark.slow
@@ -461,7 +467,7 @@ def test_pbt_lifts_two_policies_started_with_a_useless_learning_rate(tmp_path):
         earlier = [e for e in exploits[:at] if e["policy"] == source]
         source_lr = earlier[-1]["new"]["lr"] if earlier else lrs[source]
         assert source_lr != 1e-7 and first["source_objective"] > first["objective"], exploits
-    assert summary["final_return"] >= 475, summary["population"]
+    assert summary["final_return"] >= 475, how_it_went(summary)
 
 
 def test_the_random_mapping_gives_whole_episodes_to_one_policy_each():

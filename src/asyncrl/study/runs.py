@@ -34,7 +34,8 @@ class Curve:
         return None
 
 
-def read_curve(run_dir: Path) -> Curve:
+def read_curve(run_dir: Path, policy: int | None = None) -> Curve:
+    """The run's curve; of a population, one policy's (its rows, at its own env steps)."""
     steps: list[int] = []
     walls: list[float] = []
     returns: list[float] = []
@@ -44,8 +45,10 @@ def read_curve(run_dir: Path) -> Curve:
             row = json.loads(line)
             if "eval/mean_return" in row:  # an evaluation during training, not a training row
                 continue
+            if policy is not None and row.get("policy") != policy:
+                continue
             elapsed += row.get("T", 0.0)
-            steps.append(int(row["env_steps"]))
+            steps.append(int(row["env_steps" if policy is None else "policy_env_steps"]))
             walls.append(float(row.get("wall_seconds", elapsed)))
             ret = row.get("episodic_return")
             returns.append(math.nan if ret is None else float(ret))
