@@ -27,17 +27,17 @@ def how_it_went(summary: dict) -> str:
     keys = ("final_return", "episodes", "env_steps", "policy_lag_mean", "policy_lag_max",
             "actor_restarts", "env_restarts", "dropped_rollouts", "wall_seconds")  # fmt: skip
     run_dir = Path(summary.get("run_dir", ""))
-    parts = [(None, summary)] if not summary.get("population") else [
-        (row["policy"], row) for row in summary["population"]]  # fmt: skip
+    logged = (run_dir / METRICS).is_file()
+    parts = [(r["policy"], r) for r in summary.get("population") or []] or [(None, summary)]
     out = []
-    for policy, figures in parts:
-        figures = {k: figures[k] for k in keys if k in figures}
-        if not (run_dir / METRICS).is_file():
-            out.append(f"{figures}; no {METRICS}")
+    for policy, row in parts:
+        figures = {k: row[k] for k in keys if k in row}
+        name = "" if policy is None else f"policy {policy}: "
+        if not logged:
+            out.append(f"{name}{figures}; no {METRICS}")
             continue
         c = read_curve(run_dir, policy)
         curve = [(n, round(r)) for n, r in zip(c.env_steps, c.returns, strict=True) if r == r]
-        name = "" if policy is None else f"policy {policy}: "
         out.append(f"{name}{figures}; curve {curve[::32] + curve[-1:]}")
     return "\n".join(out)
 

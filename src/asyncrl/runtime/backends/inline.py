@@ -51,22 +51,28 @@ class InlineBackend(OwnedTransport):
         for waiting in self.waiting:
             waiting.append(slot)
 
+    def _collect_round(self) -> None:
+        """Every actor with a free slot collects one rollout into its first, in actor order."""
+        m = self.per_actor
+        free = [
+            next((s for s in range(a * m, (a + 1) * m) if s not in self.busy), None)
+            for a in range(self.cfg.actors)
+        ]
+        if all(s is None for s in free):
+            raise RuntimeError("inline backend: every slot is in use, none for a batch")
+        for s in free:
+            if s is not None:
+                self._collect(s)
+
     def next_batch(self, stop: Any = None, policy: int = 0) -> list[Slot]:
-        # collects in this thread: no wait. Sync: every actor collects when no rollout waits.
-        # Async: every actor fills each of its free slots (all of them at the start), in rounds.
-        waiting, per_batch, m = self.waiting[policy], self.cfg.rollouts_per_batch, self.per_actor
-        rounds = m if self.cfg.mode == "async" and not waiting else 0
-        while len(waiting) < per_batch or rounds > 0:
-            rounds -= 1
-            free = [
-                next((s for s in range(a * m, (a + 1) * m) if s not in self.busy), None)
-                for a in range(self.cfg.actors)
-            ]
-            if all(s is None for s in free):
-                raise RuntimeError("inline backend: every slot is in use, none for a batch")
-            for s in free:
-                if s is not None:
-                    self._collect(s)
+        # collects in this thread: no wait. Async starts with every slot full (a released slot
+        # is collected again at once); sync collects a round when no rollout waits.
+        waiting, per_batch = self.waiting[policy], self.cfg.rollouts_per_batch
+        if self.cfg.mode == "async" and not self.busy:
+            for _ in range(self.per_actor):
+                self._collect_round()
+        while len(waiting) < per_batch:
+            self._collect_round()
         if self.cfg.mode == "sync":
             ids = list(waiting)
             waiting.clear()
