@@ -127,6 +127,32 @@ def test_compare_reuse_retrains_only_runs_whose_settings_changed(tmp_path):
         assert steps == sorted(steps) and len(steps) == r.summary["iterations"]
 
 
+def test_compare_of_a_population_reads_its_best_policys_curve(tmp_path):
+    """A population's rows alternate between its policies; the study plots and reaches on the
+    best policy's rows alone (at its own env steps), whose final return the table shows."""
+    out = tmp_path / "study"
+    (run,) = compare(
+        _base(backend="inline", policies=2, seed=3),
+        [4],
+        ["async"],
+        steps=2_000,
+        target_return=15.0,
+        out=out,
+        echo=lambda _: None,
+    )
+    best = run.summary["best_policy"]
+    rows = [json.loads(line) for line in (run.run_dir / "metrics.jsonl").open()]
+    own = [r for r in rows if r.get("policy") == best]
+    assert {r["policy"] for r in rows} == {0, 1} and len(own) < len(rows)
+    assert run.curve.env_steps == [r["policy_env_steps"] for r in own]
+    assert run.curve.returns == [r["episodic_return"] for r in own]
+    assert run.curve.env_steps == sorted(run.curve.env_steps)  # one policy's, not a zigzag
+    assert run.curve.env_steps[-1] < run.summary["env_steps"]  # its share of the run's steps
+    table = (out / "compare.md").read_text()
+    assert "N = 2, the best of 2 policies" in table and "best policy's" in table
+    assert f"{run.summary['final_return']:.1f} |" in table
+
+
 def test_compare_rejects_bad_input_before_training(tmp_path):
     with pytest.raises(ConfigError, match="modes"):
         compare(_base(), [4], ["sync", "fast"], steps=100, out=tmp_path)

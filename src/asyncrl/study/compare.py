@@ -31,7 +31,7 @@ from asyncrl.settings import (
     resolve_for_env,
     validate,
 )
-from asyncrl.study.runs import StudyRun, read_curve, read_summary
+from asyncrl.study.runs import StudyRun, read_summary, study_curve
 
 if TYPE_CHECKING:
     from asyncrl.envs import EnvSpec
@@ -155,7 +155,7 @@ def compare(
                 cfg.mode,
                 Path(cfg.run_dir),
                 summary,
-                read_curve(cfg.run_dir),
+                study_curve(cfg.run_dir, summary),
                 reused,
             )
         )
@@ -222,11 +222,16 @@ def write_outputs(runs: list[StudyRun], out: Path, base: TrainConfig, target: fl
     from asyncrl.study.plots import plot_eps_bars, plot_returns
 
     out.mkdir(parents=True, exist_ok=True)
-    title = f"{base.env}, {base.algo}, N = {base.actors}"
-    (out / "compare.md").write_text(
-        f"# {title}\n\n{markdown_table(runs, target)}\n\n"
-        "T: mean seconds between two training iterations; EPS = K / T.\n"
-    )
+    s = runs[0].summary  # the settings as the runs resolved them (base leaves some to presets)
+    title = f"{base.env}, {base.algo}, N = {s['actors']}"
+    notes = "T: mean seconds between two training iterations; EPS = K / T.\n"
+    if s.get("policies", 1) > 1:
+        title += f", the best of {s['policies']} policies"
+        notes += (
+            "A population's curve, steps to the target and final return are its best policy's, "
+            "at that policy's own env steps; its env steps/s are the whole run's.\n"
+        )
+    (out / "compare.md").write_text(f"# {title}\n\n{markdown_table(runs, target)}\n\n{notes}")
     with (out / "compare.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=RUN_FIELDS)
         writer.writeheader()

@@ -55,6 +55,12 @@ def read_curve(run_dir: Path, policy: int | None = None) -> Curve:
     return Curve(steps, walls, returns)
 
 
+def study_curve(run_dir: Path, summary: dict[str, Any]) -> Curve:
+    """The curve a study reads of a finished run: of a population, its best policy's (the one
+    whose final return the summary gives), at that policy's own env steps."""
+    return read_curve(run_dir, summary["best_policy"] if summary.get("policies", 1) > 1 else None)
+
+
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
     """The summary of a run that ended normally (not interrupted), else None."""
     path = Path(run_dir) / SUMMARY
