@@ -225,7 +225,7 @@ def write_outputs(runs: list[StudyRun], out: Path, base: TrainConfig, target: fl
     s = runs[0].summary  # the settings as the runs resolved them (base leaves some to presets)
     title = f"{base.env}, {base.algo}, N = {s['actors']}"
     notes = "T: mean seconds between two training iterations; EPS = K / T.\n"
-    if s.get("policies", 1) > 1:
+    if "best_policy" in s:  # a population (study_curve read its best policy's rows)
         title += f", the best of {s['policies']} policies"
         notes += (
             "A population's curve, steps to the target and final return are its best policy's, "

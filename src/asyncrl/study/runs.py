@@ -57,8 +57,9 @@ def read_curve(run_dir: Path, policy: int | None = None) -> Curve:
 
 def study_curve(run_dir: Path, summary: dict[str, Any]) -> Curve:
     """The curve a study reads of a finished run: of a population, its best policy's (the one
-    whose final return the summary gives), at that policy's own env steps."""
-    return read_curve(run_dir, summary["best_policy"] if summary.get("policies", 1) > 1 else None)
+    whose final return the summary gives), at that policy's own env steps; only a
+    population's summary names a best policy."""
+    return read_curve(run_dir, summary.get("best_policy"))
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
